@@ -1,0 +1,510 @@
+"""The controller actor: one candidate per node, one active at a time.
+
+Election is Kafka's: an ephemeral /controller znode plus a conditionally
+incremented /controller_epoch. Work is processed one event at a time from a
+single queue (ZooKeeper watches, edge requests), so decisions never interleave.
+Every LeaderAndIsr / UpdateMetadata / StopReplica it sends carries its epoch;
+replicas and edges refuse a smaller one, so a deposed controller changes nothing.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any, Awaitable, Callable
+
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from actors.partition_leader import ReplicaActorRemote
+from cluster.controller_context import (NO_LEADER, BrokerState, ControllerContext, PartitionState,
+                                        TopicState, new_zk_topic_id, zk_topic_id_to_uuid)
+from cluster.topic_admin import TopicSpecError, described_configs, plan_topic
+from core.config import BrokerConfig, TOPIC_CONFIGS
+from core.naming import edge_actor_name, replica_actor_name
+from metadata.kafka_zk import BadVersionError, KafkaZkClient
+from metadata.kafka_zk import PartitionState as ZkPartitionState
+
+log = logging.getLogger("raykafka.controller")
+
+ERR_NONE = 0
+ERR_UNKNOWN_TOPIC = 3
+ERR_NOT_CONTROLLER = 41
+ERR_TOPIC_DELETION_DISABLED = 73
+ERR_UNKNOWN_SERVER = -1
+
+# Bound on the event queue: edge requests beyond it are refused, not buffered forever.
+MAX_QUEUED_EVENTS = 10_000
+
+
+def log_config_for(topic_configs: dict[str, str], broker: BrokerConfig) -> dict[str, Any]:
+    """storage.log.LogConfig kwargs from a topic's overrides and the broker defaults."""
+
+    def value(key: str):
+        if key in topic_configs:
+            return TOPIC_CONFIGS[key].parse(topic_configs[key])
+        return broker.topic_default(key)
+
+    never = 2**63 - 1
+    flush_messages = value("flush.messages")
+    flush_ms = value("flush.ms")
+    return {
+        "segment_bytes": value("segment.bytes"),
+        "segment_ms": value("segment.ms"),
+        "segment_index_bytes": value("segment.index.bytes"),
+        "index_interval_bytes": value("index.interval.bytes"),
+        "max_message_bytes": value("max.message.bytes"),
+        "flush_messages": None if flush_messages in (None, never) else flush_messages,
+        "flush_ms": None if flush_ms in (None, never) else flush_ms,
+    }
+
+
+class ControllerService:
+    """Controller logic with its I/O (ZooKeeper client, Ray handles) injected."""
+
+    def __init__(self, broker_id: int, config: BrokerConfig, zk: KafkaZkClient, namespace: str):
+        self.broker_id = broker_id
+        self.config = config
+        self.zk = zk
+        self.namespace = namespace
+        self.ctx: ControllerContext | None = None
+        self.events: asyncio.Queue = asyncio.Queue(MAX_QUEUED_EVENTS)
+        self.loop = asyncio.get_running_loop()
+        self.replica_handles: dict[tuple[str, int, int], Any] = {}
+        self.edge_handles: dict[int, Any] = {}
+        self.self_handle: Any = None
+        self.call_timeout_s = config["raykafka.actor.call.timeout.ms"] / 1000
+        self._worker: asyncio.Task | None = None
+        self.epoch_zk_version: int | None = None
+
+    # ---- event queue ---------------------------------------------------------------------------
+    def start(self, self_handle: Any) -> None:
+        self.self_handle = self_handle
+        self._worker = self.loop.create_task(self._process_events())
+        self.zk.watch_controller(lambda _id: self.from_zk_thread(self._elect))
+        self.enqueue(self._elect)
+
+    def from_zk_thread(self, event: Callable[[], Awaitable]) -> None:
+        self.loop.call_soon_threadsafe(self.enqueue, event)
+
+    def enqueue(self, event: Callable[[], Awaitable], future: asyncio.Future | None = None) -> None:
+        try:
+            self.events.put_nowait((event, future))
+        except asyncio.QueueFull:
+            if future is not None:
+                future.set_exception(RuntimeError("controller event queue is full"))
+            log.error("controller event queue full; dropped %s", event)
+
+    async def submit(self, event: Callable[[], Awaitable]):
+        future = self.loop.create_future()
+        self.enqueue(event, future)
+        return await future
+
+    async def _process_events(self) -> None:
+        while True:
+            event, future = await self.events.get()
+            try:
+                result = await event()
+            except Exception as exc:
+                log.exception("controller event %s failed", getattr(event, "__name__", event))
+                if future is not None and not future.done():
+                    future.set_exception(exc)
+                continue
+            if future is not None and not future.done():
+                future.set_result(result)
+
+    @property
+    def is_active(self) -> bool:
+        return self.ctx is not None
+
+    # ---- election ----------------------------------------------------------------------------
+    async def _elect(self) -> None:
+        if self.is_active:
+            if self.zk.get_controller_id() == self.broker_id:
+                return
+            log.warning("broker %d lost the controller role", self.broker_id)
+            self.ctx = None
+        epoch = self.zk.try_become_controller(self.broker_id)
+        if epoch is None:
+            return
+        self.epoch_zk_version = self.zk.controller_epoch()[1]
+        log.info("broker %d is the active controller, epoch %d", self.broker_id, epoch)
+        self.ctx = ControllerContext(epoch, self.zk.get_or_create_cluster_id())
+        self.zk.watch_brokers(lambda _ids: self.from_zk_thread(self._on_broker_change))
+        self.zk.watch_topics(lambda _names: self.from_zk_thread(self._on_topic_change))
+        self.zk.watch_delete_topics(lambda _names: self.from_zk_thread(self._on_delete_topics_marked))
+        self._load_brokers()
+        self._load_topics()
+        await self._elect_offline_partitions(list(self.ctx.all_partitions()))
+        await self._send_leader_and_isr([tp for tp, _ in self.ctx.all_partitions()])
+        await self._send_update_metadata()
+        marked = self.zk.get_topics_marked_for_deletion()
+        if marked:
+            await self._delete_topics(marked)
+
+    def _load_brokers(self) -> None:
+        brokers = {}
+        for broker_id, info in self.zk.get_brokers().items():
+            brokers[broker_id] = _broker_state(broker_id, info)
+        self.ctx.brokers = brokers
+
+    def _load_topics(self) -> None:
+        ctx = self.ctx
+        for name in self.zk.get_topics():
+            self._load_topic(name)
+        log.info("controller context: %d brokers, %d topics, %d partitions", len(ctx.brokers),
+                 len(ctx.topics), len(ctx.states))
+
+    def _load_topic(self, name: str) -> TopicState | None:
+        assignment = self.zk.get_topic(name)
+        if assignment is None:
+            return None
+        topic = TopicState(name, assignment.topic_id, dict(assignment.partitions),
+                           self.zk.get_topic_config(name), internal=name.startswith("__"))
+        self.ctx.topics[name] = topic
+        for p in topic.assignment:
+            found = self.zk.get_partition_state(name, p)
+            if found is not None:
+                state, version = found
+                self.ctx.states[(name, p)] = PartitionState(state.leader, state.leader_epoch, list(state.isr),
+                                                            state.controller_epoch, version)
+        return topic
+
+    # ---- partition state machine: NewPartition/OfflinePartition -> OnlinePartition --------------
+    async def _elect_offline_partitions(self, partitions) -> None:
+        ctx = self.ctx
+        for (topic, p), replicas in partitions:
+            state = ctx.states.get((topic, p))
+            if state is None:
+                live = [r for r in replicas if r in ctx.brokers]
+                leader = live[0] if live else NO_LEADER
+                new = PartitionState(leader, 0, live or list(replicas), ctx.epoch)
+                new.zk_version = self.zk.create_partition_state(
+                    topic, p, new.leader, new.leader_epoch, new.isr, ctx.epoch,
+                    expected_controller_epoch_zk_version=self.epoch_zk_version)
+                ctx.states[(topic, p)] = new
+                continue
+            if state.leader in ctx.brokers:
+                continue
+            unclean = self._topic_flag(topic, "unclean.leader.election.enable")
+            leader = ctx.elect_offline_leader(replicas, state.isr, unclean)
+            if leader == NO_LEADER and state.leader == NO_LEADER:
+                continue
+            # Dead replicas leave the ISR; with no live replica the last ISR is kept (Kafka).
+            isr = [r for r in state.isr if r in ctx.brokers] if leader != NO_LEADER else state.isr
+            if leader != NO_LEADER and leader not in isr:
+                isr = [leader]
+            self._write_state(topic, p, PartitionState(leader, state.leader_epoch + 1, isr, ctx.epoch,
+                                                       state.zk_version))
+
+    def _write_state(self, topic: str, p: int, new: PartitionState) -> None:
+        def write(leader_epoch: int, version: int) -> int:
+            # Fenced on /controller_epoch's version: a deposed controller's write fails.
+            return self.zk.update_partition_state(
+                topic, p, ZkPartitionState(new.leader, leader_epoch, list(new.isr), self.ctx.epoch), version,
+                expected_controller_epoch_zk_version=self.epoch_zk_version)
+
+        try:
+            new.zk_version = write(new.leader_epoch, new.zk_version)
+        except BadVersionError:
+            # Someone (a leader shrinking its ISR) wrote first: re-read and retry once.
+            found = self.zk.get_partition_state(topic, p)
+            if found is None:
+                raise
+            current, version = found
+            new.leader_epoch = max(new.leader_epoch, current.leader_epoch + 1)
+            new.zk_version = write(new.leader_epoch, version)
+        self.ctx.states[(topic, p)] = new
+
+    def _topic_flag(self, topic: str, key: str) -> bool:
+        configs = self.ctx.topics[topic].configs
+        if key in configs:
+            return TOPIC_CONFIGS[key].parse(configs[key])
+        return bool(self.config.topic_default(key))
+
+    # ---- requests to replicas and edges ----------------------------------------------------------
+    def _replica(self, topic: str, p: int, broker_id: int):
+        key = (topic, p, broker_id)
+        handle = self.replica_handles.get(key)
+        if handle is None:
+            broker = self.ctx.brokers[broker_id]
+            topic_state = self.ctx.topics[topic]
+            configs = topic_state.configs
+            min_isr = TOPIC_CONFIGS["min.insync.replicas"].parse(configs["min.insync.replicas"]) \
+                if "min.insync.replicas" in configs else self.config["min.insync.replicas"]
+            strategy = NodeAffinitySchedulingStrategy(broker.ray_node_id, soft=False) \
+                if broker.ray_node_id else "DEFAULT"
+            handle = ReplicaActorRemote.options(
+                name=replica_actor_name(topic, p, broker_id), namespace=self.namespace,
+                lifetime="detached", get_if_exists=True, num_cpus=0, max_concurrency=10_000,
+                scheduling_strategy=strategy,
+            ).remote(topic, p, broker_id, broker.log_dirs, log_config_for(configs, self.config), min_isr)
+            self.replica_handles[key] = handle
+        return handle
+
+    async def _send_leader_and_isr(self, partitions: list[tuple[str, int]]) -> None:
+        """Batched: all calls issued at once, awaited together."""
+        ctx = self.ctx
+        calls = []
+        for topic, p in partitions:
+            state = ctx.states.get((topic, p))
+            if state is None:
+                continue
+            replicas = ctx.topics[topic].assignment[p]
+            for broker_id in replicas:
+                if broker_id not in ctx.brokers:
+                    continue
+                handle = self._replica(topic, p, broker_id)
+                if broker_id == state.leader:
+                    ref = handle.become_leader.remote(ctx.epoch, state.leader_epoch, state.isr, replicas)
+                else:
+                    ref = handle.become_follower.remote(ctx.epoch, state.leader, state.leader_epoch,
+                                                        state.isr, replicas)
+                calls.append(((topic, p, broker_id), ref))
+        await self._await_all(calls, "LeaderAndIsr")
+
+    async def _await_all(self, calls, what: str) -> None:
+        if not calls:
+            return
+        results = await asyncio.gather(
+            *(asyncio.wait_for(ref, self.call_timeout_s) for _, ref in calls), return_exceptions=True)
+        for (target, _), result in zip(calls, results):
+            if isinstance(result, Exception):
+                log.error("%s to %s failed: %r", what, target, result)
+                self.replica_handles.pop(target, None) if isinstance(target, tuple) else None
+            elif isinstance(result, int) and result != 0:
+                log.warning("%s to %s answered error %d", what, target, result)
+
+    def _edge(self, broker_id: int):
+        handle = self.edge_handles.get(broker_id)
+        if handle is None:
+            try:
+                handle = ray.get_actor(edge_actor_name(broker_id), namespace=self.namespace)
+            except ValueError:
+                return None
+            self.edge_handles[broker_id] = handle
+        return handle
+
+    async def _send_update_metadata(self) -> None:
+        ctx = self.ctx
+        snapshot = ctx.metadata_snapshot(self.broker_id)
+        calls = []
+        for broker_id in ctx.live_broker_ids:
+            edge = self._edge(broker_id)
+            if edge is None:
+                continue
+            leaders = {}
+            for (topic, p), state in ctx.states.items():
+                if state.leader == broker_id and topic not in ctx.topics_being_deleted:
+                    leaders[(topic, p)] = self._replica(topic, p, broker_id)
+            calls.append((broker_id, edge.update_metadata.remote(snapshot, leaders, self.self_handle)))
+        results = await asyncio.gather(
+            *(asyncio.wait_for(ref, self.call_timeout_s) for _, ref in calls), return_exceptions=True)
+        for (broker_id, _), result in zip(calls, results):
+            if isinstance(result, Exception):
+                log.error("UpdateMetadata to broker %d failed: %r", broker_id, result)
+                self.edge_handles.pop(broker_id, None)
+
+    # ---- ZooKeeper-driven events -------------------------------------------------------------------
+    async def _on_broker_change(self) -> None:
+        if not self.is_active:
+            return
+        ctx = self.ctx
+        current = self.zk.get_brokers()
+        new_ids = [b for b in current if b not in ctx.brokers]
+        dead_ids = [b for b in ctx.brokers if b not in current]
+        for broker_id in dead_ids:
+            log.info("broker %d is gone", broker_id)
+            del ctx.brokers[broker_id]
+            self.edge_handles.pop(broker_id, None)
+            for key in [k for k in self.replica_handles if k[2] == broker_id]:
+                del self.replica_handles[key]
+        for broker_id in new_ids:
+            log.info("broker %d joined", broker_id)
+            ctx.brokers[broker_id] = _broker_state(broker_id, current[broker_id])
+        if not new_ids and not dead_ids:
+            return
+        touched = [(tp, r) for tp, r in ctx.all_partitions()
+                   if set(r) & (set(new_ids) | set(dead_ids))]
+        await self._elect_offline_partitions(touched)
+        await self._send_leader_and_isr([tp for tp, r in touched if set(r) & set(new_ids) or
+                                         ctx.states[tp].leader in ctx.brokers])
+        await self._send_update_metadata()
+
+    async def _on_topic_change(self) -> None:
+        """Topics written to ZooKeeper by someone else (e.g. an admin tool)."""
+        if not self.is_active:
+            return
+        new = [t for t in self.zk.get_topics() if t not in self.ctx.topics]
+        if not new:
+            return
+        for name in new:
+            self._load_topic(name)
+        partitions = [item for name in new for item in self.ctx.partitions_of(name)]
+        await self._elect_offline_partitions(partitions)
+        await self._send_leader_and_isr([tp for tp, _ in partitions])
+        await self._send_update_metadata()
+
+    async def _on_delete_topics_marked(self) -> None:
+        if not self.is_active:
+            return
+        marked = [t for t in self.zk.get_topics_marked_for_deletion() if t not in self.ctx.topics_being_deleted]
+        if marked:
+            await self._delete_topics(marked)
+
+    # ---- admin requests from edges ---------------------------------------------------------------
+    async def create_topics(self, specs: list[dict], validate_only: bool) -> list[dict]:
+        async def event():
+            if not self.is_active:
+                return [_error(s["name"], ERR_NOT_CONTROLLER, "This is not the active controller")
+                        for s in specs]
+            return await self._create_topics(specs, validate_only)
+
+        event.__name__ = "create_topics"
+        return await self.submit(event)
+
+    async def _create_topics(self, specs: list[dict], validate_only: bool) -> list[dict]:
+        ctx = self.ctx
+        results, created = [], []
+        existing = set(ctx.topics) | set(ctx.topics_being_deleted)
+        for spec in specs:
+            try:
+                plan = plan_topic(spec, self.config, ctx.live_broker_ids, existing)
+            except TopicSpecError as exc:
+                results.append(_error(spec["name"], int(exc.error), str(exc)))
+                continue
+            topic_id = new_zk_topic_id()
+            if not validate_only:
+                try:
+                    self.zk.create_topic(plan.name, plan.assignment, plan.configs, topic_id)
+                except Exception as exc:  # TopicExistsError from a racing writer, or ZooKeeper trouble
+                    code = 36 if type(exc).__name__ == "TopicExistsError" else ERR_UNKNOWN_SERVER
+                    results.append(_error(plan.name, code, str(exc)))
+                    continue
+                ctx.topics[plan.name] = TopicState(plan.name, topic_id, plan.assignment, plan.configs,
+                                                   internal=plan.name.startswith("__"))
+                existing.add(plan.name)
+                created.append(plan.name)
+            results.append({
+                "name": plan.name, "error_code": ERR_NONE, "error_message": None,
+                "topic_id": __import__("uuid").UUID(zk_topic_id_to_uuid(topic_id)) if not validate_only else None,
+                "num_partitions": plan.num_partitions, "replication_factor": plan.replication_factor,
+                "configs": described_configs(plan.configs, self.config),
+            })
+        if created:
+            partitions = [item for name in created for item in ctx.partitions_of(name)]
+            await self._elect_offline_partitions(partitions)
+            await self._send_leader_and_isr([tp for tp, _ in partitions])
+            await self._send_update_metadata()
+        return results
+
+    async def delete_topics(self, names: list[str]) -> dict[str, tuple[int, str | None]]:
+        async def event():
+            if not self.is_active:
+                return {n: (ERR_NOT_CONTROLLER, "This is not the active controller") for n in names}
+            outcome = {}
+            to_delete = []
+            for name in names:
+                if name not in self.ctx.topics:
+                    outcome[name] = (ERR_UNKNOWN_TOPIC, "This server does not host this topic-partition.")
+                elif not self.config["delete.topic.enable"]:
+                    outcome[name] = (ERR_TOPIC_DELETION_DISABLED, "Topic deletion is disabled.")
+                else:
+                    to_delete.append(name)
+                    outcome[name] = (ERR_NONE, None)
+            for name in to_delete:
+                self.zk.mark_topic_for_deletion(name)
+            if to_delete:
+                await self._delete_topics(to_delete)
+            return outcome
+
+        event.__name__ = "delete_topics"
+        return await self.submit(event)
+
+    async def _delete_topics(self, names: list[str]) -> None:
+        """Replica state machine, deletion path: OfflineReplica -> ReplicaDeletionStarted ->
+        ReplicaDeletionSuccessful -> NonExistentReplica, then the znodes go."""
+        ctx = self.ctx
+        names = [n for n in names if n in ctx.topics]
+        ctx.topics_being_deleted.update(names)
+        await self._send_update_metadata()  # edges stop routing to them first
+        calls = []
+        for name in names:
+            for (topic, p), replicas in ctx.partitions_of(name):
+                for broker_id in replicas:
+                    if broker_id in ctx.brokers:
+                        handle = self._replica(topic, p, broker_id)
+                        calls.append(((topic, p, broker_id), handle.stop_replica.remote(ctx.epoch, True)))
+        await self._await_all(calls, "StopReplica(delete)")
+        for (topic, p, broker_id), _ in calls:
+            handle = self.replica_handles.pop((topic, p, broker_id), None)
+            if handle is not None:
+                ray.kill(handle)
+        for name in names:
+            self.zk.delete_topic(name)
+            for p in ctx.topics[name].assignment:
+                ctx.states.pop((name, p), None)
+            del ctx.topics[name]
+            ctx.topics_being_deleted.discard(name)
+            log.info("deleted topic %s", name)
+        await self._send_update_metadata()
+
+    # ---- shutdown ------------------------------------------------------------------------------
+    async def close_local_replicas(self, broker_id: int) -> int:
+        """Clean shutdown of one broker's replicas: flush and checkpoint each log."""
+        handles = []
+        if self.ctx is not None:
+            for (topic, p), replicas in self.ctx.all_partitions():
+                if broker_id in replicas:
+                    handles.append(self._replica(topic, p, broker_id))
+        await asyncio.gather(*(asyncio.wait_for(h.close.remote(), self.call_timeout_s) for h in handles),
+                             return_exceptions=True)
+        return len(handles)
+
+
+def _broker_state(broker_id: int, info: dict) -> BrokerState:
+    return BrokerState(broker_id=broker_id, host=info.get("host"), port=info.get("port"), rack=info.get("rack"),
+                       ray_node_id=info.get("ray_node_id"), log_dirs=list(info.get("log_dirs") or []))
+
+
+def _error(name: str, code: int, message: str) -> dict:
+    return {"name": name, "error_code": code, "error_message": message}
+
+
+class ControllerActor:
+    """Ray shell: owns the ZooKeeper session and hands everything to ControllerService."""
+
+    def __init__(self, broker_id: int, config: dict, zk_connect: str, namespace: str):
+        import logging as _logging
+
+        _logging.basicConfig(level=_logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        self.broker_id = broker_id
+        self.config = BrokerConfig(config)
+        self.zk_connect = zk_connect
+        self.namespace = namespace
+        self.service: ControllerService | None = None
+
+    async def start(self) -> None:
+        zk = KafkaZkClient(self.zk_connect, session_timeout_ms=self.config["zookeeper.session.timeout.ms"])
+        await asyncio.get_running_loop().run_in_executor(None, zk.start)
+        self.service = ControllerService(self.broker_id, self.config, zk, self.namespace)
+        self.service.start(ray.get_runtime_context().current_actor)
+
+    async def is_active(self) -> bool:
+        return self.service is not None and self.service.is_active
+
+    async def create_topics(self, specs: list[dict], validate_only: bool) -> list[dict]:
+        return await self.service.create_topics(specs, validate_only)
+
+    async def delete_topics(self, names: list[str]) -> dict:
+        return await self.service.delete_topics(names)
+
+    async def close_local_replicas(self, broker_id: int) -> int:
+        return await self.service.close_local_replicas(broker_id)
+
+    async def stop(self) -> None:
+        if self.service is not None:
+            self.service.zk.close()
+
+
+ControllerActorRemote = ray.remote(ControllerActor)

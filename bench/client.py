@@ -1,0 +1,293 @@
+"""One phase of the benchmark workload, run in its own process by bench.run.
+
+    python -m bench.client create  --bootstrap H:P --topic T --partitions P
+    python -m bench.client produce --bootstrap H:P --topic T --records N ...
+    python -m bench.client consume --bootstrap H:P --topic T --records N ...
+
+Each phase prints exactly one JSON object on the last line of stdout (the
+harness parses that line); diagnostics go to stderr. A phase that cannot
+account for every record reports ``"ok": false`` with an ``error``; the
+harness turns that into FAIL, never into a throughput figure.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import time
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient, NewTopic
+
+POOL_SIZE = 256  # distinct payloads cycled through by the producer
+
+
+SEQ = 8  # every value starts with its 8-byte big-endian sequence number
+
+
+def make_payloads(record_size: int, seed: int = 42) -> list[bytes]:
+    """A fixed pool of values: first half os.urandom, second half a repeated
+    short pattern. lz4 then compresses a batch to roughly half its size,
+    which is realistic for JSON/log-like traffic and not a trivial 100x.
+    The producer overwrites the first SEQ bytes with the record's sequence
+    number so the consumer can prove that every record arrived exactly once."""
+    rnd = random.Random(seed)
+    pool = []
+    half = record_size // 2
+    for _ in range(POOL_SIZE):
+        pattern = bytes(rnd.randrange(32, 127) for _ in range(16))
+        rep = (pattern * (record_size // 16 + 1))[: record_size - half]
+        pool.append(os.urandom(half) + rep)
+    return pool
+
+
+def lz4_ratio(pool: list[bytes]) -> float | None:
+    """Compressed/raw size of the pool as one lz4 frame (roughly what a batch
+    gets); None if the lz4 module is not available."""
+    try:
+        import lz4.frame
+    except ImportError:
+        return None
+    raw = b"".join(pool)
+    return round(len(lz4.frame.compress(raw)) / len(raw), 3)
+
+
+def emit(result: dict) -> None:
+    sys.stdout.write(json.dumps(result) + "\n")
+    sys.stdout.flush()
+
+
+def base_conf(a) -> dict:
+    return {"bootstrap.servers": a.bootstrap, "client.id": "raykafka-bench"}
+
+
+# --------------------------------------------------------------------------
+def phase_create(a) -> dict:
+    admin = AdminClient(base_conf(a))
+    md = admin.list_topics(timeout=30)
+    if md.controller_id not in md.brokers:
+        # e.g. librdkafka's mock cluster: controller id 0, broker id 1 and no
+        # CreateTopics API; the AdminClient would only time out.
+        return {"ok": True, "created": False, "note":
+                f"CreateTopics impossible (metadata names controller "
+                f"{md.controller_id}, brokers are {sorted(md.brokers)}); "
+                f"falling back to auto-create on first produce"}
+    fut = admin.create_topics(
+        [NewTopic(a.topic, num_partitions=a.partitions, replication_factor=1)],
+        operation_timeout=30, request_timeout=30,
+    )[a.topic]
+    try:
+        fut.result(timeout=45)
+        created, note = True, None
+    except Exception as e:  # KafkaException, timeout, unsupported API...
+        created = False
+        note = f"CreateTopics failed ({e}); falling back to auto-create on first produce"
+    return {"ok": True, "created": created, "note": note}
+
+
+# --------------------------------------------------------------------------
+def phase_produce(a) -> dict:
+    if a.record_size < SEQ:
+        return {"ok": False, "error": f"--record-size must be >= {SEQ}"}
+    pool = make_payloads(a.record_size)
+    tails = [v[SEQ:] for v in pool]
+    keys = [b"key-%06d" % i for i in range(1024)]
+    conf = base_conf(a) | {
+        "acks": a.acks,
+        "compression.type": "lz4",
+        "linger.ms": 5,
+        "batch.size": 1000000,
+    }
+    p = Producer(conf)
+    stats = {"delivered": 0, "errors": 0, "first_error": None, "parts": {}}
+
+    def on_delivery(err, msg):
+        if err is not None:
+            stats["errors"] += 1
+            if stats["first_error"] is None:
+                stats["first_error"] = str(err)
+        else:
+            stats["delivered"] += 1
+
+    # Connect and fetch metadata before the clock starts (same for every
+    # target). With auto-create this metadata request may create the topic.
+    try:
+        md = p.list_topics(a.topic, timeout=30)
+        tmd = md.topics.get(a.topic)
+        partitions_seen = len(tmd.partitions) if tmd and not tmd.error else None
+    except KafkaException as e:
+        print(f"metadata before produce failed: {e}", file=sys.stderr)
+        partitions_seen = None
+
+    n, produce, poll = a.records, p.produce, p.poll
+    t0 = time.perf_counter()
+    for i in range(n):
+        value = i.to_bytes(SEQ, "big") + tails[i % POOL_SIZE]
+        key = keys[i % 1024]
+        while True:
+            try:
+                produce(a.topic, value, key, on_delivery=on_delivery)
+                break
+            except BufferError:  # local queue full: let deliveries drain
+                poll(0.005)
+        if i % 1000 == 0:
+            poll(0)
+    remaining = p.flush(a.timeout)
+    t1 = time.perf_counter()
+
+    res = {
+        "elapsed_s": t1 - t0,
+        "records": n,
+        "bytes": n * a.record_size,
+        "delivered": stats["delivered"],
+        "errors": stats["errors"],
+        "partitions_seen": partitions_seen,
+        "lz4_pool_ratio": lz4_ratio(pool),
+    }
+    if remaining:
+        res.update(ok=False, error=f"{remaining} records still undelivered after flush({a.timeout}s)")
+    elif stats["errors"] or stats["delivered"] != n:
+        res.update(ok=False, error=f"delivered {stats['delivered']}/{n}, "
+                   f"{stats['errors']} delivery errors (first: {stats['first_error']})")
+    else:
+        res["ok"] = True
+    return res
+
+
+# --------------------------------------------------------------------------
+def phase_consume(a) -> dict:
+    c = Consumer(base_conf(a) | {
+        "group.id": f"raykafka-bench-{os.getpid()}-{time.time_ns()}",
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+    })
+    try:
+        md = c.list_topics(a.topic, timeout=30)
+        tmd = md.topics.get(a.topic)
+        if tmd is None or tmd.error is not None or not tmd.partitions:
+            return {"ok": False, "error": f"topic {a.topic} not found in metadata "
+                    f"({tmd.error if tmd else 'absent'})"}
+        parts = sorted(tmd.partitions)
+        # How many records does the broker say the topic holds?
+        held = start = 0
+        for pid in parts:
+            lo, hi = c.get_watermark_offsets(TopicPartition(a.topic, pid), timeout=30)
+            held += hi - lo
+            start += lo
+        n = a.records
+        if start > 0:
+            # The topic is fresh: a log start offset above 0 means the broker
+            # already deleted records (e.g. the librdkafka mock keeps at most
+            # 5 MiB / 100000 batches per partition, hard-coded). Fail now
+            # instead of waiting idle_timeout for records that are gone.
+            return {"ok": False, "partitions": len(parts),
+                    "list_offsets_records": held, "log_start_offsets": start,
+                    "error": f"broker deleted records before they were read: "
+                             f"log start offsets sum to {start}, it holds {held} "
+                             f"of {n} (retention limit; use fewer --records)"}
+        got = nbytes = 0
+        seen = bytearray(n)  # seen[seq] = 1 once record seq has arrived
+        bad_seq = 0
+        from_bytes = int.from_bytes
+        last_progress = time.perf_counter()
+        consume = c.consume
+        t0 = time.perf_counter()
+        c.assign([TopicPartition(a.topic, pid, OFFSET_BEGINNING) for pid in parts])
+        while got < n:
+            msgs = consume(num_messages=10000, timeout=1.0)
+            now = time.perf_counter()
+            if not msgs:
+                if now - last_progress > a.idle_timeout:
+                    break
+                continue
+            last_progress = now
+            for m in msgs:
+                err = m.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        continue
+                    return {"ok": False, "error": f"consume error: {err}",
+                            "consumed": got}
+                v = m.value()
+                got += 1
+                nbytes += len(v)
+                seq = from_bytes(v[:SEQ], "big")
+                if seq < n:
+                    seen[seq] = 1
+                else:
+                    bad_seq += 1
+        t1 = last_progress  # time the last record arrived
+        distinct = n - seen.count(0)
+        # High watermarks seen in Fetch responses (what the broker really holds)
+        fetched_hwm = 0
+        for pid in parts:
+            _, hi = c.get_watermark_offsets(TopicPartition(a.topic, pid), cached=True)
+            fetched_hwm = None if fetched_hwm is None or hi < 0 else fetched_hwm + hi
+        res = {
+            "elapsed_s": t1 - t0,
+            "records": got,
+            "distinct_records": distinct,
+            "bytes": nbytes,
+            "partitions": len(parts),
+            "list_offsets_records": held,
+            "fetch_high_watermark_records": fetched_hwm,
+            "warnings": [],
+        }
+        if got != n or distinct != n:
+            stalled = f" (no record for {a.idle_timeout:.0f}s)" if got < n else ""
+            res.update(ok=False, error=f"consumed {got}/{n} records{stalled}: "
+                       f"{distinct} distinct, {n - distinct} missing, "
+                       f"{got - distinct - bad_seq} duplicates, {bad_seq} with a "
+                       f"foreign sequence number")
+        elif nbytes != n * a.record_size:
+            res.update(ok=False, error=f"consumed {nbytes} value bytes, expected "
+                       f"{n * a.record_size}")
+        elif fetched_hwm is not None and fetched_hwm != n:
+            res.update(ok=False, error=f"all {n} records consumed, but Fetch "
+                       f"high watermarks say the topic holds {fetched_hwm}")
+        else:
+            res["ok"] = True
+        if held != n:
+            res["warnings"].append(
+                f"ListOffsets(latest) before consuming summed to {held} records, "
+                f"expected {n} (broker reports stale/incorrect high watermarks)")
+        return res
+    finally:
+        c.close()
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="bench.client")
+    ap.add_argument("phase", choices=["create", "produce", "consume"])
+    ap.add_argument("--bootstrap", required=True)
+    ap.add_argument("--topic", required=True)
+    ap.add_argument("--partitions", type=int, default=3)
+    ap.add_argument("--records", type=int, default=200000)
+    ap.add_argument("--record-size", type=int, default=1024)
+    ap.add_argument("--acks", default="1")
+    ap.add_argument("--timeout", type=float, default=300.0,
+                    help="produce: max seconds for the final flush")
+    ap.add_argument("--idle-timeout", type=float, default=30.0,
+                    help="consume: give up after this many seconds without a record")
+    a = ap.parse_args(argv)
+    try:
+        res = {"create": phase_create, "produce": phase_produce,
+               "consume": phase_consume}[a.phase](a)
+    except Exception as e:  # report, never crash without a result line
+        res = {"ok": False, "error": f"{type(e).__name__}: {e}"}
+    res["phase"] = a.phase
+    emit(res)
+    return 0 if res.get("ok") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

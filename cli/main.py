@@ -1,0 +1,248 @@
+"""`raykafka` command line.
+
+    raykafka start [--config server.properties] [--data-dir DIR] [--override key=value ...]
+
+runs a broker in the foreground until SIGINT/SIGTERM. With no
+zookeeper.connect it starts a ZooKeeper from the installed Debian package
+under the data dir; with no --ray-address it starts a local Ray on loopback.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from core.config import BrokerConfig, ConfigError, load_properties_file
+
+log = logging.getLogger("raykafka")
+
+READY_TIMEOUT_S = 120
+
+
+def _environment_for_ray() -> None:
+    # Keep every Ray address on loopback and skip token auth for the embedded
+    # cluster (see shared/notes/ENVIRONMENT.md). Users can override both.
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+
+def _parse_overrides(items: list[str]) -> list[tuple[str, str]]:
+    pairs = []
+    for item in items:
+        if "=" not in item:
+            raise ConfigError(item, "--override expects key=value")
+        key, value = item.split("=", 1)
+        pairs.append((key.strip(), value))
+    return pairs
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="raykafka", description="Kafka-compatible broker on Ray")
+    sub = parser.add_subparsers(dest="command", required=True)
+    start = sub.add_parser("start", help="run a broker in the foreground")
+    start.add_argument("--config", help="server.properties file (Kafka key names)")
+    start.add_argument("--data-dir", default="raykafka-data",
+                       help="where logs, ZooKeeper data and meta.properties live (default: ./raykafka-data)")
+    start.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                       help="set a broker config key (repeatable)")
+    start.add_argument("--dashboard", action="store_true", help="start Ray's dashboard (~1 GiB more memory)")
+    start.add_argument("--ray-address", help="join an existing Ray cluster instead of starting a local one")
+    start.add_argument("--log-level", default="INFO")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=getattr(logging, args.log_level.upper(), logging.INFO),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    if args.command == "start":
+        try:
+            properties = load_properties_file(args.config) if args.config else {}
+            config = BrokerConfig.from_sources(properties, _parse_overrides(args.override), os.environ)
+        except ConfigError as exc:
+            print(f"raykafka: invalid configuration: {exc}", file=sys.stderr)
+            return 2
+        for key in config.no_effect_keys_set():
+            log.warning("config %s is accepted for compatibility but has no effect", key)
+        return BrokerProcess(config, Path(args.data_dir).resolve(), args).run()
+    return 2
+
+
+class BrokerProcess:
+    """Everything one `raykafka start` owns, started in order and stopped in reverse."""
+
+    def __init__(self, config: BrokerConfig, data_dir: Path, args: argparse.Namespace):
+        self.config = config
+        self.data_dir = data_dir
+        self.args = args
+        self.zookeeper = None
+        self.ray_temp_dir: str | None = None
+        self.started_ray = False
+        self.controller = None
+        self.edge = None
+        self.broker_id = -1
+        self.stop_requested = threading.Event()
+
+    def run(self) -> int:
+        signal.signal(signal.SIGTERM, lambda *_: self.stop_requested.set())
+        signal.signal(signal.SIGINT, lambda *_: self.stop_requested.set())
+        try:
+            host, port = self.start()
+        except StartupError as exc:
+            print(f"raykafka: {exc}", file=sys.stderr)
+            self.shutdown()
+            return 1
+        except Exception:
+            log.exception("startup failed")
+            self.shutdown()
+            return 1
+        print(f"raykafka ready on {host}:{port}", flush=True)
+        while not self.stop_requested.wait(1.0):
+            pass
+        log.info("stopping broker %d", self.broker_id)
+        self.shutdown()
+        return 0
+
+    def start(self) -> tuple[str, int]:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        log_dirs = [str(p.resolve()) for p in self.config.log_dirs(self.data_dir)]
+        for d in log_dirs:
+            Path(d).mkdir(parents=True, exist_ok=True)
+        zk_connect = self.config["zookeeper.connect"]
+        if not zk_connect:
+            from metadata.embedded_zookeeper import EmbeddedZooKeeper
+
+            self.zookeeper = EmbeddedZooKeeper(self.data_dir / "zookeeper")
+            zk_connect = self.zookeeper.start()
+            log.info("embedded ZooKeeper on %s (pid %s)", zk_connect, self.zookeeper.pid)
+        self.broker_id, cluster_id = self._identify(zk_connect, log_dirs)
+        self._start_ray()
+        return self._start_actors(zk_connect, log_dirs, cluster_id)
+
+    def _identify(self, zk_connect: str, log_dirs: list[str]) -> tuple[int, str]:
+        """broker.id from config, else meta.properties, else /brokers/seqid (Kafka's order)."""
+        from metadata.kafka_zk import KafkaZkClient
+        from storage.meta_properties import read_meta_properties, write_meta_properties
+
+        zk = KafkaZkClient(zk_connect, session_timeout_ms=self.config["zookeeper.session.timeout.ms"])
+        zk.start()
+        try:
+            zk.ensure_persistent_paths()
+            cluster_id = zk.get_or_create_cluster_id()
+            found = {}
+            for d in log_dirs:
+                meta = read_meta_properties(Path(d))
+                if meta is not None:
+                    found[d] = meta
+            ids = {m.broker_id for m in found.values()}
+            clusters = {m.cluster_id for m in found.values() if m.cluster_id}
+            if len(ids) > 1:
+                raise StartupError(f"log dirs disagree on broker.id: {sorted(ids)} (InconsistentBrokerIdException)")
+            if clusters and clusters != {cluster_id}:
+                raise StartupError(f"log dirs belong to cluster {clusters.pop()} but ZooKeeper holds cluster "
+                                   f"{cluster_id} (InconsistentClusterIdException)")
+            configured = self.config["broker.id"]
+            stored = ids.pop() if ids else None
+            if configured >= 0 and stored is not None and configured != stored:
+                raise StartupError(f"configured broker.id {configured} doesn't match stored broker.id "
+                                   f"{stored} in meta.properties (InconsistentBrokerIdException)")
+            if configured >= 0:
+                broker_id = configured
+            elif stored is not None:
+                broker_id = stored
+            else:
+                broker_id = zk.generate_broker_id(self.config["reserved.broker.max.id"])
+            for d in log_dirs:
+                write_meta_properties(Path(d), broker_id, cluster_id)
+            return broker_id, cluster_id
+        finally:
+            zk.close()
+
+    def _start_ray(self) -> None:
+        _environment_for_ray()
+        import ray
+
+        namespace = self.config["raykafka.namespace"]
+        if self.args.ray_address:
+            ray.init(address=self.args.ray_address, namespace=namespace, logging_level=logging.WARNING)
+            return
+        # Unix socket paths must stay under ~107 bytes: keep Ray's dir short.
+        self.ray_temp_dir = tempfile.mkdtemp(prefix="rk-ray-", dir="/tmp")
+        ray.init(
+            namespace=namespace,
+            include_dashboard=self.args.dashboard,
+            _temp_dir=self.ray_temp_dir,
+            logging_level=logging.WARNING,
+            num_cpus=os.cpu_count() or 2,
+            object_store_memory=512 * 1024 * 1024,
+        )
+        self.started_ray = True
+
+    def _start_actors(self, zk_connect: str, log_dirs: list[str], cluster_id: str) -> tuple[str, int]:
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        from actors.controller import ControllerActorRemote
+        from core.naming import controller_actor_name, edge_actor_name
+        from net.edge import EdgeActorRemote
+
+        namespace = self.config["raykafka.namespace"]
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+        config = self.config.as_dict()
+        self.controller = ControllerActorRemote.options(
+            name=controller_actor_name(self.broker_id), namespace=namespace, num_cpus=0,
+            max_concurrency=1000, scheduling_strategy=here,
+        ).remote(self.broker_id, config, zk_connect, namespace)
+        self.edge = EdgeActorRemote.options(
+            name=edge_actor_name(self.broker_id), namespace=namespace, num_cpus=0,
+            max_concurrency=10_000, scheduling_strategy=here,
+        ).remote(self.broker_id, config, zk_connect, log_dirs)
+        ray.get(self.controller.start.remote(), timeout=READY_TIMEOUT_S)
+        host, port = ray.get(self.edge.start.remote(), timeout=READY_TIMEOUT_S)
+        if not ray.get(self.edge.wait_ready.remote(READY_TIMEOUT_S), timeout=READY_TIMEOUT_S + 5):
+            raise StartupError("the edge got no metadata from a controller in time")
+        log.info("broker %d of cluster %s is up", self.broker_id, cluster_id)
+        return host, port
+
+    def shutdown(self) -> None:
+        try:
+            import ray
+        except ImportError:
+            ray = None
+        if ray is not None and ray.is_initialized():
+            started = time.monotonic()
+            if self.edge is not None:
+                _quietly(lambda: ray.get(self.edge.stop.remote(), timeout=10))
+            if self.controller is not None:
+                _quietly(lambda: ray.get(self.controller.close_local_replicas.remote(self.broker_id), timeout=60))
+                _quietly(lambda: ray.get(self.controller.stop.remote(), timeout=10))
+            log.info("broker %d stopped cleanly in %.1f s", self.broker_id, time.monotonic() - started)
+            if self.started_ray:
+                _quietly(ray.shutdown)
+        if self.zookeeper is not None:
+            _quietly(self.zookeeper.stop)
+        if self.ray_temp_dir:
+            shutil.rmtree(self.ray_temp_dir, ignore_errors=True)
+
+
+class StartupError(Exception):
+    pass
+
+
+def _quietly(action) -> None:
+    try:
+        action()
+    except Exception as exc:  # shutting down: report and carry on with the rest
+        log.warning("during shutdown: %r", exc)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

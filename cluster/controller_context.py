@@ -1,0 +1,111 @@
+"""What the active controller knows, rebuilt from ZooKeeper on every failover,
+plus the pure decisions it makes over that state (leader election, metadata
+snapshots). No Ray, no ZooKeeper here: actors/controller.py does the I/O.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+NO_LEADER = -1
+
+
+@dataclasses.dataclass
+class PartitionState:
+    leader: int
+    leader_epoch: int
+    isr: list[int]
+    controller_epoch: int
+    zk_version: int = -1
+
+
+@dataclasses.dataclass
+class TopicState:
+    name: str
+    topic_id: str  # ZooKeeper form: base64url of the UUID
+    assignment: dict[int, list[int]]
+    configs: dict[str, str]
+    internal: bool = False
+
+
+@dataclasses.dataclass
+class BrokerState:
+    broker_id: int
+    host: str
+    port: int
+    rack: str | None
+    ray_node_id: str | None
+    log_dirs: list[str]
+
+
+class ControllerContext:
+    def __init__(self, epoch: int, cluster_id: str):
+        self.epoch = epoch
+        self.cluster_id = cluster_id
+        self.brokers: dict[int, BrokerState] = {}
+        self.topics: dict[str, TopicState] = {}
+        self.states: dict[tuple[str, int], PartitionState] = {}
+        self.topics_being_deleted: set[str] = set()
+
+    @property
+    def live_broker_ids(self) -> list[int]:
+        return sorted(self.brokers)
+
+    def partitions_of(self, topic: str):
+        t = self.topics[topic]
+        for p, replicas in sorted(t.assignment.items()):
+            yield (topic, p), replicas
+
+    def all_partitions(self):
+        for topic in sorted(self.topics):
+            yield from self.partitions_of(topic)
+
+    def elect_offline_leader(self, replicas: list[int], isr: list[int], unclean: bool) -> int:
+        """Kafka's OfflinePartitionLeaderElectionStrategy: first live assigned
+        replica that is in the ISR; unclean only if allowed."""
+        live = [r for r in replicas if r in self.brokers]
+        for replica in live:
+            if replica in isr:
+                return replica
+        if unclean and live:
+            return live[0]
+        return NO_LEADER
+
+    def metadata_snapshot(self, controller_id: int) -> dict[str, Any]:
+        brokers = [
+            {"id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack}
+            for b in sorted(self.brokers.values(), key=lambda b: b.broker_id)
+        ]
+        topics = {}
+        for name, t in self.topics.items():
+            if name in self.topics_being_deleted:
+                continue
+            partitions = {}
+            for p, replicas in t.assignment.items():
+                s = self.states.get((name, p))
+                partitions[p] = {
+                    "leader": s.leader if s else NO_LEADER,
+                    "leader_epoch": s.leader_epoch if s else -1,
+                    "isr": list(s.isr) if s else [],
+                    "replicas": list(replicas),
+                }
+            topics[name] = {"topic_id": zk_topic_id_to_uuid(t.topic_id), "partitions": partitions,
+                            "internal": t.internal}
+        return {"controller_epoch": self.epoch, "controller_id": controller_id,
+                "cluster_id": self.cluster_id, "brokers": brokers, "topics": topics}
+
+
+def zk_topic_id_to_uuid(topic_id: str) -> str:
+    """Kafka writes topic ids as unpadded base64url; the wire wants a UUID."""
+    import base64
+    import uuid
+
+    raw = base64.urlsafe_b64decode(topic_id + "=" * (-len(topic_id) % 4))
+    return str(uuid.UUID(bytes=raw))
+
+
+def new_zk_topic_id() -> str:
+    import base64
+    import uuid
+
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")

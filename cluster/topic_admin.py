@@ -1,0 +1,140 @@
+"""Topic creation rules, without Ray or ZooKeeper: validation of CreateTopics
+entries with Kafka's error codes and messages, and replica assignment
+(Kafka's AdminUtils.assignReplicasToBrokers, rack-unaware form).
+"""
+from __future__ import annotations
+
+import dataclasses
+import random
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from core.config import TOPIC_CONFIGS, BrokerConfig, ConfigError, validate_topic_configs
+from core.naming import topic_name_error
+
+# DescribeConfigs/CreateTopics config sources (Kafka's ConfigSource ids).
+SOURCE_TOPIC = 1
+SOURCE_STATIC_BROKER = 4
+SOURCE_DEFAULT = 5
+
+
+class TopicSpecError(Exception):
+    def __init__(self, error: ErrorCode, message: str):
+        super().__init__(message)
+        self.error = error
+
+
+@dataclasses.dataclass
+class TopicPlan:
+    name: str
+    assignment: dict[int, list[int]]
+    configs: dict[str, str]
+
+    @property
+    def num_partitions(self) -> int:
+        return len(self.assignment)
+
+    @property
+    def replication_factor(self) -> int:
+        return len(next(iter(self.assignment.values())))
+
+
+def assign_replicas(num_partitions: int, replication_factor: int, brokers: list[int],
+                    start_index: int | None = None, next_replica_shift: int | None = None,
+                    rng: random.Random | None = None) -> dict[int, list[int]]:
+    """Spread leaders round-robin from a random start; followers shifted so
+    replicas of consecutive partitions land on different broker pairs."""
+    if replication_factor > len(brokers):
+        raise TopicSpecError(ErrorCode.invalid_replication_factor,
+                             f"Replication factor: {replication_factor} larger than available brokers: "
+                             f"{len(brokers)}.")
+    rng = rng or random.Random()
+    ids = sorted(brokers)
+    n = len(ids)
+    start = rng.randrange(n) if start_index is None else start_index
+    shift = rng.randrange(n) if next_replica_shift is None else next_replica_shift
+    assignment: dict[int, list[int]] = {}
+    for p in range(num_partitions):
+        if p > 0 and p % n == 0:
+            shift += 1
+        first = (p + start) % n
+        replicas = [ids[first]]
+        for j in range(replication_factor - 1):
+            offset = 1 + (shift + j) % (n - 1)
+            replicas.append(ids[(first + offset) % n])
+        assignment[p] = replicas
+    return assignment
+
+
+def plan_topic(spec: dict[str, Any], config: BrokerConfig, live_brokers: list[int],
+               existing_topics: set[str]) -> TopicPlan:
+    """Validate one CreateTopics entry; raise TopicSpecError with Kafka's code."""
+    name = spec["name"]
+    problem = topic_name_error(name)
+    if problem:
+        raise TopicSpecError(ErrorCode.invalid_topic_exception, problem)
+    if name in existing_topics:
+        raise TopicSpecError(ErrorCode.topic_already_exists, f"Topic '{name}' already exists.")
+    try:
+        validate_topic_configs(spec.get("configs") or {})
+    except ConfigError as exc:
+        raise TopicSpecError(ErrorCode.invalid_config, str(exc)) from None
+    num_partitions = spec["num_partitions"]
+    replication_factor = spec["replication_factor"]
+    manual = spec.get("assignments") or {}
+    if manual:
+        if num_partitions != -1 or replication_factor != -1:
+            raise TopicSpecError(ErrorCode.invalid_request,
+                                 "Both numPartitions or replicationFactor and replicasAssignments were set. "
+                                 "Both cannot be used at the same time.")
+        assignment = {int(p): list(r) for p, r in manual.items()}
+        if sorted(assignment) != list(range(len(assignment))):
+            raise TopicSpecError(ErrorCode.invalid_replica_assignment,
+                                 "Partitions should be a consecutive 0-based integer sequence")
+        sizes = {len(r) for r in assignment.values()}
+        if len(sizes) != 1 or 0 in sizes:
+            raise TopicSpecError(ErrorCode.invalid_replica_assignment,
+                                 "All partitions should have the same number of replicas")
+        for p, replicas in assignment.items():
+            if len(set(replicas)) != len(replicas):
+                raise TopicSpecError(ErrorCode.invalid_replica_assignment,
+                                     f"Duplicate replica assignment found: {replicas}")
+            unknown = [b for b in replicas if b not in live_brokers]
+            if unknown:
+                raise TopicSpecError(ErrorCode.invalid_replica_assignment,
+                                     f"Unknown broker(s) in replica assignment: {unknown}")
+    else:
+        if num_partitions == -1:
+            num_partitions = config["num.partitions"]
+        if replication_factor == -1:
+            replication_factor = config["default.replication.factor"]
+        if num_partitions <= 0:
+            raise TopicSpecError(ErrorCode.invalid_partitions, "Number of partitions must be larger than 0.")
+        if replication_factor <= 0:
+            raise TopicSpecError(ErrorCode.invalid_replication_factor,
+                                 "Replication factor must be larger than 0.")
+        if num_partitions > 100_000:
+            raise TopicSpecError(ErrorCode.invalid_partitions,
+                                 f"Number of partitions {num_partitions} exceeds the limit of 100000")
+        assignment = assign_replicas(num_partitions, replication_factor, live_brokers)
+    configs = {k: str(v) for k, v in (spec.get("configs") or {}).items()}
+    return TopicPlan(name, assignment, configs)
+
+
+def described_configs(configs: dict[str, str], broker: BrokerConfig) -> dict[str, dict[str, Any]]:
+    """Every topic config with its value and source, as CreateTopics v5+ returns."""
+    out = {}
+    for key, definition in TOPIC_CONFIGS.items():
+        if key in configs:
+            out[key] = {"value": configs[key], "source": SOURCE_TOPIC}
+            continue
+        value = broker.topic_default(key)
+        synonym = definition.broker_synonym
+        source = SOURCE_STATIC_BROKER if synonym and broker.is_explicit(synonym) else SOURCE_DEFAULT
+        if isinstance(value, list):
+            value = ",".join(value)
+        elif isinstance(value, bool):
+            value = str(value).lower()
+        out[key] = {"value": None if value is None else str(value), "source": source}
+    return out

@@ -1,0 +1,365 @@
+"""Broker and topic configuration, with Apache Kafka's key names and defaults.
+
+One table per scope. Each entry knows its type, default and validation, so the
+CLI (server.properties / --override / env), CreateTopics validation and later
+DescribeConfigs all read the same definitions.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+
+class ConfigError(ValueError):
+    """A configuration key is unknown or its value is invalid."""
+
+    def __init__(self, key: str, message: str):
+        super().__init__(f"{key}: {message}")
+        self.key = key
+
+
+def _parse_bool(raw: str) -> bool:
+    lowered = raw.strip().lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    raise ValueError(f"expected true or false, got {raw!r}")
+
+
+def _parse_int(raw: str) -> int:
+    return int(raw.strip())
+
+
+def _parse_float(raw: str) -> float:
+    return float(raw.strip())
+
+
+def _parse_str(raw: str) -> str:
+    return raw.strip()
+
+
+def _parse_list(raw: str) -> list[str]:
+    return [part.strip() for part in raw.split(",") if part.strip()]
+
+
+_PARSERS: dict[str, Callable[[str], Any]] = {
+    "bool": _parse_bool,
+    "int": _parse_int,
+    "long": _parse_int,
+    "double": _parse_float,
+    "string": _parse_str,
+    "list": _parse_list,
+    "password": _parse_str,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class ConfigDef:
+    name: str
+    type: str  # one of _PARSERS
+    default: Any
+    doc: str = ""
+    min: float | None = None
+    max: float | None = None
+    choices: tuple[str, ...] | None = None
+    # Broker key whose value is this topic key's default (Kafka's "synonym").
+    broker_synonym: str | None = None
+    # Accepted for compatibility with existing server.properties files, but
+    # has no effect here; a warning is logged when it is set.
+    no_effect: bool = False
+
+    def parse(self, raw: Any) -> Any:
+        if raw is None:
+            return None
+        if not isinstance(raw, str):
+            raw = str(raw).lower() if isinstance(raw, bool) else str(raw)
+        try:
+            value = _PARSERS[self.type](raw)
+        except ValueError as exc:
+            raise ConfigError(self.name, f"invalid {self.type} value {raw!r} ({exc})") from None
+        self.check(value)
+        return value
+
+    def check(self, value: Any) -> None:
+        if value is None:
+            return
+        if self.min is not None and value < self.min:
+            raise ConfigError(self.name, f"value {value} is below the minimum {self.min:g}")
+        if self.max is not None and value > self.max:
+            raise ConfigError(self.name, f"value {value} is above the maximum {self.max:g}")
+        if self.choices is not None:
+            items = value if isinstance(value, list) else [value]
+            for item in items:
+                if str(item) not in self.choices:
+                    raise ConfigError(
+                        self.name, f"value {item!r} is not one of {', '.join(self.choices)}"
+                    )
+
+
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+
+_COMPRESSION = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
+
+
+def _defs(*items: ConfigDef) -> dict[str, ConfigDef]:
+    return {item.name: item for item in items}
+
+
+BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
+    ConfigDef("broker.id", "int", -1, "Broker id; -1 = from meta.properties or generated via /brokers/seqid", min=-1),
+    ConfigDef("broker.rack", "string", None, "Rack of this broker, for rack-aware assignment"),
+    ConfigDef("reserved.broker.max.id", "int", 1000, "Generated broker ids start above this", min=0),
+    ConfigDef("broker.id.generation.enable", "bool", True),
+    ConfigDef("listeners", "string", "PLAINTEXT://127.0.0.1:9092", "Listener the edge binds"),
+    ConfigDef("advertised.listeners", "string", None, "Listener clients are told to use (default: listeners)"),
+    ConfigDef("listener.security.protocol.map", "string", "PLAINTEXT:PLAINTEXT", no_effect=True),
+    ConfigDef("log.dirs", "list", None, "Log directories (default: <data-dir>/logs)"),
+    ConfigDef("log.dir", "string", None, "Single log directory (used when log.dirs is unset)"),
+    ConfigDef("num.partitions", "int", 1, min=1),
+    ConfigDef("default.replication.factor", "int", 1, min=1),
+    ConfigDef("auto.create.topics.enable", "bool", True),
+    ConfigDef("delete.topic.enable", "bool", True),
+    ConfigDef("zookeeper.connect", "string", None, "ZooKeeper connect string; unset = start an embedded ZooKeeper"),
+    ConfigDef("zookeeper.session.timeout.ms", "int", 18000, min=1000),
+    ConfigDef("zookeeper.connection.timeout.ms", "int", None, min=1),
+    ConfigDef("log.segment.bytes", "int", 1073741824, min=14),
+    ConfigDef("log.roll.ms", "long", None, min=1),
+    ConfigDef("log.roll.hours", "int", 168, min=1),
+    ConfigDef("log.roll.jitter.ms", "long", None, min=0),
+    ConfigDef("log.roll.jitter.hours", "int", 0, min=0),
+    ConfigDef("log.index.size.max.bytes", "int", 10485760, min=4),
+    ConfigDef("log.index.interval.bytes", "int", 4096, min=0),
+    ConfigDef("log.flush.interval.messages", "long", INT64_MAX, min=1),
+    ConfigDef("log.flush.interval.ms", "long", None, min=0),
+    ConfigDef("log.retention.hours", "int", 168),
+    ConfigDef("log.retention.minutes", "int", None),
+    ConfigDef("log.retention.ms", "long", None),
+    ConfigDef("log.retention.bytes", "long", -1),
+    ConfigDef("log.retention.check.interval.ms", "long", 300000, min=1),
+    ConfigDef("log.cleanup.policy", "list", ["delete"], choices=("delete", "compact")),
+    ConfigDef("log.cleaner.enable", "bool", True),
+    ConfigDef("log.cleaner.delete.retention.ms", "long", 86400000, min=0),
+    ConfigDef("log.cleaner.min.compaction.lag.ms", "long", 0, min=0),
+    ConfigDef("log.cleaner.max.compaction.lag.ms", "long", INT64_MAX, min=1),
+    ConfigDef("log.cleaner.min.cleanable.ratio", "double", 0.5, min=0, max=1),
+    ConfigDef("log.cleaner.dedupe.buffer.size", "long", 134217728, min=1024 * 1024),
+    ConfigDef("log.segment.delete.delay.ms", "long", 60000, min=0),
+    ConfigDef("log.message.timestamp.type", "string", "CreateTime", choices=("CreateTime", "LogAppendTime")),
+    ConfigDef("log.preallocate", "bool", False, no_effect=True),
+    ConfigDef("compression.type", "string", "producer", choices=_COMPRESSION),
+    ConfigDef("message.max.bytes", "int", 1048588, min=0),
+    ConfigDef("min.insync.replicas", "int", 1, min=1),
+    ConfigDef("unclean.leader.election.enable", "bool", False),
+    ConfigDef("replica.lag.time.max.ms", "long", 30000, min=1),
+    ConfigDef("socket.request.max.bytes", "int", 104857600, min=1),
+    ConfigDef("socket.send.buffer.bytes", "int", 102400, no_effect=True),
+    ConfigDef("socket.receive.buffer.bytes", "int", 102400, no_effect=True),
+    ConfigDef("num.network.threads", "int", 3, no_effect=True),
+    ConfigDef("num.io.threads", "int", 8, no_effect=True),
+    ConfigDef("num.recovery.threads.per.data.dir", "int", 1, no_effect=True),
+    ConfigDef("queued.max.requests", "int", 500, "Requests in flight per connection before reading pauses", min=1),
+    ConfigDef("connections.max.idle.ms", "long", 600000, min=1),
+    ConfigDef("max.connections", "int", 10000, min=1),
+    ConfigDef("offsets.topic.num.partitions", "int", 50, min=1),
+    ConfigDef("offsets.topic.replication.factor", "int", 3, min=1),
+    ConfigDef("transaction.state.log.num.partitions", "int", 50, min=1),
+    ConfigDef("transaction.state.log.replication.factor", "int", 3, min=1),
+    ConfigDef("transaction.state.log.min.isr", "int", 2, min=1),
+    ConfigDef("group.initial.rebalance.delay.ms", "int", 3000, min=0),
+    ConfigDef("controlled.shutdown.enable", "bool", True),
+    # raykafka's own keys (no Kafka equivalent)
+    ConfigDef("raykafka.namespace", "string", "raykafka", "Ray namespace holding this cluster's named actors"),
+    ConfigDef("raykafka.actor.call.timeout.ms", "int", 30000, "Bound on every cross-actor await", min=1),
+    ConfigDef("raykafka.edge.max.inflight.bytes", "long", 256 * 1024 * 1024,
+              "Bytes of requests in flight per connection before reading pauses", min=1024),
+)
+
+TOPIC_CONFIGS: dict[str, ConfigDef] = _defs(
+    ConfigDef("cleanup.policy", "list", ["delete"], choices=("delete", "compact"), broker_synonym="log.cleanup.policy"),
+    ConfigDef("compression.type", "string", "producer", choices=_COMPRESSION, broker_synonym="compression.type"),
+    ConfigDef("delete.retention.ms", "long", 86400000, min=0, broker_synonym="log.cleaner.delete.retention.ms"),
+    ConfigDef("file.delete.delay.ms", "long", 60000, min=0, broker_synonym="log.segment.delete.delay.ms"),
+    ConfigDef("flush.messages", "long", INT64_MAX, min=1, broker_synonym="log.flush.interval.messages"),
+    ConfigDef("flush.ms", "long", INT64_MAX, min=0, broker_synonym="log.flush.interval.ms"),
+    ConfigDef("index.interval.bytes", "int", 4096, min=0, broker_synonym="log.index.interval.bytes"),
+    ConfigDef("max.compaction.lag.ms", "long", INT64_MAX, min=1, broker_synonym="log.cleaner.max.compaction.lag.ms"),
+    ConfigDef("max.message.bytes", "int", 1048588, min=0, broker_synonym="message.max.bytes"),
+    ConfigDef("message.timestamp.type", "string", "CreateTime", choices=("CreateTime", "LogAppendTime"),
+              broker_synonym="log.message.timestamp.type"),
+    ConfigDef("message.timestamp.before.max.ms", "long", INT64_MAX, min=0),
+    ConfigDef("message.timestamp.after.max.ms", "long", INT64_MAX, min=0),
+    ConfigDef("message.timestamp.difference.max.ms", "long", INT64_MAX, min=0),
+    ConfigDef("message.downconversion.enable", "bool", True, no_effect=True),
+    ConfigDef("min.cleanable.dirty.ratio", "double", 0.5, min=0, max=1, broker_synonym="log.cleaner.min.cleanable.ratio"),
+    ConfigDef("min.compaction.lag.ms", "long", 0, min=0, broker_synonym="log.cleaner.min.compaction.lag.ms"),
+    ConfigDef("min.insync.replicas", "int", 1, min=1, broker_synonym="min.insync.replicas"),
+    ConfigDef("preallocate", "bool", False, no_effect=True, broker_synonym="log.preallocate"),
+    ConfigDef("retention.bytes", "long", -1, broker_synonym="log.retention.bytes"),
+    ConfigDef("retention.ms", "long", 604800000, min=-1, broker_synonym="log.retention.ms"),
+    ConfigDef("segment.bytes", "int", 1073741824, min=14, broker_synonym="log.segment.bytes"),
+    ConfigDef("segment.index.bytes", "int", 10485760, min=4, broker_synonym="log.index.size.max.bytes"),
+    ConfigDef("segment.jitter.ms", "long", 0, min=0, broker_synonym="log.roll.jitter.ms"),
+    ConfigDef("segment.ms", "long", 604800000, min=1, broker_synonym="log.roll.ms"),
+    ConfigDef("unclean.leader.election.enable", "bool", False, broker_synonym="unclean.leader.election.enable"),
+    ConfigDef("leader.replication.throttled.replicas", "list", [], no_effect=True),
+    ConfigDef("follower.replication.throttled.replicas", "list", [], no_effect=True),
+)
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Parse Java-properties text (the subset server.properties files use)."""
+    result: dict[str, str] = {}
+    pending = ""
+    for raw_line in text.splitlines():
+        line = pending + raw_line.strip()
+        pending = ""
+        if not line or line[0] in "#!":
+            continue
+        if line.endswith("\\"):
+            pending = line[:-1]
+            continue
+        match = re.match(r"([^=:\s]+)\s*[=:\s]\s*(.*)$", line)
+        if match is None:
+            result[line] = ""
+        else:
+            result[match.group(1)] = match.group(2)
+    return result
+
+
+ENV_PREFIX = "RAYKAFKA_"
+
+
+def env_overrides(environ: Mapping[str, str], defs: Mapping[str, ConfigDef] = BROKER_CONFIGS) -> dict[str, str]:
+    """RAYKAFKA_LOG_SEGMENT_BYTES=... overrides log.segment.bytes, and so on."""
+    by_env_name = {ENV_PREFIX + name.upper().replace(".", "_"): name for name in defs}
+    return {by_env_name[key]: value for key, value in environ.items() if key in by_env_name}
+
+
+class BrokerConfig:
+    """Validated broker configuration: Kafka key -> typed value."""
+
+    def __init__(self, values: Mapping[str, Any]):
+        self._values = dict(values)
+
+    @classmethod
+    def from_sources(
+        cls,
+        properties: Mapping[str, str] | None = None,
+        overrides: Iterable[tuple[str, str]] = (),
+        environ: Mapping[str, str] | None = None,
+    ) -> "BrokerConfig":
+        """Merge, lowest precedence first: defaults, properties file, env, --override."""
+        raw: dict[str, str] = {}
+        for source in (properties or {}, env_overrides(environ or {}), dict(overrides)):
+            for key, value in source.items():
+                if key not in BROKER_CONFIGS:
+                    raise ConfigError(key, "unknown broker configuration key")
+                raw[key] = value
+        values = {name: d.default for name, d in BROKER_CONFIGS.items()}
+        for key, value in raw.items():
+            values[key] = BROKER_CONFIGS[key].parse(value)
+        config = cls(values)
+        config._explicit = set(raw)
+        config._validate_cross_keys()
+        return config
+
+    _explicit: set[str] = set()
+
+    def _validate_cross_keys(self) -> None:
+        for key in ("listeners", "advertised.listeners"):
+            if self._values.get(key) is not None:
+                parse_listener(self._values[key], key)
+        if self["socket.request.max.bytes"] < self["message.max.bytes"]:
+            # A produce request carrying one maximal batch must fit in a frame.
+            raise ConfigError("socket.request.max.bytes", "must be at least message.max.bytes")
+
+    def __getitem__(self, key: str) -> Any:
+        return self._values[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        value = self._values.get(key)
+        return default if value is None else value
+
+    def is_explicit(self, key: str) -> bool:
+        return key in self._explicit
+
+    def no_effect_keys_set(self) -> list[str]:
+        return sorted(k for k in self._explicit if BROKER_CONFIGS[k].no_effect)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self._values)
+
+    def log_dirs(self, data_dir: Path) -> list[Path]:
+        if self._values.get("log.dirs"):
+            return [Path(p) for p in self._values["log.dirs"]]
+        if self._values.get("log.dir"):
+            return [Path(self._values["log.dir"])]
+        return [data_dir / "logs"]
+
+    def roll_ms(self) -> int:
+        if self._values.get("log.roll.ms") is not None:
+            return self._values["log.roll.ms"]
+        return self._values["log.roll.hours"] * 3600 * 1000
+
+    def retention_ms(self) -> int:
+        if self._values.get("log.retention.ms") is not None:
+            return self._values["log.retention.ms"]
+        if self._values.get("log.retention.minutes") is not None:
+            return self._values["log.retention.minutes"] * 60 * 1000
+        return self._values["log.retention.hours"] * 3600 * 1000
+
+    def topic_default(self, topic_key: str) -> Any:
+        """Default of a topic config on this broker (Kafka's broker synonym rule)."""
+        definition = TOPIC_CONFIGS[topic_key]
+        if topic_key == "segment.ms":
+            return self.roll_ms()
+        if topic_key == "retention.ms":
+            return self.retention_ms()
+        if definition.broker_synonym and self._values.get(definition.broker_synonym) is not None:
+            return self._values[definition.broker_synonym]
+        return definition.default
+
+
+@dataclasses.dataclass(frozen=True)
+class Listener:
+    name: str
+    host: str
+    port: int
+
+
+def parse_listener(value: str, key: str = "listeners") -> Listener:
+    """PLAINTEXT://host:port (only the first listener is served for now)."""
+    first = value.split(",")[0].strip()
+    match = re.match(r"^([A-Za-z_][A-Za-z0-9_]*)://(\[[^\]]*\]|[^:]*):(\d+)$", first)
+    if match is None:
+        raise ConfigError(key, f"expected NAME://HOST:PORT, got {value!r}")
+    name, host, port = match.group(1).upper(), match.group(2).strip("[]"), int(match.group(3))
+    if name != "PLAINTEXT":
+        raise ConfigError(key, f"listener {name} is not supported (only PLAINTEXT)")
+    if not 0 <= port <= 65535:
+        raise ConfigError(key, f"port {port} out of range")
+    return Listener(name, host or "0.0.0.0", port)
+
+
+def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, Any]:
+    """Validate CreateTopics/AlterConfigs entries; raise ConfigError naming the key."""
+    parsed = {}
+    for key, value in configs.items():
+        definition = TOPIC_CONFIGS.get(key)
+        if definition is None:
+            raise ConfigError(key, "unknown topic config")
+        if value is None:
+            raise ConfigError(key, "null value")
+        parsed[key] = definition.parse(value)
+    return parsed
+
+
+def load_properties_file(path: str | os.PathLike) -> dict[str, str]:
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError("--config", f"cannot read {path}: {exc.strerror}") from None
+    return parse_properties(text)

@@ -1,0 +1,45 @@
+"""Names of Ray actors, so any component can find another after a restart.
+
+Broker ids survive node restarts (meta.properties); Ray node ids do not, so
+every name is keyed by broker id.
+"""
+from __future__ import annotations
+
+import re
+
+TOPIC_NAME_MAX = 249
+_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
+
+
+def replica_actor_name(topic: str, partition: int, broker_id: int) -> str:
+    return f"{topic}-{partition}@{broker_id}"
+
+
+def edge_actor_name(broker_id: int) -> str:
+    return f"edge@{broker_id}"
+
+
+def controller_actor_name(broker_id: int) -> str:
+    return f"controller@{broker_id}"
+
+
+def purgatory_actor_name(broker_id: int) -> str:
+    return f"purgatory@{broker_id}"
+
+
+def topic_name_error(name: str) -> str | None:
+    """Kafka's topic-name rules (Topic.validate); None when legal."""
+    if not name:
+        return "Topic name is illegal, it can't be empty"
+    if name in (".", ".."):
+        return "Topic name cannot be \".\" or \"..\""
+    if len(name) > TOPIC_NAME_MAX:
+        return f"Topic name is illegal, it can't be longer than {TOPIC_NAME_MAX} characters"
+    if not _LEGAL_TOPIC.match(name):
+        return (f"Topic name \"{name}\" is illegal, it contains a character other than "
+                "ASCII alphanumerics, '.', '_' and '-'")
+    return None
+
+
+def partition_dir_name(topic: str, partition: int) -> str:
+    return f"{topic}-{partition}"

@@ -1,0 +1,87 @@
+"""Produce (0): record batches stay opaque bytes; each partition's sets go to
+the leader replica through its coalescing appender, in arrival order."""
+import asyncio
+
+from kio.schema.errors import ErrorCode
+
+from net.registry import api
+from net.schema_build import ZERO_THROTTLE, build, has_field, millis_to_datetime, nested, \
+    response_schema_for, timedelta_ms
+from net.server import CloseConnection
+
+
+def _immediate(code: ErrorCode, message: str | None = None):
+    future = asyncio.get_running_loop().create_future()
+    future.set_result((int(code), -1, -1, -1, message))
+    return future
+
+
+@api(0, 3, 13, advertised_min_version=0,
+     tests=("tests/integration/test_clients.py::test_produce_consume_roundtrip",
+            "tests/integration/test_protocol_edge.py::test_produce_errors"))
+async def handle_produce(ctx, request):
+    edge = ctx.edge
+    acks = request.acks
+    timeout_ms = timedelta_ms(request.timeout)
+    by_id = edge.metadata.topics_by_id
+    # Issue every append before the first await: that is what keeps appends of
+    # pipelined requests on one connection in order.
+    pending = []
+    for topic in request.topic_data:
+        if has_field(type(topic), "topic_id") and not has_field(type(topic), "name"):
+            info = by_id.get(topic.topic_id)
+            name = info.name if info else None
+            unknown = ErrorCode.unknown_topic_id
+        else:
+            name = topic.name
+            unknown = ErrorCode.unknown_topic_or_partition
+        futures = []
+        for part in topic.partition_data:
+            if acks not in (0, 1, -1):
+                fut = _immediate(ErrorCode.invalid_required_acks)
+            elif request.transactional_id is not None:
+                fut = _immediate(ErrorCode.transactional_id_authorization_failed,
+                                 "transactions are not supported yet")
+            else:
+                info = edge.metadata.partition(name, part.index) if name is not None else None
+                if info is None:
+                    fut = _immediate(unknown)
+                elif info.leader != edge.broker_id or edge.leader_handle(name, part.index) is None:
+                    fut = _immediate(ErrorCode.not_leader_or_follower)
+                else:
+                    fut = edge.appender(name, part.index).append(
+                        bytes(part.records or b""), acks, timeout_ms, info.leader_epoch)
+            futures.append((part.index, fut))
+        pending.append((topic, futures))
+
+    results = []
+    for topic, futures in pending:
+        parts = []
+        for index, fut in futures:
+            parts.append((index, await fut))
+        results.append((topic, parts))
+
+    if acks == 0:
+        # No response; Kafka signals a failed acks=0 produce by closing the connection.
+        for _, parts in results:
+            for index, (error, *_rest) in parts:
+                if error != 0:
+                    raise CloseConnection(f"acks=0 produce failed with error {error}")
+        return None
+
+    schema = response_schema_for(request)
+    topic_cls = nested(schema, "TopicProduceResponse")
+    part_cls = nested(schema, "PartitionProduceResponse")
+    error_cls = nested(schema, "BatchIndexAndErrorMessage") if has_field(part_cls, "record_errors") else None
+    responses = []
+    for topic, parts in results:
+        partition_responses = tuple(
+            build(part_cls, index=index, error_code=ErrorCode(error), base_offset=base_offset,
+                  log_append_time=millis_to_datetime(append_time), log_start_offset=log_start,
+                  record_errors=(), error_message=message if error else None)
+            for index, (error, base_offset, append_time, log_start, message) in parts
+        )
+        responses.append(build(topic_cls, name=getattr(topic, "name", None),
+                               topic_id=getattr(topic, "topic_id", None),
+                               partition_responses=partition_responses))
+    return build(schema, responses=tuple(responses), throttle_time=ZERO_THROTTLE)

@@ -1,0 +1,145 @@
+"""Fetch (1): reads from local leader replicas, which answer with file slices
+of their segments that the edge preads; when fewer than min_bytes are ready it
+long-polls the replicas until data arrives or max_wait passes (DelayedFetch)."""
+import asyncio
+import time
+
+from kio.schema.errors import ErrorCode
+
+from net.edge_service import ActorCallFailed
+from net.registry import api
+from net.schema_build import ZERO_THROTTLE, build, has_field, nested, response_schema_for, timedelta_ms
+from net.server import CloseConnection
+
+_NO_DATA = (None, -1, -1, -1)
+
+
+class _Wanted:
+    __slots__ = ("topic", "topic_id", "partition", "offset", "max_bytes", "leader_epoch", "error",
+                 "records", "hw", "lso", "log_start", "end")
+
+    def __init__(self, topic, topic_id, partition, offset, max_bytes, leader_epoch, error=None):
+        self.topic = topic
+        self.topic_id = topic_id
+        self.partition = partition
+        self.offset = offset
+        self.max_bytes = max_bytes
+        self.leader_epoch = leader_epoch
+        self.error = error
+        self.records = b""
+        self.hw = self.lso = self.log_start = -1
+        self.end = -1
+
+
+async def _read(edge, want: _Wanted, isolation: int) -> None:
+    handle = edge.leader_handle(want.topic, want.partition)
+    if handle is None:
+        want.error = ErrorCode.not_leader_or_follower
+        return
+    for _attempt in range(3):
+        try:
+            error, hw, lso, log_start, slices = await edge.call(
+                handle.read.remote(want.offset, want.max_bytes, isolation, want.leader_epoch))
+        except ActorCallFailed as exc:
+            want.error = exc.error
+            return
+        want.error = ErrorCode(error)
+        want.hw, want.lso, want.log_start = hw, lso, log_start
+        want.end = lso if isolation == 1 else hw
+        if error != 0 or not slices:
+            want.records = b""
+            return
+        try:
+            want.records = edge.read_slices(slices)
+            return
+        except FileNotFoundError:
+            continue  # segment deleted or truncated between answer and read: ask again
+    want.error = ErrorCode.unknown_server_error
+
+
+@api(1, 4, 18, tests=("tests/integration/test_clients.py::test_produce_consume_roundtrip",
+                      "tests/integration/test_protocol_edge.py::test_fetch_waits_for_min_bytes"))
+async def handle_fetch(ctx, request):
+    edge = ctx.edge
+    replica_id = request.replica_state.replica_id if has_field(type(request), "replica_state") \
+        else getattr(request, "replica_id", -1)
+    if replica_id >= 0:
+        raise CloseConnection("follower fetch over the wire is not served: replicas pull by actor calls")
+    isolation = getattr(request, "isolation_level", 0)
+    max_wait_ms = timedelta_ms(request.max_wait)
+    deadline = time.monotonic() + max_wait_ms / 1000
+    by_id = edge.metadata.topics_by_id
+
+    wanted: list[_Wanted] = []
+    for topic in request.topics:
+        if has_field(type(topic), "topic_id") and not has_field(type(topic), "topic"):
+            info = by_id.get(topic.topic_id)
+            name = info.name if info else None
+            missing = ErrorCode.unknown_topic_id
+        else:
+            name = topic.topic
+            missing = ErrorCode.unknown_topic_or_partition
+        for part in topic.partitions:
+            want = _Wanted(name, getattr(topic, "topic_id", None), part.partition, part.fetch_offset,
+                           part.partition_max_bytes, getattr(part, "current_leader_epoch", -1))
+            info = edge.metadata.partition(name, part.partition) if name is not None else None
+            if info is None:
+                want.error = missing
+            elif info.leader != edge.broker_id:
+                want.error = ErrorCode.not_leader_or_follower
+            wanted.append(want)
+
+    local = [w for w in wanted if w.error is None]
+    while True:
+        await asyncio.gather(*(_read(edge, w, isolation) for w in local))
+        ready = sum(len(w.records) for w in local)
+        remaining = deadline - time.monotonic()
+        if (ready >= request.min_bytes or remaining <= 0 or not local
+                or any(w.error for w in local)):
+            break
+        # DelayedFetch: wait until some partition's fetchable end moves past
+        # what we just saw, or max_wait expires.
+        waits = [asyncio.ensure_future(edge.call(
+            edge.leader_handle(w.topic, w.partition).wait_for_data.remote(w.end, isolation, remaining),
+            timeout_s=remaining + edge.call_timeout_s)) for w in local if edge.leader_handle(w.topic, w.partition)]
+        if not waits:
+            break
+        done, pending = await asyncio.wait(waits, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+        for task in pending:
+            task.cancel()
+        for task in done:
+            task.exception()  # consumed; a failed wait just means we read again
+        if not done:
+            break
+
+    # Response-level max_bytes, in request order; the first non-empty
+    # partition is always returned whole (Kafka's min-one-message rule).
+    budget = request.max_bytes
+    first = True
+    for w in wanted:
+        if w.records:
+            if not first and len(w.records) > budget:
+                w.records = b""
+            else:
+                budget -= len(w.records)
+                first = False
+
+    schema = response_schema_for(request)
+    topic_cls = nested(schema, "FetchableTopicResponse")
+    part_cls = nested(schema, "PartitionData")
+    responses = []
+    current = None
+    for w in wanted:
+        key = (w.topic, w.topic_id)
+        if current is None or current[0] != key:
+            current = (key, [])
+            responses.append(current)
+        current[1].append(build(
+            part_cls, partition_index=w.partition, error_code=w.error or ErrorCode.none,
+            high_watermark=w.hw, last_stable_offset=w.lso, log_start_offset=w.log_start,
+            aborted_transactions=() if isolation == 1 else None, preferred_read_replica=-1,
+            records=w.records))
+    topics = tuple(build(topic_cls, topic=key[0], topic_id=key[1], partitions=tuple(parts))
+                   for key, parts in responses)
+    return build(schema, throttle_time=ZERO_THROTTLE, error_code=ErrorCode.none, session_id=0,
+                 responses=topics)

@@ -1,0 +1,98 @@
+"""Metadata (3): brokers, controller and topics from the cache; unknown topics
+are auto-created through the controller when the client and the broker allow it."""
+from kio.schema.errors import ErrorCode
+
+from core.naming import topic_name_error
+from net.edge_service import ActorCallFailed
+from net.registry import api
+from net.schema_build import ZERO_THROTTLE, build, has_field, nested, response_schema_for
+
+OPERATIONS_OMITTED = -(2**31)
+
+
+async def _auto_create(edge, names: list[str]) -> dict[str, tuple[int, str | None]]:
+    config = edge.config
+    specs = [{"name": n, "num_partitions": config["num.partitions"],
+              "replication_factor": config["default.replication.factor"],
+              "assignments": {}, "configs": {}} for n in names]
+    try:
+        results = await edge.controller_call("create_topics", specs, False)
+    except ActorCallFailed as exc:
+        return {n: (int(ErrorCode.leader_not_available), str(exc)) for n in names}
+    return {r["name"]: (r["error_code"], r["error_message"]) for r in results}
+
+
+@api(3, 0, 13, tests=("tests/integration/test_clients.py::test_metadata_and_auto_create",))
+async def handle_metadata(ctx, request):
+    edge = ctx.edge
+    cache = edge.metadata
+    schema = response_schema_for(request)
+    broker_cls = nested(schema, "MetadataResponseBroker")
+    topic_cls = nested(schema, "MetadataResponseTopic")
+    part_cls = nested(schema, "MetadataResponsePartition")
+
+    requested = request.topics
+    if requested is None or (ctx.api_version == 0 and len(requested) == 0):
+        names = sorted(cache.topics)
+        by_id_errors = []
+    else:
+        names, by_id_errors = [], []
+        for t in requested:
+            name = getattr(t, "name", None)
+            if name is None and getattr(t, "topic_id", None) is not None:
+                info = cache.topics_by_id.get(t.topic_id)
+                if info is None:
+                    by_id_errors.append(t.topic_id)
+                    continue
+                name = info.name
+            names.append(name)
+
+    errors: dict[str, tuple[int, str | None]] = {}
+    allow_auto = getattr(request, "allow_auto_topic_creation", True)
+    to_create = []
+    for name in names:
+        if name in cache.topics:
+            continue
+        problem = topic_name_error(name)
+        if problem:
+            errors[name] = (int(ErrorCode.invalid_topic_exception), problem)
+        elif allow_auto and edge.config["auto.create.topics.enable"]:
+            to_create.append(name)
+        else:
+            errors[name] = (int(ErrorCode.unknown_topic_or_partition), None)
+    if to_create:
+        created = await _auto_create(edge, to_create)
+        for name, (code, message) in created.items():
+            if code not in (0, int(ErrorCode.topic_already_exists)):
+                errors[name] = (code, message)
+            elif name not in cache.topics:
+                errors[name] = (int(ErrorCode.leader_not_available), None)
+
+    topics = []
+    for name in names:
+        info = cache.topics.get(name)
+        if info is None or name in errors:
+            code = errors.get(name, (int(ErrorCode.unknown_topic_or_partition), None))[0]
+            topics.append(build(topic_cls, error_code=ErrorCode(code), name=name, topic_id=None,
+                                is_internal=False, partitions=(),
+                                topic_authorized_operations=OPERATIONS_OMITTED))
+            continue
+        partitions = tuple(
+            build(part_cls,
+                  error_code=ErrorCode.none if p.leader >= 0 else ErrorCode.leader_not_available,
+                  partition_index=index, leader_id=p.leader, leader_epoch=p.leader_epoch,
+                  replica_nodes=p.replicas, isr_nodes=p.isr, offline_replicas=p.offline)
+            for index, p in sorted(info.partitions.items())
+        )
+        topics.append(build(topic_cls, error_code=ErrorCode.none, name=name, topic_id=info.topic_id,
+                            is_internal=info.internal, partitions=partitions,
+                            topic_authorized_operations=OPERATIONS_OMITTED))
+    for topic_id in by_id_errors:
+        topics.append(build(topic_cls, error_code=ErrorCode.unknown_topic_id, name=None, topic_id=topic_id,
+                            is_internal=False, partitions=(), topic_authorized_operations=OPERATIONS_OMITTED))
+
+    brokers = tuple(build(broker_cls, node_id=b.broker_id, host=b.host, port=b.port, rack=b.rack)
+                    for b in sorted(cache.brokers.values(), key=lambda b: b.broker_id))
+    return build(schema, throttle_time=ZERO_THROTTLE, brokers=brokers, cluster_id=cache.cluster_id,
+                 controller_id=cache.controller_id, topics=tuple(topics), error_code=ErrorCode.none,
+                 cluster_authorized_operations=OPERATIONS_OMITTED)

@@ -1,0 +1,54 @@
+"""CreateTopics (19): validated and applied by the active controller, which
+answers once leaders are elected and every edge has the new metadata."""
+from kio.schema.errors import ErrorCode
+
+from net.edge_service import ActorCallFailed
+from net.registry import api
+from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for, timedelta_ms
+
+
+@api(19, 2, 7, tests=("tests/integration/test_clients.py::test_create_and_delete_topics",))
+async def handle_create_topics(ctx, request):
+    edge = ctx.edge
+    schema = response_schema_for(request)
+    result_cls = nested(schema, "CreatableTopicResult")
+    config_cls = nested(schema, "CreatableTopicConfigs") if ctx.api_version >= 5 else None
+    specs = []
+    seen: dict[str, int] = {}
+    for t in request.topics:
+        seen[t.name] = seen.get(t.name, 0) + 1
+        specs.append({
+            "name": t.name,
+            "num_partitions": t.num_partitions,
+            "replication_factor": t.replication_factor,
+            "assignments": {a.partition_index: list(a.broker_ids) for a in t.assignments},
+            "configs": {c.name: c.value for c in t.configs},
+        })
+    duplicates = {name for name, count in seen.items() if count > 1}
+    specs = [s for s in specs if s["name"] not in duplicates]
+    timeout_ms = timedelta_ms(request.timeout)
+    try:
+        results = await edge.controller_call("create_topics", specs, bool(request.validate_only),
+                                             timeout_s=max(timeout_ms / 1000, 0) + edge.call_timeout_s)
+    except ActorCallFailed as exc:
+        results = [{"name": s["name"], "error_code": int(exc.error), "error_message": str(exc)} for s in specs]
+    for name in sorted(duplicates):
+        # Kafka: a topic named twice in one request is INVALID_REQUEST for that topic.
+        results.append({"name": name, "error_code": int(ErrorCode.invalid_request),
+                        "error_message": f"Create topics request from client contains multiple "
+                                         f"entries for the following topics: {name}"})
+    topics = []
+    for r in results:
+        ok = r["error_code"] == 0
+        configs = None
+        if config_cls is not None and ok:
+            configs = tuple(build(config_cls, name=k, value=v["value"], read_only=False,
+                                  config_source=v["source"], is_sensitive=False)
+                            for k, v in sorted(r.get("configs", {}).items()))
+        topics.append(build(
+            result_cls, name=r["name"], topic_id=r.get("topic_id") if ok else None,
+            error_code=ErrorCode(r["error_code"]), error_message=r.get("error_message"),
+            num_partitions=r.get("num_partitions", -1) if ok else -1,
+            replication_factor=r.get("replication_factor", -1) if ok else -1,
+            configs=configs))
+    return build(schema, throttle_time=ZERO_THROTTLE, topics=tuple(topics))

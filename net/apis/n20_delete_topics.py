@@ -1,0 +1,44 @@
+"""DeleteTopics (20): the controller stops and deletes every replica, removes
+the topic's znodes and pushes the new metadata before answering."""
+from kio.schema.errors import ErrorCode
+
+from net.edge_service import ActorCallFailed
+from net.registry import api
+from net.schema_build import ZERO_THROTTLE, build, has_field, nested, response_schema_for, timedelta_ms
+
+
+@api(20, 1, 6, tests=("tests/integration/test_clients.py::test_create_and_delete_topics",))
+async def handle_delete_topics(ctx, request):
+    edge = ctx.edge
+    schema = response_schema_for(request)
+    result_cls = nested(schema, "DeletableTopicResult")
+    cache = edge.metadata
+    # v0-5 carry names; v6 carries (name | topic id) entries.
+    entries = []
+    if has_field(type(request), "topic_names"):
+        entries = [(name, None) for name in request.topic_names]
+    else:
+        for t in request.topics:
+            if t.name is not None:
+                entries.append((t.name, t.topic_id))
+            else:
+                info = cache.topics_by_id.get(t.topic_id)
+                entries.append((info.name if info else None, t.topic_id))
+    names = [name for name, _ in entries if name is not None]
+    timeout_ms = timedelta_ms(request.timeout)
+    outcome: dict[str, tuple[int, str | None]] = {}
+    if names:
+        try:
+            outcome = await edge.controller_call("delete_topics", names,
+                                                 timeout_s=max(timeout_ms / 1000, 0) + edge.call_timeout_s)
+        except ActorCallFailed as exc:
+            outcome = {n: (int(exc.error), str(exc)) for n in names}
+    results = []
+    for name, topic_id in entries:
+        if name is None:
+            code, message = int(ErrorCode.unknown_topic_id), None
+        else:
+            code, message = outcome.get(name, (int(ErrorCode.unknown_topic_or_partition), None))
+        results.append(build(result_cls, name=name, topic_id=topic_id, error_code=ErrorCode(code),
+                             error_message=message))
+    return build(schema, throttle_time=ZERO_THROTTLE, responses=tuple(results))

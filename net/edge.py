@@ -1,0 +1,96 @@
+"""The network edge actor: a Kafka listener inside an async Ray actor, one per
+node. It registers the node's broker id in /brokers/ids once it accepts
+connections, and takes UpdateMetadata from the controller.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import ray
+
+from core.config import BrokerConfig, parse_listener
+from metadata.kafka_zk import KafkaZkClient
+from net.edge_service import EdgeService
+from net.metadata_cache import StaleControllerEpoch
+from net.server import ConnectionLimits, KafkaServer
+
+log = logging.getLogger("raykafka.edge")
+
+
+class EdgeActor:
+    def __init__(self, broker_id: int, config: dict, zk_connect: str, log_dirs: list[str]):
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        self.broker_id = broker_id
+        self.config = BrokerConfig(config)
+        self.zk_connect = zk_connect
+        self.log_dirs = log_dirs
+        self.listener = parse_listener(self.config["listeners"])
+        self.service: EdgeService | None = None
+        self.server: KafkaServer | None = None
+        self.zk: KafkaZkClient | None = None
+        self.bound_port: int | None = None
+
+    async def start(self) -> tuple[str, int]:
+        """Bind, then register the broker; returns the advertised (host, port)."""
+        config = self.config
+        advertised = parse_listener(config["advertised.listeners"], "advertised.listeners") \
+            if config["advertised.listeners"] else None
+        limits = ConnectionLimits(
+            max_request_bytes=config["socket.request.max.bytes"],
+            max_inflight_requests=config["queued.max.requests"],
+            max_inflight_bytes=config["raykafka.edge.max.inflight.bytes"],
+            max_connections=config["max.connections"],
+            idle_timeout_s=config["connections.max.idle.ms"] / 1000,
+        )
+        # The service needs the advertised port, known only after binding port 0.
+        self.service = EdgeService(config, self.broker_id, "", 0)
+        self.server = KafkaServer(self.service.dispatch, limits)
+        self.bound_port = await self.server.start(self.listener.host, self.listener.port)
+        host = advertised.host if advertised else self.listener.host
+        port = advertised.port if advertised and advertised.port else self.bound_port
+        if host in ("0.0.0.0", "::", ""):
+            import socket
+
+            host = socket.getfqdn()
+        self.service.advertised_host, self.service.advertised_port = host, port
+        self.zk = KafkaZkClient(self.zk_connect, session_timeout_ms=config["zookeeper.session.timeout.ms"])
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, self.zk.start)
+        extra = {"ray_node_id": ray.get_runtime_context().get_node_id(), "log_dirs": self.log_dirs}
+        await loop.run_in_executor(None, lambda: self.zk.register_broker(
+            self.broker_id, host, port, rack=config["broker.rack"], extra=extra))
+        log.info("broker %d listening on %s:%d, advertised as %s:%d", self.broker_id, self.listener.host,
+                 self.bound_port, host, port)
+        return host, port
+
+    async def wait_ready(self, timeout_s: float) -> bool:
+        """True once the controller has sent this edge its first metadata."""
+        try:
+            await asyncio.wait_for(self.service.metadata_ready.wait(), timeout_s)
+            return True
+        except asyncio.TimeoutError:
+            return False
+
+    async def update_metadata(self, snapshot: dict, leader_handles: dict, controller_handle) -> int:
+        try:
+            self.service.apply_update_metadata(snapshot, leader_handles, controller_handle)
+        except StaleControllerEpoch as exc:
+            log.warning("%s", exc)
+            return 11  # STALE_CONTROLLER_EPOCH
+        return 0
+
+    async def stats(self) -> dict:
+        return {"connections": self.server.connection_count, **self.server.stats,
+                "metadata_version": self.service.metadata.version}
+
+    async def stop(self) -> None:
+        if self.server is not None:
+            await self.server.stop()
+        if self.zk is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self.zk.close)
+        if self.service is not None:
+            self.service.close()
+
+
+EdgeActorRemote = ray.remote(EdgeActor)

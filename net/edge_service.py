@@ -1,0 +1,254 @@
+"""The edge's logic, without the Ray actor shell: dispatch of decoded requests to
+handlers, the metadata cache, and the calls out to replica and controller actors.
+
+Every cross-actor await goes through `call()`, which bounds it with a timeout.
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import os
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from core.config import BrokerConfig
+from net import registry
+from net.codec import MalformedRequest, decode_request, encode_response, response_schema
+from net.metadata_cache import MetadataCache
+from net.schema_build import build, nested, ZERO_THROTTLE
+from net.server import CloseConnection, Connection
+
+log = logging.getLogger("raykafka.edge")
+
+API_VERSIONS_KEY = 18
+
+
+class ActorCallFailed(Exception):
+    """A replica/controller call timed out or its actor is gone."""
+
+    def __init__(self, error: ErrorCode, message: str):
+        super().__init__(message)
+        self.error = error
+
+
+class RequestContext:
+    __slots__ = ("edge", "conn", "header", "api_version")
+
+    def __init__(self, edge: "EdgeService", conn: Connection | None, header: Any, api_version: int):
+        self.edge = edge
+        self.conn = conn
+        self.header = header
+        self.api_version = api_version
+
+
+class PartitionAppender:
+    """Coalesces appends for one partition: while one append call is in flight,
+    later record sets queue up and go to the replica together in the next call.
+
+    This keeps per-partition order (one call at a time, FIFO) and turns many
+    small produce requests into few actor calls (~1.5 ms each).
+    """
+
+    MAX_SETS_PER_CALL = 256
+    MAX_BYTES_PER_CALL = 16 * 1024 * 1024
+
+    def __init__(self, edge: "EdgeService", topic: str, partition: int):
+        self.edge = edge
+        self.topic = topic
+        self.partition = partition
+        self.queue: collections.deque = collections.deque()
+        self.inflight = False
+
+    def append(self, records: bytes, acks: int, timeout_ms: int, leader_epoch: int) -> asyncio.Future:
+        future = asyncio.get_running_loop().create_future()
+        self.queue.append((records, acks, timeout_ms, leader_epoch, future))
+        if not self.inflight:
+            self._send_next()
+        return future
+
+    def _send_next(self) -> None:
+        batch = []
+        size = 0
+        epoch = self.queue[0][3]
+        while self.queue and len(batch) < self.MAX_SETS_PER_CALL and self.queue[0][3] == epoch:
+            if batch and size + len(self.queue[0][0]) > self.MAX_BYTES_PER_CALL:
+                break
+            item = self.queue.popleft()
+            size += len(item[0])
+            batch.append(item)
+        self.inflight = True
+        asyncio.ensure_future(self._run(batch, epoch))
+
+    async def _run(self, batch: list, leader_epoch: int) -> None:
+        try:
+            handle = self.edge.leader_handle(self.topic, self.partition)
+            if handle is None:
+                results = [(int(ErrorCode.not_leader_or_follower), -1, -1, -1, None)] * len(batch)
+            else:
+                timeout_ms = max(item[2] for item in batch)
+                sets = [(item[0], item[1], item[2]) for item in batch]
+                results = await self.edge.call(
+                    handle.append.remote(sets, leader_epoch),
+                    timeout_s=timeout_ms / 1000 + self.edge.call_timeout_s,
+                )
+        except ActorCallFailed as exc:
+            results = [(int(exc.error), -1, -1, -1, str(exc))] * len(batch)
+        except Exception as exc:  # never leave a producer without an answer
+            log.exception("append to %s-%d failed", self.topic, self.partition)
+            results = [(int(ErrorCode.unknown_server_error), -1, -1, -1, str(exc))] * len(batch)
+        finally:
+            self.inflight = False
+        for item, result in zip(batch, results):
+            if not item[4].done():
+                item[4].set_result(result)
+        if self.queue:
+            self._send_next()
+
+
+class EdgeService:
+    def __init__(self, config: BrokerConfig, broker_id: int, advertised_host: str, advertised_port: int):
+        self.config = config
+        self.broker_id = broker_id
+        self.advertised_host = advertised_host
+        self.advertised_port = advertised_port
+        self.metadata = MetadataCache()
+        self.metadata_ready = asyncio.Event()
+        self.handlers = registry.handlers()
+        self.call_timeout_s = config["raykafka.actor.call.timeout.ms"] / 1000
+        self._leader_handles: dict[tuple[str, int], Any] = {}
+        self._appenders: dict[tuple[str, int], PartitionAppender] = {}
+        self.controller_handle: Any = None
+        self._fds: collections.OrderedDict[str, int] = collections.OrderedDict()
+        self.max_open_fds = 256
+        self.fault_hooks: dict[int, Any] = {}  # api_key -> async hook(ctx, request) for tests
+
+    # ---- metadata from the controller ----------------------------------------------------
+    def apply_update_metadata(self, snapshot: dict, leader_handles: dict, controller_handle: Any) -> None:
+        self.metadata.update(snapshot)
+        self._leader_handles = dict(leader_handles)
+        self.controller_handle = controller_handle
+        for key in list(self._appenders):
+            if key not in self._leader_handles and not self._appenders[key].inflight:
+                del self._appenders[key]
+        self.metadata_ready.set()
+
+    def leader_handle(self, topic: str, partition: int):
+        return self._leader_handles.get((topic, partition))
+
+    def appender(self, topic: str, partition: int) -> PartitionAppender:
+        key = (topic, partition)
+        appender = self._appenders.get(key)
+        if appender is None:
+            appender = self._appenders[key] = PartitionAppender(self, topic, partition)
+        return appender
+
+    # ---- cross-actor calls ----------------------------------------------------------------
+    async def call(self, ref, timeout_s: float | None = None):
+        try:
+            return await asyncio.wait_for(ref, timeout_s or self.call_timeout_s)
+        except asyncio.TimeoutError:
+            raise ActorCallFailed(ErrorCode.request_timed_out, "actor call timed out") from None
+        except Exception as exc:
+            # Ray raises RayActorError/ActorDiedError when the target is gone:
+            # clients get a retriable error and refresh metadata.
+            if type(exc).__module__.startswith("ray"):
+                log.warning("actor call failed: %s", exc)
+                raise ActorCallFailed(ErrorCode.not_leader_or_follower, str(exc)) from None
+            raise
+
+    async def controller_call(self, method: str, *args, timeout_s: float | None = None):
+        if self.controller_handle is None:
+            raise ActorCallFailed(ErrorCode.not_controller, "no active controller known")
+        return await self.call(getattr(self.controller_handle, method).remote(*args), timeout_s)
+
+    # ---- reading log slices the leader points us at ----------------------------------------
+    def read_slices(self, slices: list[tuple[str, int, int]]) -> bytes:
+        """pread the (path, position, length) slices of a local leader's segments."""
+        if len(slices) == 1:
+            return self._pread(*slices[0])
+        return b"".join(self._pread(*s) for s in slices)
+
+    def _pread(self, path: str, position: int, length: int) -> bytes:
+        fd = self._fds.get(path)
+        if fd is None:
+            fd = os.open(path, os.O_RDONLY)
+            self._fds[path] = fd
+            while len(self._fds) > self.max_open_fds:
+                _, old = self._fds.popitem(last=False)
+                os.close(old)
+        else:
+            self._fds.move_to_end(path)
+        data = os.pread(fd, length, position)
+        if len(data) != length:
+            # The segment was truncated or deleted under us; the caller retries.
+            self.forget_fd(path)
+            raise FileNotFoundError(path)
+        return data
+
+    def forget_fd(self, path: str) -> None:
+        fd = self._fds.pop(path, None)
+        if fd is not None:
+            os.close(fd)
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+    # ---- dispatch ------------------------------------------------------------------------
+    def dispatch(self, conn: Connection, api_key: int, api_version: int, correlation_id: int, frame: bytes):
+        """Called in arrival order; returns an awaitable of the encoded response."""
+        handler = self.handlers.get(api_key)
+        if handler is None:
+            raise_later = CloseConnection(f"unknown api key {api_key}")
+            return _fail(raise_later)
+        if not handler.serves(api_version):
+            if api_key == API_VERSIONS_KEY:
+                return _done(self.unsupported_api_versions(correlation_id))
+            return _fail(CloseConnection(
+                f"unsupported version {api_version} of {handler.name} (serving "
+                f"{handler.min_version}-{handler.max_version})"))
+        try:
+            header, request = decode_request(api_key, api_version, frame)
+        except MalformedRequest as exc:
+            return _fail(CloseConnection(str(exc)))
+        ctx = RequestContext(self, conn, header, api_version)
+        hook = self.fault_hooks.get(api_key)
+        coroutine = handler.handler(ctx, request) if hook is None else hook(ctx, request, handler.handler)
+        return _encode_when_done(coroutine, correlation_id)
+
+    def unsupported_api_versions(self, correlation_id: int) -> bytes:
+        """UNSUPPORTED_VERSION in the v0 layout, listing what we serve, so the
+        client can retry with a version we know (KIP-511)."""
+        schema = response_schema(API_VERSIONS_KEY, 0)
+        return encode_response(build(
+            schema,
+            error_code=ErrorCode.unsupported_version,
+            api_keys=self.api_versions_entries(nested(schema, "ApiVersion")),
+        ), correlation_id)
+
+    def api_versions_entries(self, entry_cls) -> tuple:
+        return tuple(
+            entry_cls(api_key=h.api_key, min_version=h.advertised_min_version, max_version=h.max_version)
+            for h in sorted(self.handlers.values(), key=lambda h: h.api_key)
+        )
+
+
+async def _encode_when_done(coroutine, correlation_id: int) -> bytes | None:
+    response = await coroutine
+    if response is None:
+        return None
+    return encode_response(response, correlation_id)
+
+
+async def _done(value):
+    return value
+
+
+async def _fail(exc: Exception):
+    raise exc
+
+
+__all__ = ["EdgeService", "RequestContext", "ActorCallFailed", "ZERO_THROTTLE", "build", "nested"]

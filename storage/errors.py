@@ -1,0 +1,76 @@
+"""Exceptions raised by the storage engine.
+
+Every exception carries the Kafka protocol ``error_code`` the network layer
+should put in its response, so request handlers never need to map storage
+failures by hand.
+"""
+
+from __future__ import annotations
+
+# Kafka protocol error codes (org.apache.kafka.common.protocol.Errors) that
+# the storage layer can produce.
+UNKNOWN_SERVER_ERROR = -1
+OFFSET_OUT_OF_RANGE = 1
+CORRUPT_MESSAGE = 2
+MESSAGE_TOO_LARGE = 10
+RECORD_LIST_TOO_LARGE = 18
+INVALID_TIMESTAMP = 32
+KAFKA_STORAGE_ERROR = 56
+UNSUPPORTED_COMPRESSION_TYPE = 76
+INVALID_RECORD = 87
+
+
+class StorageError(Exception):
+    """Base class; ``error_code`` is the Kafka error code for responses."""
+
+    error_code = UNKNOWN_SERVER_ERROR
+
+    def __init__(self, message: str, error_code: int | None = None):
+        super().__init__(message)
+        if error_code is not None:
+            self.error_code = error_code
+
+
+class InvalidRecordsError(StorageError):
+    """A produce/replication payload failed validation; nothing was appended."""
+
+    error_code = CORRUPT_MESSAGE
+
+    def __init__(self, error_code: int, message: str):
+        super().__init__(message, error_code)
+
+
+class OffsetOutOfRangeError(StorageError):
+    error_code = OFFSET_OUT_OF_RANGE
+
+
+class UnexpectedAppendOffsetError(StorageError):
+    """A follower append does not continue the log at its end offset.
+
+    Replication must truncate or refetch; it is not a client-visible error.
+    """
+
+    def __init__(self, message: str, first_offset: int, log_end_offset: int):
+        super().__init__(message)
+        self.first_offset = first_offset
+        self.log_end_offset = log_end_offset
+
+
+class CorruptIndexError(StorageError):
+    """An index file failed its sanity check; the owner rebuilds it from the log."""
+
+
+class CorruptCheckpointError(StorageError):
+    """A checkpoint or properties file cannot be parsed."""
+
+    error_code = KAFKA_STORAGE_ERROR
+
+
+class KafkaStorageError(StorageError):
+    """An I/O failure left a log unusable (disk full, EIO, ...)."""
+
+    error_code = KAFKA_STORAGE_ERROR
+
+
+class LogClosedError(StorageError):
+    error_code = KAFKA_STORAGE_ERROR

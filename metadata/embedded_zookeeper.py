@@ -157,6 +157,46 @@ def _ports_in_use() -> set[int] | None:
     return used if found_any else None
 
 
+def _listening_socket_inodes(port: int) -> set[int] | None:
+    inodes: set[int] = set()
+    found_any = False
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table, encoding="ascii") as handle:
+                lines = handle.readlines()[1:]
+        except OSError:
+            continue
+        found_any = True
+        for line in lines:
+            fields = line.split()
+            # 0A is LISTEN; field 9 is the socket's inode.
+            if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(int(fields[9]))
+    return inodes if found_any else None
+
+
+def _process_listens_on(pid: int, port: int) -> bool:
+    """Whether `pid` itself holds the listening socket on `port`.
+
+    Readiness must be judged on our own server: a client probe alone would also
+    succeed against another server that already had the port."""
+    inodes = _listening_socket_inodes(port)
+    if inodes is None:
+        return True  # no /proc: rely on the client probe alone
+    try:
+        descriptors = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return True
+    for descriptor in descriptors:
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{descriptor}")
+        except OSError:
+            continue
+        if target.startswith("socket:[") and int(target[8:-1]) in inodes:
+            return True
+    return False
+
+
 def _port_is_free(port: int) -> bool:
     used = _ports_in_use()
     return used is None or port not in used
@@ -379,6 +419,8 @@ class EmbeddedZooKeeper:
 
     def _choose_port(self, tried: set[int]) -> tuple[int, bool]:
         if self._requested_port is not None:
+            if not _port_is_free(self._requested_port):
+                raise ZooKeeperStartError(f"port {self._requested_port} is already in use (Address already in use)")
             return self._requested_port, True
         remembered = _read_int_file(self.port_file)
         if remembered is not None and remembered not in tried and _port_is_free(remembered):
@@ -459,6 +501,9 @@ class EmbeddedZooKeeper:
                 raise ZooKeeperStartError(
                     f"ZooKeeper did not accept sessions on 127.0.0.1:{port} in time", self._log_since(start_offset)
                 )
+            if not _process_listens_on(self._process.pid, port):
+                time.sleep(0.05)
+                continue
             probe = KazooClient(hosts=f"127.0.0.1:{port}", timeout=10.0, logger=probe_logger)
             try:
                 probe.start(timeout=min(1.0, remaining))

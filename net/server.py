@@ -65,6 +65,7 @@ class KafkaServer:
         self.limits = limits
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[Connection] = set()
+        self._tasks: set[asyncio.Task] = set()
         self.stats = collections.Counter()
 
     @property
@@ -82,6 +83,10 @@ class KafkaServer:
             self._server.close()
         for conn in list(self._connections):
             self._close(conn)
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._server is not None:
             try:
                 await asyncio.wait_for(self._server.wait_closed(), 5)
@@ -95,6 +100,16 @@ class KafkaServer:
             conn.writer.close()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        self._tasks.add(task)
+        try:
+            await self._serve_connection(reader, writer)
+        except asyncio.CancelledError:
+            pass
+        finally:
+            self._tasks.discard(task)
+
+    async def _serve_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conn = Connection(reader, writer)
         if len(self._connections) >= self.limits.max_connections:
             log.warning("refusing connection from %s: max.connections=%d reached",
@@ -121,7 +136,7 @@ class KafkaServer:
             conn.space.set()
             try:
                 await asyncio.wait_for(responder, 30)
-            except (asyncio.TimeoutError, Exception):
+            except (asyncio.TimeoutError, asyncio.CancelledError, Exception):
                 responder.cancel()
             self._close(conn)
             self._connections.discard(conn)

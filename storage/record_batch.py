@@ -1,0 +1,342 @@
+"""Kafka record batch (magic v2) header handling.
+
+The broker treats record batches as opaque bytes: only the fixed 61-byte
+header is parsed here.  The layout (all big-endian) is::
+
+    0  base_offset             int64   \\ rewritten by the leader; outside
+    8  batch_length            int32    | the CRC, so assigning offsets and
+    12 partition_leader_epoch  int32   / epochs needs no re-checksum
+    16 magic                   int8
+    17 crc                     uint32  CRC-32C of bytes [21, end of batch)
+    21 attributes              int16
+    23 last_offset_delta       int32
+    27 base_timestamp          int64
+    35 max_timestamp           int64
+    43 producer_id             int64
+    51 producer_epoch          int16
+    53 base_sequence           int32
+    57 record_count            int32
+    61 records ...
+
+``batch_length`` counts the bytes after the length field, so a batch
+occupies ``batch_length + 12`` bytes.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import NamedTuple
+
+from crc32c import crc32c
+
+from storage.errors import (
+    CORRUPT_MESSAGE,
+    INVALID_RECORD,
+    MESSAGE_TOO_LARGE,
+    UNSUPPORTED_COMPRESSION_TYPE,
+    InvalidRecordsError,
+)
+
+__all__ = [
+    "HEADER_SIZE",
+    "LOG_OVERHEAD",
+    "MIN_BATCH_LENGTH",
+    "CRC_OFFSET",
+    "ATTRIBUTES_OFFSET",
+    "MAX_TIMESTAMP_OFFSET",
+    "BatchHeader",
+    "InvalidRecordsError",
+    "parse_header",
+    "validate_batches",
+    "assign_offsets",
+    "set_log_append_time",
+    "batch_crc",
+    "COMPRESSION_NONE",
+    "COMPRESSION_GZIP",
+    "COMPRESSION_SNAPPY",
+    "COMPRESSION_LZ4",
+    "COMPRESSION_ZSTD",
+]
+
+HEADER = struct.Struct(">qiibIhiqqqhii")
+HEADER_SIZE = HEADER.size  # 61
+assert HEADER_SIZE == 61
+
+LOG_OVERHEAD = 12  # base_offset + batch_length: bytes not counted in batch_length
+MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD  # 49: a header with no records
+
+BASE_OFFSET_OFFSET = 0
+LENGTH_OFFSET = 8
+PARTITION_LEADER_EPOCH_OFFSET = 12
+MAGIC_OFFSET = 16
+CRC_OFFSET = 17
+ATTRIBUTES_OFFSET = 21
+LAST_OFFSET_DELTA_OFFSET = 23
+BASE_TIMESTAMP_OFFSET = 27
+MAX_TIMESTAMP_OFFSET = 35
+
+COMPRESSION_NONE = 0
+COMPRESSION_GZIP = 1
+COMPRESSION_SNAPPY = 2
+COMPRESSION_LZ4 = 3
+COMPRESSION_ZSTD = 4
+COMPRESSION_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
+
+COMPRESSION_MASK = 0x07
+TIMESTAMP_TYPE_MASK = 0x08
+TRANSACTIONAL_MASK = 0x10
+CONTROL_MASK = 0x20
+DELETE_HORIZON_MASK = 0x40
+
+TIMESTAMP_TYPE_CREATE_TIME = 0
+TIMESTAMP_TYPE_LOG_APPEND_TIME = 1
+
+NO_PRODUCER_ID = -1
+NO_TIMESTAMP = -1
+MAX_RELATIVE_OFFSET = 0x7FFFFFFF
+
+# base_offset and partition_leader_epoch sit either side of batch_length, so
+# one pack writes both without touching the length.
+_OFFSET = struct.Struct(">q")
+_EPOCH = struct.Struct(">i")
+_CRC = struct.Struct(">I")
+_ATTRS = struct.Struct(">h")
+
+_tuple_new = tuple.__new__
+
+
+class BatchHeader(NamedTuple):
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta + 1
+
+    @property
+    def size(self) -> int:
+        return self.batch_length + LOG_OVERHEAD
+
+    @property
+    def compression(self) -> int:
+        return self.attributes & COMPRESSION_MASK
+
+    @property
+    def timestamp_type(self) -> int:
+        return (self.attributes & TIMESTAMP_TYPE_MASK) >> 3
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & TRANSACTIONAL_MASK)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & CONTROL_MASK)
+
+    @property
+    def has_producer_id(self) -> bool:
+        return self.producer_id > NO_PRODUCER_ID
+
+
+def parse_header(buf, pos: int = 0) -> BatchHeader:
+    """Parse the 61-byte header at ``pos``; raises CORRUPT_MESSAGE if short."""
+    if len(buf) - pos < HEADER_SIZE:
+        raise InvalidRecordsError(
+            CORRUPT_MESSAGE,
+            f"record batch header truncated: {len(buf) - pos} bytes at position {pos}",
+        )
+    # tuple.__new__ skips NamedTuple's Python-level __new__: this runs once per
+    # batch on the produce path.
+    return _tuple_new(BatchHeader, HEADER.unpack_from(buf, pos))
+
+
+def batch_crc(buf, pos: int, size: int) -> int:
+    """CRC-32C of the batch at ``pos`` (attributes through the end)."""
+    mv = buf if isinstance(buf, memoryview) else memoryview(buf)
+    return crc32c(mv[pos + ATTRIBUTES_OFFSET : pos + size])
+
+
+def validate_batches(
+    buf,
+    max_batch_bytes: int | None,
+    *,
+    from_client: bool = True,
+    allow_partial_tail: bool = False,
+) -> list[BatchHeader]:
+    """Check every batch in ``buf`` and return their headers.
+
+    ``buf`` is a produce request's (or a fetch response's) records blob.
+    Error codes follow Kafka's broker:
+
+    * no batch at all -> INVALID_RECORD (Kafka's
+      ``ProduceRequest.validateRecords``: "must have at least one record batch")
+    * batch_length < 49, a torn trailing batch, or a CRC mismatch ->
+      CORRUPT_MESSAGE; magic outside 0..2 -> CORRUPT_MESSAGE
+    * magic 0 or 1 -> INVALID_RECORD (only v2 is accepted, as for produce v3+)
+    * a batch larger than ``max_batch_bytes`` -> MESSAGE_TOO_LARGE
+      (``max_batch_bytes=None`` disables the check, as Kafka does for
+      replication because the leader already enforced it)
+    * compression codec 5..7 -> UNSUPPORTED_COMPRESSION_TYPE
+    * with ``from_client`` (leader appends of producer data, Kafka's
+      ``AppendOrigin.CLIENT``): record_count < 1, last_offset_delta !=
+      record_count - 1, control batches, or a producer id without a base
+      sequence -> INVALID_RECORD.  Replicated data may legitimately hold
+      empty batches (compaction keeps them), so followers only need
+      last_offset_delta >= 0.
+
+    ``allow_partial_tail`` silently ignores an incomplete last batch, as Kafka
+    does for replication where a fetch response may end mid-batch; the
+    returned headers then cover only the complete batches.
+    """
+    mv = buf if isinstance(buf, memoryview) else memoryview(buf)
+    end = len(mv)
+    if end == 0:
+        raise InvalidRecordsError(INVALID_RECORD, "records contain no record batch")
+    unpack = HEADER.unpack_from
+    headers: list[BatchHeader] = []
+    append = headers.append
+    pos = 0
+    while pos < end:
+        remaining = end - pos
+        if remaining < HEADER_SIZE:
+            # Even a batch that is too short to hold a header states its
+            # length and magic first; report a bad length as such.
+            if remaining >= LOG_OVERHEAD:
+                length = _EPOCH.unpack_from(mv, pos + LENGTH_OFFSET)[0]
+                if length < MIN_BATCH_LENGTH:
+                    raise InvalidRecordsError(
+                        CORRUPT_MESSAGE,
+                        f"record batch at position {pos} has length {length} < {MIN_BATCH_LENGTH}",
+                    )
+            if allow_partial_tail:
+                break
+            raise InvalidRecordsError(
+                CORRUPT_MESSAGE,
+                f"truncated record batch: {remaining} trailing bytes at position {pos}",
+            )
+        h = unpack(mv, pos)
+        batch_length = h[1]
+        if batch_length < MIN_BATCH_LENGTH:
+            raise InvalidRecordsError(
+                CORRUPT_MESSAGE,
+                f"record batch at position {pos} has length {batch_length} < {MIN_BATCH_LENGTH}",
+            )
+        magic = h[3]
+        if magic != 2:
+            if 0 <= magic < 2:
+                raise InvalidRecordsError(
+                    INVALID_RECORD,
+                    f"record batch magic {magic} not supported: only magic v2 record batches are accepted",
+                )
+            raise InvalidRecordsError(CORRUPT_MESSAGE, f"invalid record batch magic {magic}")
+        size = batch_length + LOG_OVERHEAD
+        if size > remaining:
+            if allow_partial_tail:
+                break
+            raise InvalidRecordsError(
+                CORRUPT_MESSAGE,
+                f"truncated record batch at position {pos}: needs {size} bytes, {remaining} left",
+            )
+        if max_batch_bytes is not None and size > max_batch_bytes:
+            raise InvalidRecordsError(
+                MESSAGE_TOO_LARGE,
+                f"record batch of {size} bytes exceeds the maximum of {max_batch_bytes}",
+            )
+        if crc32c(mv[pos + ATTRIBUTES_OFFSET : pos + size]) != h[4]:
+            raise InvalidRecordsError(
+                CORRUPT_MESSAGE, f"record batch at position {pos} failed its CRC check (stored crc {h[4]})"
+            )
+        attributes = h[5]
+        if attributes & COMPRESSION_MASK > COMPRESSION_ZSTD:
+            raise InvalidRecordsError(
+                UNSUPPORTED_COMPRESSION_TYPE,
+                f"unknown compression codec {attributes & COMPRESSION_MASK}",
+            )
+        last_offset_delta = h[6]
+        if from_client:
+            count = h[12]
+            if count < 1:
+                raise InvalidRecordsError(INVALID_RECORD, f"invalid record count {count}")
+            if last_offset_delta != count - 1:
+                raise InvalidRecordsError(
+                    INVALID_RECORD,
+                    f"inconsistent batch: last_offset_delta {last_offset_delta} with {count} records",
+                )
+            if attributes & CONTROL_MASK:
+                raise InvalidRecordsError(INVALID_RECORD, "clients may not write control batches")
+            if h[9] >= 0 and h[11] < 0:
+                raise InvalidRecordsError(
+                    INVALID_RECORD, f"invalid base sequence {h[11]} for producer id {h[9]}"
+                )
+        elif last_offset_delta < 0 or h[12] < 0:
+            raise InvalidRecordsError(
+                CORRUPT_MESSAGE,
+                f"invalid batch: last_offset_delta {last_offset_delta}, record count {h[12]}",
+            )
+        append(_tuple_new(BatchHeader, h))
+        pos += size
+    return headers
+
+
+def assign_offsets(buf: bytearray, headers, base_offset: int, leader_epoch: int) -> int:
+    """Stamp contiguous offsets and the leader epoch into each batch, in place.
+
+    Both fields precede the CRC'd region, so checksums stay valid.  Returns
+    the last offset assigned.
+    """
+    pack_offset = _OFFSET.pack_into
+    pack_epoch = _EPOCH.pack_into
+    pos = 0
+    next_offset = base_offset
+    for h in headers:
+        pack_offset(buf, pos, next_offset)
+        pack_epoch(buf, pos + PARTITION_LEADER_EPOCH_OFFSET, leader_epoch)
+        next_offset += h[6] + 1
+        pos += h[1] + LOG_OVERHEAD
+    return next_offset - 1
+
+
+def set_log_append_time(buf: bytearray, header_pos: int, timestamp_ms: int) -> None:
+    """Mark the batch at ``header_pos`` LogAppendTime with ``timestamp_ms``.
+
+    Mirrors Kafka's ``DefaultRecordBatch.setMaxTimestamp``: consumers then
+    report ``max_timestamp`` as every record's timestamp.  Attributes and
+    max_timestamp are inside the CRC, so the checksum is recomputed.
+    """
+    attributes = _ATTRS.unpack_from(buf, header_pos + ATTRIBUTES_OFFSET)[0]
+    current_ts = _OFFSET.unpack_from(buf, header_pos + MAX_TIMESTAMP_OFFSET)[0]
+    if attributes & TIMESTAMP_TYPE_MASK and current_ts == timestamp_ms:
+        return
+    _ATTRS.pack_into(buf, header_pos + ATTRIBUTES_OFFSET, attributes | TIMESTAMP_TYPE_MASK)
+    _OFFSET.pack_into(buf, header_pos + MAX_TIMESTAMP_OFFSET, timestamp_ms)
+    size = _EPOCH.unpack_from(buf, header_pos + LENGTH_OFFSET)[0] + LOG_OVERHEAD
+    _CRC.pack_into(buf, header_pos + CRC_OFFSET, batch_crc(buf, header_pos, size))
+
+
+def iter_headers(buf, pos: int = 0, end: int | None = None):
+    """Yield ``(position, BatchHeader)`` for trusted, already validated bytes."""
+    if end is None:
+        end = len(buf)
+    unpack = HEADER.unpack_from
+    while pos + HEADER_SIZE <= end:
+        h = _tuple_new(BatchHeader, unpack(buf, pos))
+        size = h[1] + LOG_OVERHEAD
+        if size < HEADER_SIZE or pos + size > end:
+            return
+        yield pos, h
+        pos += size

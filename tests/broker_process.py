@@ -1,0 +1,159 @@
+"""Run `raykafka start` as a real subprocess, the way users run it, for tests.
+
+The broker's process tree (Ray's GCS, raylet and workers, the embedded
+ZooKeeper) is tracked by pid so a test can kill -9 all of it, and so teardown
+only ever ends processes this helper started.
+"""
+from __future__ import annotations
+
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+REPO = Path(__file__).resolve().parents[1]
+RAYKAFKA = REPO / ".venv" / "bin" / "raykafka"
+READY = re.compile(r"raykafka ready on (\S+):(\d+)")
+
+
+def broker_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0", RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0",
+               PYTHONUNBUFFERED="1")
+    return env
+
+
+class BrokerProcess:
+    def __init__(self, data_dir: Path, overrides: dict[str, str] | None = None, log_name: str = "broker.log"):
+        self.data_dir = Path(data_dir)
+        self.overrides = {"listeners": "PLAINTEXT://127.0.0.1:0", "zookeeper.session.timeout.ms": "6000",
+                          **(overrides or {})}
+        self.log_path = self.data_dir.parent / log_name
+        self.proc: subprocess.Popen | None = None
+        self.host: str | None = None
+        self.port: int | None = None
+        self._known: dict[int, psutil.Process] = {}
+        self._lines: queue.Queue = queue.Queue()
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def start(self, timeout_s: float = 180) -> "BrokerProcess":
+        args = [str(RAYKAFKA), "start", "--data-dir", str(self.data_dir)]
+        for key, value in self.overrides.items():
+            args += ["--override", f"{key}={value}"]
+        self.data_dir.parent.mkdir(parents=True, exist_ok=True)
+        log_file = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log_file, env=broker_env(), cwd=REPO)
+        threading.Thread(target=self._pump, args=(self.proc.stdout, log_file), daemon=True).start()
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            self._track_tree()
+            try:
+                line = self._lines.get(timeout=0.5)
+            except queue.Empty:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"broker exited with {self.proc.returncode}; see {self.log_path}:\n"
+                                       + self.log_tail())
+                continue
+            match = READY.search(line)
+            if match:
+                self.host, self.port = match.group(1), int(match.group(2))
+                self._track_tree()
+                return self
+        self.kill9()
+        raise RuntimeError(f"broker not ready in {timeout_s}s; see {self.log_path}:\n" + self.log_tail())
+
+    def _pump(self, stream, log_file) -> None:
+        for raw in iter(stream.readline, b""):
+            line = raw.decode(errors="replace")
+            log_file.write(raw)
+            log_file.flush()
+            self._lines.put(line)
+
+    def log_tail(self, lines: int = 60) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def _track_tree(self) -> None:
+        """Remember every descendant, so it can be killed even after reparenting."""
+        if self.proc is None:
+            return
+        try:
+            root = psutil.Process(self.proc.pid)
+            for p in [root, *root.children(recursive=True)]:
+                self._known.setdefault(p.pid, p)
+        except psutil.NoSuchProcess:
+            pass
+
+    def tree(self) -> list[psutil.Process]:
+        self._track_tree()
+        return [p for p in self._known.values() if _alive(p)]
+
+    def kill9(self) -> None:
+        """kill -9 the broker and every process it started (Ray workers, ZooKeeper)."""
+        procs = self.tree()
+        for p in procs:
+            try:
+                p.send_signal(signal.SIGKILL)
+            except psutil.NoSuchProcess:
+                pass
+        psutil.wait_procs(procs, timeout=15)
+        if self.proc is not None:
+            self.proc.wait(timeout=15)
+        self._known.clear()
+
+    def stop(self, timeout_s: float = 90) -> int | None:
+        """SIGTERM (clean shutdown), then kill -9 whatever is left."""
+        if self.proc is None:
+            return None
+        self._track_tree()
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                pass
+        code = self.proc.poll()
+        leftovers = [p for p in self._known.values() if _alive(p)]
+        if leftovers:
+            time.sleep(2)
+            self.kill9()
+        self._known.clear()
+        return code
+
+    def rss_of_tree_mb(self) -> float:
+        total = 0
+        for p in self.tree():
+            try:
+                total += p.memory_info().rss
+            except psutil.NoSuchProcess:
+                pass
+        return total / 2**20
+
+
+def _alive(p: psutil.Process) -> bool:
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+if __name__ == "__main__":  # manual use: python -m tests.broker_process DIR
+    b = BrokerProcess(Path(sys.argv[1])).start()
+    print(b.bootstrap)
+    try:
+        while True:
+            time.sleep(1)
+    except KeyboardInterrupt:
+        b.stop()

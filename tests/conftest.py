@@ -1,0 +1,38 @@
+"""Shared fixtures. Integration tests share ONE broker per test session (Ray and
+ZooKeeper start once); tests that kill brokers start their own."""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.broker_process import BrokerProcess
+
+
+@pytest.fixture(scope="session")
+def session_dir():
+    path = Path(tempfile.mkdtemp(prefix="rk-test-"))
+    yield path
+    if os.environ.get("RAYKAFKA_KEEP_TEST_DATA") != "1":
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def broker(session_dir):
+    """A broker for the whole session: real Ray, real embedded ZooKeeper."""
+    process = BrokerProcess(session_dir / "shared-broker" / "data",
+                            overrides={"log.segment.bytes": str(8 * 1024 * 1024)})
+    process.start()
+    yield process
+    code = process.stop()
+    assert code == 0, f"broker did not stop cleanly (exit {code}):\n{process.log_tail()}"
+
+
+@pytest.fixture
+def topic_name(request):
+    base = "".join(c if c.isalnum() else "-" for c in request.node.name)[:80]
+    return f"{base}-{uuid.uuid4().hex[:6]}"

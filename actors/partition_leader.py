@@ -131,7 +131,7 @@ class ReplicaActor(FollowerRole):
             self.log.delete()
             key = (self.topic, self.partition_index)
             for checkpoint in self._checkpoints.values():
-                checkpoint.update({key: None})
+                checkpoint.update(remove=[key])
         else:
             self._write_checkpoints(flush=True)
             self.log.close()

@@ -336,7 +336,9 @@ def bench_target(t: Target, a, run_id: str) -> dict:
         elif not c.get("ok"):
             t.notes.append(f"repeat {r}: create phase failed: {c.get('error')}")
         for phase in ("produce", "consume"):
+            load = os.getloadavg()[0]
             res = run_phase(phase, bootstrap, topic, a, t.workdir)
+            res["loadavg_1m_before"] = round(load, 2)
             run[phase] = res
             print(f"  {t.name} #{r} {phase:8s}" + (
                 f"{res['mb_s']:8.1f} MB/s {res['records_s']:10.0f} rec/s "
@@ -368,8 +370,12 @@ def summarize(target_result: dict) -> dict:
             "elapsed_s": statistics.median(r["elapsed_s"] for r in rs),
             "all_mb_s": [round(r["mb_s"], 1) for r in rs],
         }
-    parts = {r["consume"].get("partitions") for r in target_result.get("runs", [])
-             if r.get("consume", {}).get("ok")}
+    parts = set()
+    for r in target_result.get("runs", []):
+        n = (r.get("consume") or {}).get("partitions") or \
+            (r.get("produce") or {}).get("partitions_seen")
+        if n:
+            parts.add(n)
     s["partitions"] = parts.pop() if len(parts) == 1 else (sorted(parts) or None)
     return s
 
@@ -429,7 +435,8 @@ def parse_args(argv=None):
     ap.add_argument("--targets", default="raykafka,tansu,mock",
                     help="comma-separated subset of raykafka,tansu,mock")
     ap.add_argument("--acks", default="1", choices=["0", "1", "all", "-1"])
-    ap.add_argument("--repeat", type=int, default=1, help="runs per target; median is reported")
+    ap.add_argument("--repeat", type=int, default=3,
+                    help="runs per target (fresh topic each); the median is reported")
     ap.add_argument("--raykafka-bootstrap", metavar="HOST:PORT",
                     help="benchmark an already running raykafka instead of starting one")
     ap.add_argument("--raykafka-cmd", metavar="CMD",
@@ -466,6 +473,11 @@ def main(argv=None) -> int:
     print(f"raykafka bench {run_id}: targets={','.join(a.targets)}; "
           f"{machine['cpus']} cores ({machine['cpus_usable']} usable) shared by "
           f"client and broker", flush=True)
+    load = os.getloadavg()
+    machine["loadavg_at_start"] = [round(x, 2) for x in load]
+    if load[0] > 0.5:
+        print(f"warning: 1-minute load average is {load[0]:.2f} before the run: other "
+              f"work shares these cores, figures will be noisy", flush=True)
     workroot = Path(tempfile.mkdtemp(prefix=f"raykafka-bench-{run_id}-"))
     results: dict[str, dict] = {}
     started: list[Target] = []

@@ -130,7 +130,7 @@ class BrokerProcess:
     def _identify(self, zk_connect: str, log_dirs: list[str]) -> tuple[int, str]:
         """broker.id from config, else meta.properties, else /brokers/seqid (Kafka's order)."""
         from metadata.kafka_zk import KafkaZkClient
-        from storage.meta_properties import read_meta_properties, write_meta_properties
+        from storage.meta_properties import MetaProperties
 
         zk = KafkaZkClient(zk_connect, session_timeout_ms=self.config["zookeeper.session.timeout.ms"])
         zk.start()
@@ -139,7 +139,7 @@ class BrokerProcess:
             cluster_id = zk.get_or_create_cluster_id()
             found = {}
             for d in log_dirs:
-                meta = read_meta_properties(Path(d))
+                meta = MetaProperties.read_if_exists(d)
                 if meta is not None:
                     found[d] = meta
             ids = {m.broker_id for m in found.values()}
@@ -161,7 +161,7 @@ class BrokerProcess:
             else:
                 broker_id = zk.generate_broker_id(self.config["reserved.broker.max.id"])
             for d in log_dirs:
-                write_meta_properties(Path(d), broker_id, cluster_id)
+                MetaProperties(cluster_id=cluster_id, broker_id=broker_id).write(d)
             return broker_id, cluster_id
         finally:
             zk.close()

@@ -22,7 +22,14 @@ from dataclasses import dataclass, field
 from storage.checkpoint import atomic_write
 from storage.errors import CorruptCheckpointError
 
-__all__ = ["META_PROPERTIES", "MetaProperties", "read_properties", "write_properties", "format_properties"]
+__all__ = [
+    "META_PROPERTIES",
+    "MetaProperties",
+    "read_properties",
+    "parse_properties",
+    "write_properties",
+    "format_properties",
+]
 
 META_PROPERTIES = "meta.properties"
 
@@ -76,7 +83,8 @@ def _unescape(s: str, path: str) -> str:
         else:
             out.append(_ESCAPES.get(c, c))
             i += 1
-    return "".join(out)
+    # \\u escapes of a surrogate pair decode to two lone surrogates; join them.
+    return "".join(out).encode("utf-16-be", "surrogatepass").decode("utf-16-be", "replace")
 
 
 def _split_key_value(line: str) -> tuple[str, str]:
@@ -131,9 +139,10 @@ def _escape(s: str, is_key: bool) -> str:
         elif c in "=:#!":
             out.append("\\" + c)
         elif ord(c) < 0x20 or ord(c) > 0x7E:
-            out.append(f"\\u{ord(c):04X}" if ord(c) <= 0xFFFF else "".join(
-                f"\\u{ord(u):04X}" for u in c.encode("utf-16-be").decode("utf-16-be", "surrogatepass")
-            ))
+            # Java writes \\uXXXX (UTF-16 code units, so surrogate pairs above
+            # the BMP) to keep the file ISO-8859-1 clean.
+            units = c.encode("utf-16-be", "surrogatepass")
+            out.append("".join(f"\\u{int.from_bytes(units[k:k + 2], 'big'):04X}" for k in range(0, len(units), 2)))
         else:
             out.append(c)
     return "".join(out)

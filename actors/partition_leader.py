@@ -57,14 +57,14 @@ class ReplicaActor(FollowerRole):
         self.log_dir.mkdir(parents=True, exist_ok=True)
         key = (topic, partition)
         self._checkpoints = {
-            name: OffsetCheckpointFile(self.log_dir / name)
+            name: OffsetCheckpointFile(str(self.log_dir / name))
             for name in (RECOVERY_POINT_FILE, LOG_START_FILE, REPLICATION_OFFSET_FILE)
         }
         recovery_point = self._checkpoints[RECOVERY_POINT_FILE].read().get(key, 0)
         log_start = self._checkpoints[LOG_START_FILE].read().get(key, 0)
         high_watermark = self._checkpoints[REPLICATION_OFFSET_FILE].read().get(key, 0)
         started = time.monotonic()
-        self.log = Log(self.log_dir / partition_dir_name(topic, partition), LogConfig(**log_config),
+        self.log = Log(str(self.log_dir / partition_dir_name(topic, partition)), LogConfig(**log_config),
                        recovery_point=recovery_point, log_start_offset=log_start)
         log.info("loaded %s-%d: log end %d, start %d, recovery point %d, in %.0f ms", topic, partition,
                  self.log.log_end_offset, self.log.log_start_offset, recovery_point,

@@ -28,6 +28,8 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from bench.procstat import CpuWindow
+
 POOL_SIZE = 256  # distinct payloads cycled through by the producer
 
 
@@ -132,6 +134,7 @@ def phase_produce(a) -> dict:
 
     n, topic, produce, poll = a.records, a.topic, p.produce, p.poll
     mask = POOL_SIZE - 1
+    cpu = CpuWindow(a.broker_pid).start()
     t0 = time.perf_counter()
     for i in range(n):
         try:
@@ -148,6 +151,7 @@ def phase_produce(a) -> dict:
             poll(0)
     remaining = p.flush(a.timeout)
     t1 = time.perf_counter()
+    cpu = cpu.stop()
 
     res = {
         "elapsed_s": t1 - t0,
@@ -156,6 +160,7 @@ def phase_produce(a) -> dict:
         "errors": errors["count"],
         "partitions_seen": partitions_seen,
         "lz4_pool_ratio": lz4_ratio(pool),
+        "cpu": cpu,
     }
     if remaining:
         res.update(ok=False, error=f"{remaining} records still undelivered after "
@@ -204,6 +209,7 @@ def phase_consume(a) -> dict:
         bad_seq = 0
         last_progress = time.perf_counter()
         consume = c.consume
+        cpu = CpuWindow(a.broker_pid).start()
         t0 = time.perf_counter()
         c.assign([TopicPartition(a.topic, pid, OFFSET_BEGINNING) for pid in parts])
         while got < n:
@@ -228,6 +234,7 @@ def phase_consume(a) -> dict:
                 except (IndexError, TypeError, ValueError):
                     bad_seq += 1
         t1 = last_progress  # time the last record arrived
+        cpu = cpu.stop()
         distinct = n - seen.count(0)
         # High watermarks seen in Fetch responses (what the broker really holds)
         fetched_hwm = 0
@@ -242,6 +249,7 @@ def phase_consume(a) -> dict:
             "partitions": len(parts),
             "list_offsets_records": held,
             "fetch_high_watermark_records": fetched_hwm,
+            "cpu": cpu,
             "warnings": [],
         }
         if got != n or distinct != n:
@@ -278,6 +286,8 @@ def main(argv=None) -> int:
     ap.add_argument("--acks", default="1")
     ap.add_argument("--timeout", type=float, default=300.0,
                     help="produce: max seconds for the final flush")
+    ap.add_argument("--broker-pid", type=int, default=0,
+                    help="root pid of the broker's process tree, for CPU accounting")
     ap.add_argument("--idle-timeout", type=float, default=30.0,
                     help="consume: give up after this many seconds without a record")
     a = ap.parse_args(argv)

@@ -41,6 +41,7 @@ TANSU_SH = Path(os.environ.get("RAYKAFKA_TANSU_SH", "/work/shared/peers/tansu.sh
 MOCK_PY = Path(os.environ.get("RAYKAFKA_MOCK_PY", "/work/shared/peers/rdkafka_mock.py"))
 ALL_TARGETS = ("raykafka", "tansu", "mock")
 PEERS = ("tansu", "mock")
+OTHER_CPU_WARN = 15.0  # % of one core used by foreign processes => disturbed
 
 
 class TargetError(RuntimeError):
@@ -174,6 +175,7 @@ class LogPump(threading.Thread):
 # ------------------------------------------------------------------ targets
 @dataclass
 class Target:
+    """A broker the harness starts (once per round) and stops itself."""
     name: str
     workdir: Path
     start_timeout: float
@@ -181,9 +183,16 @@ class Target:
     pump: LogPump | None = None
     bootstrap: str | None = None
     notes: list[str] = field(default_factory=list)
+    logs: list[str] = field(default_factory=list)
+    starts: int = 0
+
+    def note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
 
     def _spawn(self, cmd: list[str], pattern: str | None, env=None, cwd=None):
-        log = self.workdir / f"{self.name}.log"
+        log = self.workdir / f"{self.name}-{self.starts}.log"
+        self.logs.append(str(log))
         self.proc = subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL, start_new_session=True, env=env,
@@ -199,11 +208,18 @@ class Target:
         return self.pump.match
 
     def start(self) -> str:
+        self.starts += 1
+        self.bootstrap = self._start()
+        return self.bootstrap
+
+    def _start(self) -> str:
         raise NotImplementedError
 
     def stop(self):
         if self.proc is not None:
             kill_tree(self.proc)
+            self.pump.join(timeout=5)
+            self.proc = None
 
 
 class RaykafkaTarget(Target):
@@ -220,7 +236,7 @@ class RaykafkaTarget(Target):
             return [str(exe)]
         if (REPO / "cli" / "main.py").exists():
             # Not installed as a console script yet; call the same entry point.
-            self.notes.append(f"{exe} missing; ran cli.main:main from {REPO} instead")
+            self.note(f"{exe} missing; ran cli.main:main from {REPO} instead")
             return [PYTHON, "-c", "import sys; from cli.main import main; "
                     "sys.argv[0] = 'raykafka'; sys.exit(main())"]
         raise TargetError(
@@ -228,13 +244,12 @@ class RaykafkaTarget(Target):
             f"(install the project with `.venv/bin/pip install -e .` once the CLI "
             f"lands, or pass --raykafka-bootstrap HOST:PORT for a running broker)")
 
-    def start(self) -> str:
+    def _start(self) -> str:
         if self.external:
-            self.notes.append(f"used already running broker at {self.external}")
-            self.bootstrap = self.external
-            return self.bootstrap
+            self.note(f"used the already running broker at {self.external}")
+            return self.external
         port = free_port()
-        data = self.workdir / "raykafka-data"
+        data = self.workdir / f"raykafka-data-{self.starts}"
         data.mkdir()
         env = dict(os.environ, RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0",
                    RAY_AUTH_MODE="disabled", PYTHONUNBUFFERED="1")
@@ -242,15 +257,14 @@ class RaykafkaTarget(Target):
                                  f"listeners=PLAINTEXT://127.0.0.1:{port}"]
         self._spawn(cmd, r"raykafka ready on (\S+):(\d+)", env=env, cwd=REPO)
         m = self._wait_pattern()
-        self.bootstrap = f"{m.group(1)}:{m.group(2)}"
-        return self.bootstrap
+        return f"{m.group(1)}:{m.group(2)}"
 
 
 class TansuTarget(Target):
     def __init__(self, workdir, start_timeout):
         super().__init__("tansu", workdir, start_timeout)
 
-    def start(self) -> str:
+    def _start(self) -> str:
         if not TANSU_SH.exists():
             raise TargetError(f"{TANSU_SH} not found")
         port = free_port()
@@ -262,8 +276,7 @@ class TansuTarget(Target):
                 raise TargetError(f"tansu exited with code {self.proc.returncode}; "
                                   f"last output:\n{self.pump.tail()}")
             if port_open("127.0.0.1", port):
-                self.bootstrap = f"127.0.0.1:{port}"
-                return self.bootstrap
+                return f"127.0.0.1:{port}"
             time.sleep(0.2)
         raise TargetError(f"tansu not listening on {port} after "
                           f"{self.start_timeout:.0f}s; last output:\n{self.pump.tail()}")
@@ -273,21 +286,22 @@ class MockTarget(Target):
     def __init__(self, workdir, start_timeout):
         super().__init__("mock", workdir, start_timeout)
 
-    def start(self) -> str:
+    def _start(self) -> str:
         if not MOCK_PY.exists():
             raise TargetError(f"{MOCK_PY} not found")
         self._spawn([PYTHON, "-u", str(MOCK_PY), "--brokers", "1"],
                     r"bootstrap\.servers=(\S+)")
-        self.bootstrap = self._wait_pattern().group(1)
-        return self.bootstrap
+        return self._wait_pattern().group(1)
 
 
 # ------------------------------------------------------------------ clients
 _children: set[subprocess.Popen] = set()
 
 
-def run_phase(phase: str, bootstrap: str, topic: str, a, log_dir: Path) -> dict:
+def run_phase(phase: str, bootstrap: str, topic: str, a, log_dir: Path,
+              broker_pid: int | None = None) -> dict:
     cmd = [PYTHON, "-m", "bench.client", phase, "--bootstrap", bootstrap,
+           "--broker-pid", str(broker_pid or 0),
            "--topic", topic, "--partitions", str(a.partitions),
            "--records", str(a.records), "--record-size", str(a.record_size),
            "--acks", str(a.acks), "--timeout", str(a.phase_timeout),
@@ -318,39 +332,43 @@ def run_phase(phase: str, bootstrap: str, topic: str, a, log_dir: Path) -> dict:
     return res
 
 
-def bench_target(t: Target, a, run_id: str) -> dict:
-    out = {"target": t.name, "runs": [], "notes": t.notes}
+def run_round(t: Target, r: int, a, run_id: str) -> dict:
+    """Start the target, run one repeat (create, produce, consume), and stop
+    it again. Every round gets a fresh broker and a fresh topic."""
+    run = {"repeat": r}
     t0 = time.monotonic()
-    bootstrap = t.start()
-    out["bootstrap"] = bootstrap
-    out["startup_s"] = round(time.monotonic() - t0, 2)
-    print(f"  {t.name}: up on {bootstrap} in {out['startup_s']}s", flush=True)
-    for r in range(a.repeat):
-        topic = f"bench-{run_id}-{t.name}-{r}"
-        run = {"repeat": r, "topic": topic}
-        c = run_phase("create", bootstrap, topic, a, t.workdir)
-        run["create"] = c
+    try:
+        bootstrap = t.start()
+        run["bootstrap"] = bootstrap
+        run["startup_s"] = round(time.monotonic() - t0, 2)
+        print(f"  {t.name} #{r}: up on {bootstrap} in {run['startup_s']}s", flush=True)
+        topic = run["topic"] = f"bench-{run_id}-{t.name}-{r}"
+        c = run["create"] = run_phase("create", bootstrap, topic, a, t.workdir)
         if c.get("note"):
-            t.notes.append(f"repeat {r}: {c['note']}")
-            print(f"  {t.name}: {c['note']}", flush=True)
+            t.note(c["note"])
+            print(f"  {t.name} #{r}: {c['note']}", flush=True)
         elif not c.get("ok"):
-            t.notes.append(f"repeat {r}: create phase failed: {c.get('error')}")
+            t.note(f"create phase failed: {c.get('error')}")
         for phase in ("produce", "consume"):
             load = os.getloadavg()[0]
-            res = run_phase(phase, bootstrap, topic, a, t.workdir)
+            res = run_phase(phase, bootstrap, topic, a, t.workdir,
+                            t.proc.pid if t.proc else None)
             res["loadavg_1m_before"] = round(load, 2)
             run[phase] = res
+            cpu = res.get("cpu") or {}
             print(f"  {t.name} #{r} {phase:8s}" + (
                 f"{res['mb_s']:8.1f} MB/s {res['records_s']:10.0f} rec/s "
-                f"({res['elapsed_s']:.2f}s)" if res.get("ok")
-                else f"FAIL: {res.get('error')}"), flush=True)
+                f"({res['elapsed_s']:.2f}s; CPU% client {cpu.get('client_cpu_pct')} "
+                f"broker {cpu.get('broker_cpu_pct')} other {cpu.get('other_cpu_pct')})"
+                if res.get("ok") else f"FAIL: {res.get('error')}"), flush=True)
             for w in res.get("warnings", []):
-                t.notes.append(f"repeat {r} {phase}: {w}")
-                print(f"  {t.name}: warning: {w}", flush=True)
+                t.note(f"{phase}: {w}")
+                print(f"  {t.name} #{r}: warning: {w}", flush=True)
             if not res.get("ok"):
                 break  # nothing meaningful to consume after a failed produce
-        out["runs"].append(run)
-    return out
+    finally:
+        t.stop()
+    return run
 
 
 # ------------------------------------------------------------------ report
@@ -370,6 +388,9 @@ def summarize(target_result: dict) -> dict:
             "elapsed_s": statistics.median(r["elapsed_s"] for r in rs),
             "all_mb_s": [round(r["mb_s"], 1) for r in rs],
         }
+        for k in ("client_cpu_pct", "broker_cpu_pct", "other_cpu_pct"):
+            vals = [r.get("cpu", {}).get(k) for r in rs]
+            s[phase][k] = statistics.median(vals) if None not in vals else None
     parts = set()
     for r in target_result.get("runs", []):
         n = (r.get("consume") or {}).get("partitions") or \
@@ -392,7 +413,7 @@ def print_report(summary: dict, ratios: dict, a, machine: dict) -> None:
           f"every figure (Ray workers run at nice 15).")
     print()
     hdr = (f"{'target':10s} {'phase':8s} {'parts':>5s} {'MB/s':>9s} {'records/s':>11s} "
-           f"{'time s':>8s}  runs MB/s")
+           f"{'time s':>7s} {'CPU%cli':>7s} {'brk':>5s} {'other':>5s}  runs MB/s")
     print(hdr)
     print("-" * len(hdr))
     for name, s in summary.items():
@@ -400,11 +421,16 @@ def print_report(summary: dict, ratios: dict, a, machine: dict) -> None:
             r = s[phase]
             parts = str(s.get("partitions") or "-")
             if r["ok"]:
+                f = lambda v: f"{v:.0f}" if isinstance(v, (int, float)) else "?"
                 print(f"{name:10s} {phase:8s} {parts:>5s} {r['mb_s']:9.1f} {r['records_s']:11.0f} "
-                      f"{r['elapsed_s']:8.2f}  {r['all_mb_s']}")
+                      f"{r['elapsed_s']:7.2f} {f(r['client_cpu_pct']):>7s} "
+                      f"{f(r['broker_cpu_pct']):>5s} {f(r['other_cpu_pct']):>5s}  {r['all_mb_s']}")
             else:
                 err = (r.get("error") or "").splitlines()[0][:100]
                 print(f"{name:10s} {phase:8s} {parts:>5s} {'FAIL':>9s}  {err}")
+    print("CPU% = median CPU use during the timed window in % of ONE core (the machine has "
+          f"{machine['cpus_usable'] * 100}%): cli = client process, brk = broker process tree, "
+          "other = everything else on the machine (high = disturbed run).")
     if ratios:
         print()
         print(f"{'ratio':18s} {'produce':>9s} {'consume':>9s}")
@@ -466,6 +492,9 @@ def _on_sigterm(signum, frame):
 
 def main(argv=None) -> int:
     a = parse_args(argv)
+    # Explicit: a shell that starts us in the background ignores SIGINT, and
+    # Python then never installs its KeyboardInterrupt handler.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _on_sigterm)
     signal.signal(signal.SIGHUP, _on_sigterm)
     machine = machine_info()
@@ -479,38 +508,40 @@ def main(argv=None) -> int:
         print(f"warning: 1-minute load average is {load[0]:.2f} before the run: other "
               f"work shares these cores, figures will be noisy", flush=True)
     workroot = Path(tempfile.mkdtemp(prefix=f"raykafka-bench-{run_id}-"))
-    results: dict[str, dict] = {}
-    started: list[Target] = []
+    makers = {
+        "raykafka": lambda wd: RaykafkaTarget(wd, a.start_timeout,
+                                              a.raykafka_bootstrap, a.raykafka_cmd),
+        "tansu": lambda wd: TansuTarget(wd, a.start_timeout),
+        "mock": lambda wd: MockTarget(wd, a.start_timeout),
+    }
+    targets: list[Target] = []
+    for name in a.targets:
+        (workroot / name).mkdir()
+        targets.append(makers[name](workroot / name))
+    results: dict[str, dict] = {t.name: {"target": t.name, "runs": [], "notes": t.notes,
+                                         "broker_logs": t.logs} for t in targets}
     interrupted = False
     try:
-        for name in a.targets:
-            wd = workroot / name
-            wd.mkdir()
-            t = {"raykafka": lambda: RaykafkaTarget(wd, a.start_timeout,
-                                                   a.raykafka_bootstrap, a.raykafka_cmd),
-                 "tansu": lambda: TansuTarget(wd, a.start_timeout),
-                 "mock": lambda: MockTarget(wd, a.start_timeout)}[name]()
-            started.append(t)
-            print(f"[{name}] starting", flush=True)
-            try:
-                results[name] = bench_target(t, a, run_id)
-            except TargetError as e:
-                print(f"  {name}: FAIL: {e}", flush=True)
-                results[name] = {"target": name, "error": str(e), "runs": [],
-                                 "notes": t.notes}
-            finally:
-                t.stop()  # one broker at a time: peers never share the CPU
-                if t.pump is not None:
-                    results.setdefault(name, {"target": name, "runs": [],
-                                              "error": "interrupted", "notes": t.notes}
-                                       )["broker_log"] = str(t.pump.log_path)
+        # Rounds are interleaved (round r runs every target once, one broker at
+        # a time) so drifting background load hits all targets alike.
+        for r in range(a.repeat):
+            print(f"[round {r + 1}/{a.repeat}]", flush=True)
+            for t in targets:
+                res = results[t.name]
+                if "error" in res:
+                    continue  # could not start before; do not retry
+                try:
+                    res["runs"].append(run_round(t, r, a, run_id))
+                except TargetError as e:
+                    print(f"  {t.name}: FAIL: {e}", flush=True)
+                    res["error"] = str(e)
     except KeyboardInterrupt:
         interrupted = True
         print("\ninterrupted; stopping brokers and clients", file=sys.stderr)
     finally:
         for p in list(_children):
             kill_tree(p, grace=2)
-        for t in started:
+        for t in targets:
             t.stop()
 
     summary = {n: summarize(r) for n, r in results.items()}
@@ -524,9 +555,20 @@ def main(argv=None) -> int:
                     ratios[peer][phase] = (rk["mb_s"] / pr["mb_s"]
                                            if rk["ok"] and pr["ok"] else None)
     print_report(summary, ratios, a, machine)
+    if interrupted:
+        print("INTERRUPTED: only the rounds completed before the interrupt are shown")
     for n, r in results.items():
         for note in r.get("notes", []):
             print(f"note [{n}]: {note}")
+    busy = [(n, p, s[p].get("other_cpu_pct")) for n, s in summary.items()
+            for p in ("produce", "consume") if s[p].get("ok")]
+    busy = [(n, p, v) for n, p, v in busy if v is not None and v > OTHER_CPU_WARN]
+    if busy:
+        worst = max(busy, key=lambda x: x[2])
+        print(f"warning: other processes used up to {worst[2]:.0f}% of a core during timed "
+              f"windows ({worst[0]} {worst[1]}); on this machine even the same broker "
+              f"measured twice can differ by 30% or more then. Ratios are unreliable: "
+              f"rerun when the machine is quiet and/or with a larger --repeat.")
 
     doc = {"run_id": run_id, "interrupted": interrupted, "machine": machine,
            "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items()},

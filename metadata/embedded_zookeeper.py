@@ -49,6 +49,8 @@ AUTO_PORT_RANGE = (20000, 32000)
 # How many fresh ports to try when an auto-chosen one turns out to be taken.
 AUTO_PORT_ATTEMPTS = 5
 LOG_TAIL_LINES = 40
+# /proc/net/tcp states that keep a port busy: ESTABLISHED, SYN_SENT, SYN_RECV, LISTEN.
+_PORT_HOLDING_STATES = frozenset({"01", "02", "03", "0A"})
 
 
 class ZooKeeperError(RuntimeError):
@@ -150,10 +152,11 @@ def _ports_in_use() -> set[int] | None:
             fields = line.split()
             if len(fields) < 4:
                 continue
-            local_port = int(fields[1].rsplit(":", 1)[1], 16)
-            # 06 is TIME_WAIT, which does not stop ZooKeeper's SO_REUSEADDR bind.
-            if fields[3] != "06":
-                used.add(local_port)
+            # Sockets still closing (FIN_WAIT*, TIME_WAIT, CLOSE_WAIT...; e.g. those a
+            # stopped server leaves behind) do not stop ZooKeeper's SO_REUSEADDR bind;
+            # counting them would move a restarted server to another port for nothing.
+            if fields[3] in _PORT_HOLDING_STATES:
+                used.add(int(fields[1].rsplit(":", 1)[1], 16))
     return used if found_any else None
 
 
@@ -258,6 +261,7 @@ class EmbeddedZooKeeper:
         *,
         max_session_timeout_ms: int = 60_000,
         heap_mb: int = 256,
+        log_level: str = "info",
         extra_config: dict[str, str] | None = None,
         zookeeper_jar: Path = DEBIAN_ZOOKEEPER_JAR,
     ):
@@ -265,6 +269,8 @@ class EmbeddedZooKeeper:
         port: None picks a free one the first time and reuses it on later starts.
         max_session_timeout_ms: ZooKeeper's default cap is 20 ticks (10 s at the
             default tick), which would silently shorten Kafka's 18 s sessions.
+        log_level: the server's log threshold (trace, debug, info, warn, error); at
+            info it logs a line per client session, so long-lived deployments may want warn.
         extra_config: more zoo.cfg lines, e.g. {"forceSync": "no"} for tests.
         """
         if tick_time_ms <= 0:
@@ -274,6 +280,7 @@ class EmbeddedZooKeeper:
         self.tick_time_ms = tick_time_ms
         self.max_session_timeout_ms = max(max_session_timeout_ms, 2 * tick_time_ms)
         self.heap_mb = heap_mb
+        self.log_level = log_level
         self.extra_config = dict(extra_config or {})
         self.zookeeper_jar = Path(zookeeper_jar)
         self._process: subprocess.Popen[bytes] | None = None
@@ -460,6 +467,7 @@ class EmbeddedZooKeeper:
             classpath,
             "-Dzookeeper.admin.enableServer=false",
             "-Dorg.slf4j.simpleLogger.logFile=System.out",
+            f"-Dorg.slf4j.simpleLogger.defaultLogLevel={self.log_level}",
             "-Dorg.slf4j.simpleLogger.showDateTime=true",
             "-Dorg.slf4j.simpleLogger.dateTimeFormat=yyyy-MM-dd HH:mm:ss,SSS",
             SERVER_MAIN_CLASS,

@@ -445,7 +445,11 @@ class KafkaZkClient:
         client_id = self._kazoo.client_id
         self._last_session_id = client_id[0] if client_id else None
         if ensure_paths:
-            self.ensure_persistent_paths()
+            try:
+                self.ensure_persistent_paths()
+            except BaseException:
+                self.close()
+                raise
         return self
 
     def close(self) -> None:
@@ -562,13 +566,12 @@ class KafkaZkClient:
             raise ZkClientClosedError("the ZooKeeper client is not started")
         return kazoo_client
 
-    def _await(self, what: str, start_request: Callable[[KazooClient], Any], retry: bool = False,
-               timeout_s: float | None = None) -> Any:
+    def _await(self, what: str, start_request: Callable[[KazooClient], Any], retry: bool = False) -> Any:
         """Send one request and wait for it, bounded by the request timeout.
 
         retry=True re-sends after a dropped connection, for requests that are safe
         to repeat (reads, unconditional idempotent writes)."""
-        deadline = time.monotonic() + (self.request_timeout_ms / 1000.0 if timeout_s is None else timeout_s)
+        deadline = time.monotonic() + self.request_timeout_ms / 1000.0
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:

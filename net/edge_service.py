@@ -154,7 +154,7 @@ class EdgeService:
             # Ray raises RayActorError/ActorDiedError when the target is gone:
             # clients get a retriable error and refresh metadata.
             if type(exc).__module__.startswith("ray"):
-                log.warning("actor call failed: %s", exc)
+                log.warning("actor call failed: %s", str(exc).splitlines()[0][:300])
                 raise ActorCallFailed(ErrorCode.not_leader_or_follower, str(exc)) from None
             raise
 

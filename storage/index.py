@@ -94,10 +94,11 @@ class _Index:
     def write_pending(self) -> None:
         if self._pending:
             fd = self._write_fd()
-            view = memoryview(self._pending)
-            while view:
-                view = view[os.write(fd, view) :]
-            self._pending.clear()
+            data = self._pending
+            written = os.write(fd, data)
+            while written < len(data):
+                written += os.write(fd, data[written:])
+            data.clear()
 
     def flush(self) -> None:
         self.write_pending()
@@ -229,6 +230,23 @@ class OffsetIndex(_Index):
         self._pos.append(position)
         self._pending += _OFFSET_ENTRY.pack(rel, position)
 
+    def append_many(self, offsets: list[int], positions: list[int]) -> None:
+        """Append entries already known to be increasing (the segment's
+        append path builds them so); one pack and one buffer extend."""
+        self.ensure_loaded()
+        if not offsets:
+            return
+        base = self.base_offset
+        rels = [o - base for o in offsets]
+        if rels[0] < 0 or rels[-1] > _MAX_RELATIVE or (self._rel and rels[0] <= self._rel[-1]):
+            raise ValueError(f"index entries {offsets[0]}..{offsets[-1]} do not extend {self.path}")
+        if len(self._rel) + len(rels) > self.max_entries:
+            raise IndexFullError(f"offset index {self.path} is full ({self.max_entries} entries)")
+        self._rel.extend(rels)
+        self._pos.extend(positions)
+        flat = [v for pair in zip(rels, positions) for v in pair]
+        self._pending += struct.pack(f">{len(flat)}i", *flat)
+
     def lookup(self, target_offset: int) -> tuple[int, int]:
         """Largest entry with offset <= target, as ``(offset, position)``;
         ``(base_offset, 0)`` when there is none."""
@@ -255,8 +273,9 @@ class OffsetIndex(_Index):
         """Remove entries with offset >= ``offset``."""
         self.truncate_entries(self.entries_below(offset))
 
-    def positions_sane(self, upto: int) -> bool:
-        return _strictly_increasing(self._pos[:upto]) and _strictly_increasing(self._rel[:upto])
+    def is_sorted(self) -> bool:
+        self.ensure_loaded()
+        return _strictly_increasing(self._rel) and _strictly_increasing(self._pos)
 
     def sanity_check(self, log_size: int | None = None) -> None:
         """Raise CorruptIndexError unless entries are strictly increasing and
@@ -343,6 +362,31 @@ class TimeIndex(_Index):
         self._pending += _TIME_ENTRY.pack(timestamp, rel)
         return True
 
+    def append_many(self, entries: list[tuple[int, int]]) -> None:
+        """Append ``(timestamp, offset)`` entries already filtered to strictly
+        increasing timestamps and non-decreasing offsets."""
+        self.ensure_loaded()
+        if not entries:
+            return
+        base = self.base_offset
+        first_ts, first_off = entries[0]
+        if self._ts and (first_ts <= self._ts[-1] or first_off - base < self._rel[-1]):
+            raise ValueError(f"time index entries at offset {first_off} do not extend {self.path}")
+        if first_off < base or entries[-1][1] - base > _MAX_RELATIVE:
+            raise ValueError(f"time index entries at offset {first_off} out of range for {self.path}")
+        pack = _TIME_ENTRY.pack
+        pending = self._pending
+        for ts, off in entries:
+            rel = off - base
+            self._ts.append(ts)
+            self._rel.append(rel)
+            pending += pack(ts, rel)
+
+    @property
+    def last_timestamp(self) -> int:
+        self.ensure_loaded()
+        return self._ts[-1] if self._ts else _NO_TIMESTAMP
+
     def lookup(self, timestamp: int) -> int:
         """Offset of the last entry with timestamp <= ``timestamp`` (where a
         scan for the first record at or after ``timestamp`` may start), or the
@@ -360,6 +404,10 @@ class TimeIndex(_Index):
     def truncate_to(self, offset: int) -> None:
         """Remove entries with offset >= ``offset``."""
         self.truncate_entries(self.entries_below(offset))
+
+    def is_sorted(self) -> bool:
+        self.ensure_loaded()
+        return _strictly_increasing(self._ts) and _non_decreasing(self._rel)
 
     def sanity_check(self, next_offset: int | None = None) -> None:
         self.ensure_loaded()

@@ -12,7 +12,7 @@ import re
 import signal
 import threading
 import time
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
@@ -279,11 +279,11 @@ def test_topic_create_get_exists_and_delete(zk, raw):
     assert zk.get_topic("orders").topic_id == fresh_id
 
 
-def test_topic_marked_for_deletion_cannot_be_recreated(zk):
+def test_topic_marked_for_deletion_cannot_be_recreated(zk, raw):
     zk.create_topic("doomed", {0: [1]})
     zk.mark_topic_for_deletion("doomed")
-    raw_client = zk  # the assignment is gone but the mark stays until the controller finishes
-    raw_client._delete_recursive(zk_paths.topic_path("doomed"))
+    # Half-way through the controller's deletion: the assignment is gone, the mark is not.
+    raw.delete("/brokers/topics/doomed", recursive=True)
     with pytest.raises(TopicExistsError, match="marked for deletion"):
         zk.create_topic("doomed", {0: [1]})
     with pytest.raises(TopicNotFoundError):
@@ -513,7 +513,7 @@ def test_isr_change_notifications(make_client, raw):
 # ------------------------------------------------------------- session events
 
 
-def test_session_loss_is_reported_and_a_new_session_follows(make_client):
+def test_session_loss_is_reported_and_a_new_session_follows(make_client, raw):
     broker = make_client()
     observer = make_client()
     broker.register_broker(21, "127.0.0.1", 9092)
@@ -533,11 +533,7 @@ def test_session_loss_is_reported_and_a_new_session_follows(make_client):
     assert new_session != old_session
     assert broker.session_id == new_session
     assert observer.get_broker(21) is not None
-    assert KazooOwner(observer, "/brokers/ids/21") == new_session
-
-
-def KazooOwner(client: KafkaZkClient, path: str) -> int:
-    return client._exists(path).ephemeralOwner
+    assert raw.exists("/brokers/ids/21").ephemeralOwner == new_session
 
 
 def test_close_does_not_report_session_loss(make_client):
@@ -551,7 +547,7 @@ def test_close_does_not_report_session_loss(make_client):
 
 
 def test_connecting_to_nothing_times_out(tmp_path):
-    # A port from the auto range with nothing on it.
+    # Port 1 is privileged: nothing listens there.
     client = KafkaZkClient("127.0.0.1:1", session_timeout_ms=2000, connection_timeout_ms=1000)
     started = time.monotonic()
     with pytest.raises(ZkTimeoutError):

@@ -1,0 +1,690 @@
+"""One log segment: ``<base>.log`` plus its ``.index`` and ``.timeindex``.
+
+The ``.log`` file is a plain concatenation of record batches exactly as they
+travel on the wire (with offsets assigned).  File names are the segment's
+base offset, zero padded to 20 digits, as in Kafka.
+
+Only batch headers are ever read here (with ``os.pread``); record payloads
+stay opaque.  The offset index is fed one entry per batch whenever more than
+``index_interval_bytes`` were written since the last entry, keyed by the
+batch's *last* offset, exactly what Kafka's own segment recovery writes (and
+what ``kafka-dump-log --index-sanity-check`` expects).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Callable, Iterator, NamedTuple
+
+from crc32c import crc32c
+
+from storage.errors import CorruptIndexError, KafkaStorageError
+from storage.index import OffsetIndex, TimeIndex
+from storage.record_batch import (
+    ATTRIBUTES_OFFSET,
+    HEADER,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    MAX_RELATIVE_OFFSET,
+    MIN_BATCH_LENGTH,
+)
+from storage import records as _records
+
+__all__ = [
+    "LogSegment",
+    "FileSlice",
+    "LOG_SUFFIX",
+    "INDEX_SUFFIX",
+    "TIME_INDEX_SUFFIX",
+    "TXN_INDEX_SUFFIX",
+    "segment_file_prefix",
+]
+
+log = logging.getLogger(__name__)
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+TXN_INDEX_SUFFIX = ".txnindex"
+
+# Header scans read a page at a time: small batches then share one pread,
+# large ones cost one small read each.
+_SCAN_CHUNK = 4096
+# Recovery reads big sequential chunks; batches larger than this are
+# CRC-checked in pieces instead of being held in memory whole.
+_RECOVERY_CHUNK = 4 * 1024 * 1024
+_NO_TIMESTAMP = -1
+
+
+def segment_file_prefix(base_offset: int) -> str:
+    return f"{base_offset:020d}"
+
+
+class FileSlice(NamedTuple):
+    """Whole batches ``[position, position + length)`` of a segment file.
+
+    ``base_offset`` is the first batch's base offset; ``next_offset`` the
+    offset a consumer fetches next (after the last batch).  The bytes stay
+    valid until the log is truncated or the segment deleted.
+    """
+
+    path: str
+    position: int
+    length: int
+    base_offset: int
+    next_offset: int
+
+
+class _Sequential:
+    """Chunked sequential reader over a file for recovery."""
+
+    __slots__ = ("fd", "end", "buf", "start")
+
+    def __init__(self, fd: int, end: int):
+        self.fd = fd
+        self.end = end
+        self.buf = memoryview(b"")
+        self.start = 0
+
+    def view(self, pos: int, n: int) -> memoryview | None:
+        off = pos - self.start
+        if 0 <= off and off + n <= len(self.buf):
+            return self.buf[off : off + n]
+        want = min(max(n, _RECOVERY_CHUNK), self.end - pos)
+        if want < n:
+            return None
+        data = os.pread(self.fd, want, pos)
+        if len(data) < n:
+            return None
+        self.buf = memoryview(data)
+        self.start = pos
+        return self.buf[:n]
+
+
+class LogSegment:
+    def __init__(self, dir: str, base_offset: int, config, *, create: bool = False, now_ms: int | None = None):
+        self.dir = dir
+        self.base_offset = base_offset
+        self.config = config
+        prefix = os.path.join(dir, segment_file_prefix(base_offset))
+        self.log_path = prefix + LOG_SUFFIX
+        self.index = OffsetIndex(prefix + INDEX_SUFFIX, base_offset, config.segment_index_bytes)
+        self.time_index = TimeIndex(prefix + TIME_INDEX_SUFFIX, base_offset, config.segment_index_bytes)
+        flags = os.O_RDWR | os.O_APPEND
+        if create:
+            flags |= os.O_CREAT | os.O_EXCL
+        self._fd: int | None = os.open(self.log_path, flags, 0o644)
+        self._size = os.fstat(self._fd).st_size
+        self.created_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        # Lazily derived state (None = not computed yet); a segment opened
+        # without recovery learns these from its indexes on first use.
+        self._next_offset: int | None = base_offset if self._size == 0 else None
+        self._max_ts: int | None = None
+        self._offset_of_max_ts: int | None = None
+        self._rolling_ts: int | None = None
+        self._rolling_ts_known = False
+        self._bytes_since_index = 0
+        self._indexes_checked = False
+        if create:
+            self.index.create()
+            self.time_index.create()
+            self._max_ts = _NO_TIMESTAMP
+            self._offset_of_max_ts = base_offset
+            self._rolling_ts_known = True
+            self._indexes_checked = True
+
+    # ------------------------------------------------------------------ info
+
+    def __repr__(self) -> str:
+        return f"LogSegment(base={self.base_offset}, size={self._size}, next={self._next_offset})"
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    @property
+    def next_offset(self) -> int:
+        """Offset after the last batch (the base offset when empty)."""
+        if self._next_offset is None:
+            self._check_indexes()
+            if self._next_offset is None:
+                self._next_offset = self._scan_next_offset()
+        return self._next_offset
+
+    @property
+    def max_timestamp(self) -> int:
+        self._ensure_max_ts()
+        return self._max_ts
+
+    @property
+    def offset_of_max_timestamp(self) -> int:
+        """Last offset of the first batch that reached ``max_timestamp``."""
+        self._ensure_max_ts()
+        return self._offset_of_max_ts
+
+    @property
+    def rolling_based_timestamp(self) -> int | None:
+        """Max timestamp of the first batch: what time-based rolling measures from."""
+        if not self._rolling_ts_known:
+            if self._size >= HEADER_SIZE:
+                self._rolling_ts = HEADER.unpack(os.pread(self._fd, HEADER_SIZE, 0))[8]
+            else:
+                self._rolling_ts = None
+            self._rolling_ts_known = True
+        return self._rolling_ts
+
+    def time_waited_for_roll(self, now_ms: int, max_timestamp_in_messages: int) -> int:
+        ts = self.rolling_based_timestamp
+        if ts is not None and ts >= 0:
+            return max_timestamp_in_messages - ts
+        return max(0, now_ms - self.created_ms)
+
+    def can_convert_to_relative(self, offset: int) -> bool:
+        return 0 <= offset - self.base_offset <= MAX_RELATIVE_OFFSET
+
+    def index_has_room(self, new_batches: int) -> bool:
+        """Whether ``new_batches`` more batches fit the indexes (each batch can
+        add at most one entry to each)."""
+        return (
+            self.index.entries + new_batches <= self.index.max_entries
+            and self.time_index.entries + new_batches < self.time_index.max_entries
+        )
+
+    # --------------------------------------------------------------- helpers
+
+    def _fd_or_raise(self) -> int:
+        if self._fd is None:
+            raise KafkaStorageError(f"segment {self.log_path} is closed")
+        return self._fd
+
+    def _heads(self, pos: int, end: int | None = None) -> Iterator[tuple[int, tuple]]:
+        """Yield ``(position, raw header tuple)`` for each complete batch from
+        ``pos`` (a batch boundary) up to ``end``."""
+        fd = self._fd_or_raise()
+        if end is None:
+            end = self._size
+        unpack = HEADER.unpack_from
+        buf = b""
+        buf_start = pos
+        while end - pos >= HEADER_SIZE:
+            off = pos - buf_start
+            if off < 0 or off + HEADER_SIZE > len(buf):
+                buf = os.pread(fd, min(_SCAN_CHUNK, end - pos), pos)
+                buf_start = pos
+                off = 0
+                if len(buf) < HEADER_SIZE:
+                    return
+            h = unpack(buf, off)
+            size = h[1] + LOG_OVERHEAD
+            if size < HEADER_SIZE or pos + size > end:
+                return
+            yield pos, h
+            pos += size
+
+    def _find_batch(self, offset: int) -> tuple[int, tuple | None]:
+        """Position and header of the first batch whose last offset >= offset,
+        or ``(size, None)``."""
+        _, pos = self.index.lookup(offset)
+        for p, h in self._heads(pos):
+            if h[0] + h[6] >= offset:
+                return p, h
+        return self._size, None
+
+    def _scan_next_offset(self) -> int:
+        if self._size == 0:
+            return self.base_offset
+        pos = self.index.entry(self.index.entries - 1)[1] if self.index.entries else 0
+        last = None
+        for _, h in self._heads(pos):
+            last = h
+        return self.base_offset if last is None else last[0] + last[6] + 1
+
+    def _check_indexes(self) -> None:
+        """First use of a segment opened without recovery: load and sanity
+        check its indexes, rebuilding them from the log if corrupt."""
+        if self._indexes_checked:
+            return
+        self._indexes_checked = True
+        try:
+            self.index.sanity_check(self._size)
+            self._next_offset = self._scan_next_offset()
+            self.time_index.sanity_check(self._next_offset)
+        except CorruptIndexError as exc:
+            log.warning("rebuilding indexes of %s: %s", self.log_path, exc)
+            self.recover()
+
+    def _ensure_max_ts(self) -> None:
+        if self._max_ts is None:
+            self._check_indexes()
+            if self._max_ts is None:
+                ts, off = self.time_index.last_entry
+                self._max_ts, self._offset_of_max_ts = ts, off
+
+    def _max_ts_after(self, pos: int, ts: int, off: int) -> tuple[int, int]:
+        for _, h in self._heads(pos):
+            if h[8] > ts:
+                ts, off = h[8], h[0] + h[6]
+        return ts, off
+
+    # ----------------------------------------------------------------- write
+
+    def append(self, largest_offset: int, max_timestamp: int, offset_of_max_ts: int, buf) -> None:
+        """Append validated batches (offsets assigned) at the end of the file.
+
+        ``largest_offset`` is the last offset in ``buf``; ``max_timestamp`` and
+        ``offset_of_max_ts`` summarise its batches' max timestamps.
+        """
+        n = len(buf)
+        if n == 0:
+            return
+        fd = self._fd_or_raise()
+        if not self.can_convert_to_relative(largest_offset):
+            raise ValueError(f"offset {largest_offset} out of range for segment {self.base_offset}")
+        self._ensure_max_ts()
+        start = self._size
+        view = buf if isinstance(buf, memoryview) else memoryview(buf)
+        try:
+            written = os.write(fd, view)
+            while written < n:
+                written += os.write(fd, view[written:])
+        except OSError as exc:
+            # Leave the file as it was so the segment stays consistent.
+            try:
+                os.ftruncate(fd, start)
+            except OSError:
+                pass
+            raise KafkaStorageError(f"append to {self.log_path} failed: {exc}") from exc
+        self._size = start + n
+        if start == 0:
+            self._rolling_ts = max_timestamp
+            self._rolling_ts_known = True
+
+        interval = self.config.index_interval_bytes
+        since = self._bytes_since_index
+        if since + n <= interval:
+            # No batch of this append can start past the interval: skip the
+            # per-batch walk entirely.
+            self._bytes_since_index = since + n
+            if max_timestamp > self._max_ts:
+                self._max_ts = max_timestamp
+                self._offset_of_max_ts = offset_of_max_ts
+        else:
+            index, time_index = self.index, self.time_index
+            index_room = index.max_entries - index.entries
+            time_room = time_index.max_entries - 1 - time_index.entries
+            last_indexed_ts = time_index.last_timestamp
+            max_ts, off_max = self._max_ts, self._offset_of_max_ts
+            index_offsets: list[int] = []
+            index_positions: list[int] = []
+            time_entries: list[tuple[int, int]] = []
+            unpack = HEADER.unpack_from
+            p = 0
+            while p < n:
+                h = unpack(view, p)
+                last = h[0] + h[6]
+                if h[8] > max_ts:
+                    max_ts, off_max = h[8], last
+                if since > interval and index_room > 0:
+                    index_offsets.append(last)
+                    index_positions.append(start + p)
+                    index_room -= 1
+                    if time_room > 0 and max_ts > last_indexed_ts:
+                        time_entries.append((max_ts, off_max))
+                        last_indexed_ts = max_ts
+                        time_room -= 1
+                    since = 0
+                size = h[1] + LOG_OVERHEAD
+                since += size
+                p += size
+            self._bytes_since_index = since
+            self._max_ts, self._offset_of_max_ts = max_ts, off_max
+            if index_offsets:
+                index.append_many(index_offsets, index_positions)
+                index.write_pending()
+            if time_entries:
+                time_index.append_many(time_entries)
+                time_index.write_pending()
+        self._next_offset = largest_offset + 1
+
+    def on_become_inactive(self) -> None:
+        """Called when a newer segment takes over: record the final max
+        timestamp in the time index, as Kafka does on roll."""
+        self._ensure_max_ts()
+        if self._max_ts is not None and self._max_ts >= 0:
+            self.time_index.maybe_append(self._max_ts, self._offset_of_max_ts, skip_full_check=True)
+        self.index.write_pending()
+        self.time_index.write_pending()
+
+    def flush(self) -> None:
+        """fsync the log file and both indexes."""
+        os.fsync(self._fd_or_raise())
+        self.index.flush()
+        self.time_index.flush()
+
+    # ------------------------------------------------------------------ read
+
+    def read_slice(
+        self,
+        start_offset: int,
+        max_bytes: int,
+        max_offset_exclusive: int | None = None,
+        min_one_batch: bool = True,
+    ) -> FileSlice | None:
+        """Locate whole batches from the one containing ``start_offset``.
+
+        At most ``max_bytes`` (except that ``min_one_batch`` always returns
+        the first batch) and only batches whose last offset is below
+        ``max_offset_exclusive``.  None when no batch at or after
+        ``start_offset`` exists in this segment; a zero-length slice when
+        limits exclude even the first batch.
+        """
+        if max_bytes < 0:
+            raise ValueError(f"invalid max_bytes {max_bytes}")
+        if start_offset >= self.next_offset:
+            return None
+        self._check_indexes()
+        start_pos, h = self._find_batch(start_offset)
+        if h is None:
+            return None
+        size = self._size
+        first_size = h[1] + LOG_OVERHEAD
+        limit = size if max_bytes >= size - start_pos else start_pos + max_bytes
+        if max_offset_exclusive is not None and max_offset_exclusive < self.next_offset:
+            cut, _ = self._find_batch(max_offset_exclusive)
+            if cut <= start_pos:
+                return FileSlice(self.log_path, start_pos, 0, h[0], h[0])
+            limit = min(limit, cut)
+        if limit >= size:
+            end_pos, next_offset = size, self.next_offset
+        else:
+            # The last batch boundary <= limit: jump close to it through the
+            # index instead of walking every batch in between.
+            _, scan_from = self.index.lookup_position(limit)
+            if scan_from < start_pos:
+                scan_from = start_pos
+            end_pos, next_offset = size, self.next_offset
+            for p, hh in self._heads(scan_from):
+                if p + hh[1] + LOG_OVERHEAD > limit:
+                    end_pos, next_offset = p, hh[0]
+                    break
+        if end_pos == start_pos:
+            if not min_one_batch:
+                return FileSlice(self.log_path, start_pos, 0, h[0], h[0])
+            end_pos = start_pos + first_size
+            next_offset = h[0] + h[6] + 1
+            if end_pos < size:
+                next_offset = HEADER.unpack(os.pread(self._fd, HEADER_SIZE, end_pos))[0]
+        return FileSlice(self.log_path, start_pos, end_pos - start_pos, h[0], next_offset)
+
+    def read_bytes(self, position: int, length: int) -> bytes:
+        fd = self._fd_or_raise()
+        data = os.pread(fd, length, position)
+        if len(data) != length:
+            raise KafkaStorageError(f"short read from {self.log_path} at {position}")
+        return data
+
+    def iter_batches(self, start_pos: int = 0) -> Iterator[tuple[int, tuple]]:
+        """``(position, raw header tuple)`` of every batch from ``start_pos``."""
+        return self._heads(start_pos)
+
+    def find_offset_by_timestamp(self, timestamp: int, start_offset: int) -> tuple[int, int] | None:
+        """First record at or after ``start_offset`` with timestamp >=
+        ``timestamp``, as ``(offset, timestamp)``."""
+        self._check_indexes()
+        from_offset = max(self.time_index.lookup(timestamp), start_offset)
+        _, pos = self.index.lookup(from_offset)
+        for p, h in self._heads(pos):
+            if h[8] >= timestamp and h[0] + h[6] >= start_offset:
+                found = _records.find_offset_for_timestamp(
+                    self.read_bytes(p, h[1] + LOG_OVERHEAD), timestamp, start_offset
+                )
+                if found is not None:
+                    return found
+        return None
+
+    def find_max_timestamp_record(self) -> tuple[int, int] | None:
+        """``(offset, timestamp)`` of the first record holding this segment's
+        max timestamp."""
+        self._ensure_max_ts()
+        if self._max_ts < 0:
+            return None
+        _, pos = self.index.lookup(self._offset_of_max_ts)
+        for p, h in self._heads(pos):
+            if h[8] == self._max_ts:
+                return _records.offset_of_max_timestamp(self.read_bytes(p, h[1] + LOG_OVERHEAD))
+        return None
+
+    # -------------------------------------------------------------- recovery
+
+    def _trusted_prefix(self, from_offset: int, file_size: int):
+        """State to resume recovery near ``from_offset`` instead of position 0.
+
+        Everything below the recovery point was fsynced, index entries
+        included, so the index entries below it can be trusted.  Returns
+        ``(position, max_ts, offset_of_max_ts, prev_last_offset,
+        bytes_since_index)`` or None to recover the whole segment.
+        """
+        index, time_index = self.index, self.time_index
+        if not (index.exists() and time_index.exists()):
+            return None
+        # bisect needs sorted entries; a torn, unsorted tail means a full
+        # rebuild (rare: it takes a crash that leaves garbage in the index).
+        if not (index.is_sorted() and time_index.is_sorted()):
+            return None
+        k = index.entries_below(from_offset) - 1
+        while k >= 0 and index.entry(k)[1] >= file_size:
+            k -= 1
+        if k < 0:
+            return None
+        entry_offset, resume_pos = index.entry(k)
+        head = os.pread(self._fd, HEADER_SIZE, resume_pos)
+        if len(head) < HEADER_SIZE:
+            return None
+        hk = HEADER.unpack(head)
+        if hk[3] != 2 or hk[1] < MIN_BATCH_LENGTH or not (self.base_offset <= hk[0] <= entry_offset):
+            return None
+        # Walk from the previous entry to resume_pos: finds the last offset
+        # before it and the max timestamp of batches the kept time index
+        # entries may not cover.
+        scan_from = index.entry(k - 1)[1] if k > 0 else 0
+        prev_last = self.base_offset - 1
+        max_ts, off_max = _NO_TIMESTAMP, self.base_offset
+        reached = scan_from
+        for p, h in self._heads(scan_from, resume_pos):
+            if h[3] != 2 or h[0] <= prev_last:
+                return None
+            prev_last = h[0] + h[6]
+            if h[8] > max_ts:
+                max_ts, off_max = h[8], prev_last
+            reached = p + h[1] + LOG_OVERHEAD
+        if reached != resume_pos:
+            return None
+        kept_time = time_index.entries_below(hk[0])
+        index.truncate_entries(k)
+        time_index.truncate_entries(kept_time)
+        if kept_time:
+            ts, off = time_index.last_entry
+            if ts > max_ts or (ts == max_ts and off < off_max):
+                max_ts, off_max = ts, off
+        since = resume_pos - scan_from if k > 0 else resume_pos
+        return resume_pos, max_ts, off_max, prev_last, since
+
+    def recover(
+        self,
+        max_batch_bytes: int | None = None,
+        from_offset: int | None = None,
+        epoch_observer: Callable[[int, int], None] | None = None,
+        require_contiguous: bool = False,
+    ) -> int:
+        """Re-validate batches, cut the file at the first invalid or torn one,
+        and rebuild the indexes.  Returns the number of bytes truncated.
+
+        With ``from_offset`` (the log's recovery point) only batches from the
+        last index entry below it are re-validated.  A batch is invalid when
+        its length, magic, CRC or offsets (not increasing, outside the
+        segment) are wrong, or when it exceeds ``max_batch_bytes`` if given.
+        ``epoch_observer(epoch, base_offset)`` sees every change of partition
+        leader epoch among re-validated batches.  ``require_contiguous``
+        (logs that are not compacted) also rejects offset gaps, which catches
+        a damaged base offset: that field is outside the CRC.
+        """
+        fd = self._fd_or_raise()
+        self.index.write_pending()
+        self.time_index.write_pending()
+        file_size = os.fstat(fd).st_size
+        state = None
+        if from_offset is not None and from_offset > self.base_offset:
+            try:
+                state = self._trusted_prefix(from_offset, file_size)
+            except (OSError, ValueError, CorruptIndexError):
+                state = None
+        if state is None:
+            self.index.reset()
+            self.time_index.reset()
+            pos, max_ts, off_max, prev_last, since = 0, _NO_TIMESTAMP, self.base_offset, self.base_offset - 1, 0
+        else:
+            pos, max_ts, off_max, prev_last, since = state
+
+        index, time_index = self.index, self.time_index
+        index_room = index.max_entries - index.entries
+        time_room = time_index.max_entries - 1 - time_index.entries
+        interval = self.config.index_interval_bytes
+        max_rel_last = self.base_offset + MAX_RELATIVE_OFFSET
+        reader = _Sequential(fd, file_size)
+        unpack = HEADER.unpack_from
+        last_epoch = None
+        while file_size - pos >= HEADER_SIZE:
+            h = unpack(reader.view(pos, HEADER_SIZE))
+            size = h[1] + LOG_OVERHEAD
+            if h[1] < MIN_BATCH_LENGTH or h[3] != 2 or size > file_size - pos:
+                break
+            if max_batch_bytes is not None and size > max_batch_bytes:
+                break
+            base = h[0]
+            last = base + h[6]
+            if h[6] < 0 or h[12] < 0 or base <= prev_last or last > max_rel_last:
+                break
+            if require_contiguous and base != prev_last + 1:
+                break
+            if size <= _RECOVERY_CHUNK:
+                body = reader.view(pos, size)
+                if body is None or crc32c(body[ATTRIBUTES_OFFSET:]) != h[4]:
+                    break
+            elif self._streamed_crc(pos, size) != h[4]:
+                break
+            if h[8] > max_ts:
+                max_ts, off_max = h[8], last
+            if since > interval and index_room > 0:
+                index.append(last, pos)
+                index_room -= 1
+                if time_room > 0 and time_index.maybe_append(max_ts, off_max):
+                    time_room -= 1
+                since = 0
+            since += size
+            if epoch_observer is not None and h[2] != last_epoch:
+                last_epoch = h[2]
+                epoch_observer(h[2], base)
+            prev_last = last
+            pos += size
+
+        truncated = file_size - pos
+        if truncated:
+            log.warning("truncating %d invalid bytes at position %d of %s", truncated, pos, self.log_path)
+            os.ftruncate(fd, pos)
+        self._size = pos
+        self._next_offset = prev_last + 1 if pos else self.base_offset
+        self._max_ts, self._offset_of_max_ts = max_ts, off_max
+        self._bytes_since_index = since
+        self._rolling_ts_known = False
+        if max_ts >= 0:
+            time_index.maybe_append(max_ts, off_max, skip_full_check=True)
+        index.write_pending()
+        time_index.write_pending()
+        self._indexes_checked = True
+        return truncated
+
+    def _streamed_crc(self, pos: int, size: int) -> int:
+        crc = 0
+        cur = pos + ATTRIBUTES_OFFSET
+        end = pos + size
+        while cur < end:
+            chunk = os.pread(self._fd, min(_RECOVERY_CHUNK, end - cur), cur)
+            if not chunk:
+                return -1
+            crc = crc32c(chunk, crc)
+            cur += len(chunk)
+        return crc
+
+    # ------------------------------------------------------------ truncation
+
+    def truncate_to(self, offset: int, now_ms: int | None = None) -> int:
+        """Drop the batch containing ``offset`` and everything after it.
+
+        Truncation is batch-granular: if ``offset`` falls inside a batch the
+        whole batch goes and :attr:`next_offset` becomes its base offset.
+        Returns the number of bytes removed.
+        """
+        if offset >= self.next_offset:
+            return 0
+        self._check_indexes()
+        pos, h = self._find_batch(offset)
+        if h is None:
+            return 0
+        fd = self._fd_or_raise()
+        new_next = min(h[0], offset)
+        removed = self._size - pos
+        self.index.truncate_to(new_next)
+        self.time_index.truncate_to(new_next)
+        os.ftruncate(fd, pos)
+        self._size = pos
+        self._next_offset = new_next
+        if pos == 0:
+            self.created_ms = int(time.time() * 1000) if now_ms is None else now_ms
+            self._rolling_ts_known = True
+            self._rolling_ts = None
+            self._max_ts, self._offset_of_max_ts = _NO_TIMESTAMP, self.base_offset
+            self._bytes_since_index = 0
+            return removed
+        # The kept time index entries cover batches up to the last kept
+        # offset index entry; scan the rest for the max timestamp.
+        entries = self.index.entries
+        last_entry_pos = self.index.entry(entries - 1)[1] if entries else 0
+        ts, off = self.time_index.last_entry
+        if ts < 0:
+            off = self.base_offset
+        self._max_ts, self._offset_of_max_ts = self._max_ts_after(last_entry_pos, ts, off)
+        self._bytes_since_index = pos - last_entry_pos if entries else pos
+        return removed
+
+    # --------------------------------------------------------------- closing
+
+    def close(self) -> None:
+        if self._fd is None:
+            return
+        try:
+            if self._max_ts is not None and self._max_ts >= 0:
+                self.time_index.maybe_append(self._max_ts, self._offset_of_max_ts, skip_full_check=True)
+        finally:
+            self.index.close()
+            self.time_index.close()
+            os.close(self._fd)
+            self._fd = None
+
+    def close_handles(self) -> None:
+        """Release descriptors without touching the files (before deletion)."""
+        self.index.close()
+        self.time_index.close()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def delete(self) -> None:
+        self.close_handles()
+        prefix = os.path.join(self.dir, segment_file_prefix(self.base_offset))
+        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
+            try:
+                os.unlink(prefix + suffix)
+            except FileNotFoundError:
+                pass

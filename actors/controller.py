@@ -452,11 +452,8 @@ class ControllerService:
     # ---- shutdown ------------------------------------------------------------------------------
     async def close_local_replicas(self, broker_id: int) -> int:
         """Clean shutdown of one broker's replicas: flush and checkpoint each log."""
-        handles = []
-        if self.ctx is not None:
-            for (topic, p), replicas in self.ctx.all_partitions():
-                if broker_id in replicas:
-                    handles.append(self._replica(topic, p, broker_id))
+        # By handle: the broker may already have left the context (its edge deregistered).
+        handles = [h for (topic, p, b), h in self.replica_handles.items() if b == broker_id]
         await asyncio.gather(*(asyncio.wait_for(h.close.remote(), self.call_timeout_s) for h in handles),
                              return_exceptions=True)
         return len(handles)

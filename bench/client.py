@@ -111,6 +111,9 @@ def phase_produce(a) -> dict:
         # flush() returning 0 means every record got a delivery report, and
         # with this setting every failed one reaches on_delivery below.
         "delivery.report.only.error": True,
+        # A broker that stops answering turns into delivery errors (FAIL)
+        # after this long instead of librdkafka's default 5 minutes.
+        "message.timeout.ms": int(a.timeout * 1000),
     }
     errors = {"count": 0, "first": None}
 
@@ -284,8 +287,9 @@ def main(argv=None) -> int:
     ap.add_argument("--records", type=int, default=200000)
     ap.add_argument("--record-size", type=int, default=1024)
     ap.add_argument("--acks", default="1")
-    ap.add_argument("--timeout", type=float, default=300.0,
-                    help="produce: max seconds for the final flush")
+    ap.add_argument("--timeout", type=float, default=120.0,
+                    help="produce: message.timeout.ms in seconds, and the max wait "
+                         "for the final flush")
     ap.add_argument("--broker-pid", type=int, default=0,
                     help="root pid of the broker's process tree, for CPU accounting")
     ap.add_argument("--idle-timeout", type=float, default=30.0,

@@ -311,14 +311,19 @@ def run_phase(phase: str, bootstrap: str, topic: str, a, log_dir: Path,
         p = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=err,
                              stdin=subprocess.DEVNULL, start_new_session=True)
         _children.add(p)
+        limit = a.phase_timeout + 60
         try:
-            out, _ = p.communicate(timeout=a.phase_timeout + 60)
+            out, _ = p.communicate(timeout=limit)
         except subprocess.TimeoutExpired:
             kill_tree(p, grace=2)
             return {"ok": False, "phase": phase,
-                    "error": f"client timed out after {a.phase_timeout + 60:.0f}s"}
+                    "error": f"client process still running after {limit:.0f}s; killed"}
+        except BaseException:  # Ctrl-C / SIGTERM: never leave a client behind
+            kill_tree(p, grace=2)
+            raise
         finally:
-            _children.discard(p)
+            if p.poll() is not None:
+                _children.discard(p)
     lines = out.decode(errors="replace").strip().splitlines()
     try:
         res = json.loads(lines[-1])
@@ -348,7 +353,12 @@ def run_round(t: Target, r: int, a, run_id: str) -> dict:
             t.note(c["note"])
             print(f"  {t.name} #{r}: {c['note']}", flush=True)
         elif not c.get("ok"):
-            t.note(f"create phase failed: {c.get('error')}")
+            # Not even metadata: the broker is not answering. Do not wait out
+            # the produce timeout for nothing.
+            run["produce"] = {"ok": False, "phase": "produce", "error":
+                              f"broker not usable, produce not run: {c.get('error')}"}
+            print(f"  {t.name} #{r} FAIL: {run['produce']['error']}", flush=True)
+            return run
         for phase in ("produce", "consume"):
             load = os.getloadavg()[0]
             res = run_phase(phase, bootstrap, topic, a, t.workdir,
@@ -471,8 +481,10 @@ def parse_args(argv=None):
     ap.add_argument("--start-timeout", type=float, default=180.0,
                     help="seconds to wait for a broker to become ready (tansu's first run "
                          "pip-installs it)")
-    ap.add_argument("--phase-timeout", type=float, default=300.0,
-                    help="max seconds for one produce flush / consume phase")
+    ap.add_argument("--phase-timeout", type=float, default=120.0,
+                    help="produce: a record not acknowledged this many seconds after "
+                         "produce() fails (message.timeout.ms), and flush() waits at "
+                         "most this long; the client process is killed 60 s later")
     ap.add_argument("--idle-timeout", type=float, default=30.0,
                     help="consume gives up (FAIL) after this long without a record")
     ap.add_argument("--output", type=Path, help="JSON result path (default bench/results/<ts>.json)")

@@ -91,9 +91,12 @@ class BrokerProcess:
         self.broker_id = -1
         self.stop_requested = threading.Event()
 
-    def run(self) -> int:
+    def _install_signal_handlers(self) -> None:
         signal.signal(signal.SIGTERM, lambda *_: self.stop_requested.set())
         signal.signal(signal.SIGINT, lambda *_: self.stop_requested.set())
+
+    def run(self) -> int:
+        self._install_signal_handlers()
         try:
             host, port = self.start()
         except StartupError as exc:
@@ -173,6 +176,7 @@ class BrokerProcess:
         namespace = self.config["raykafka.namespace"]
         if self.args.ray_address:
             ray.init(address=self.args.ray_address, namespace=namespace, logging_level=logging.WARNING)
+            self._install_signal_handlers()
             return
         # Unix socket paths must stay under ~107 bytes: keep Ray's dir short.
         self.ray_temp_dir = tempfile.mkdtemp(prefix="rk-ray-", dir="/tmp")
@@ -185,6 +189,9 @@ class BrokerProcess:
             object_store_memory=512 * 1024 * 1024,
         )
         self.started_ray = True
+        # ray.init installs a SIGTERM handler that aborts the driver; SIGTERM
+        # here means controlled shutdown, so take the signals back.
+        self._install_signal_handlers()
 
     def _start_actors(self, zk_connect: str, log_dirs: list[str], cluster_id: str) -> tuple[str, int]:
         import ray

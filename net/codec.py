@@ -56,10 +56,8 @@ def decode_request(api_key: int, api_version: int, frame: bytes) -> tuple[Any, A
         body, body_used = _reader(schema)(frame, used)
     except Exception as exc:  # kio raises several types for malformed input
         raise MalformedRequest(f"cannot decode api {api_key} v{api_version}: {exc}") from None
-    if used + body_used != len(frame):
-        raise MalformedRequest(
-            f"api {api_key} v{api_version}: {len(frame) - used - body_used} trailing bytes"
-        )
+    # Trailing bytes after the body are ignored, as Kafka's own parser does:
+    # librdkafka's Metadata v13 carries some.
     return header, body
 
 

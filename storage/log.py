@@ -211,7 +211,6 @@ class Log:
                 truncated = seg.recover(
                     from_offset=recovery_point if i == first_unflushed else None,
                     epoch_observer=observe_epoch,
-                    require_contiguous=not self.config.compacted,
                 )
                 overlaps = i + 1 < len(segments) and segments[i + 1].base_offset < seg.next_offset
                 if (truncated > 0 or overlaps) and i + 1 < len(segments):

@@ -249,11 +249,36 @@ class LogSegment:
         self._indexes_checked = True
         try:
             self.index.sanity_check(self._size)
-            self._next_offset = self._scan_next_offset()
-            self.time_index.sanity_check(self._next_offset)
+            self._verify_last_entries()
         except CorruptIndexError as exc:
             log.warning("rebuilding indexes of %s: %s", self.log_path, exc)
             self.recover()
+
+    def _verify_last_entries(self) -> None:
+        """Cheap spot check of a trusted segment's indexes against its data:
+        the last offset index entry must point at a batch boundary and the
+        last time index entry at a batch with that max timestamp.  Sorted
+        garbage would otherwise make reads parse mid-batch bytes."""
+        index, time_index = self.index, self.time_index
+        if index.entries:
+            off, pos = index.entry(index.entries - 1)
+            head = os.pread(self._fd_or_raise(), HEADER_SIZE, pos)
+            if len(head) < HEADER_SIZE:
+                raise CorruptIndexError(f"offset index {index.path} points past the log")
+            h = HEADER.unpack(head)
+            if h[3] != 2 or h[1] < MIN_BATCH_LENGTH or pos + h[1] + LOG_OVERHEAD > self._size or h[0] > off:
+                raise CorruptIndexError(f"offset index {index.path} entry ({off}, {pos}) is not a batch boundary")
+        self._next_offset = self._scan_next_offset()
+        time_index.sanity_check(self._next_offset)
+        if time_index.entries:
+            ts, off = time_index.last_entry
+            _, h = self._find_batch(off)
+            if h is None or h[8] != ts or h[0] > off:
+                raise CorruptIndexError(f"time index {time_index.path} entry ({ts}, {off}) does not match the log")
+        elif self._size:
+            # Rolled and closed segments end with a time index entry; an
+            # empty one means it was lost (or no batch has a timestamp).
+            raise CorruptIndexError(f"time index {time_index.path} is empty")
 
     def _ensure_max_ts(self) -> None:
         if self._max_ts is None:
@@ -501,6 +526,10 @@ class LogSegment:
             reached = p + h[1] + LOG_OVERHEAD
         if reached != resume_pos:
             return None
+        if time_index.entries >= time_index.max_entries - 1:
+            # A full time index stopped tracking the running max; only a
+            # rebuild knows the max timestamp of the kept prefix.
+            return None
         kept_time = time_index.entries_below(hk[0])
         index.truncate_entries(k)
         time_index.truncate_entries(kept_time)
@@ -516,7 +545,7 @@ class LogSegment:
         max_batch_bytes: int | None = None,
         from_offset: int | None = None,
         epoch_observer: Callable[[int, int], None] | None = None,
-        require_contiguous: bool = False,
+        require_contiguous: bool | None = None,
     ) -> int:
         """Re-validate batches, cut the file at the first invalid or torn one,
         and rebuild the indexes.  Returns the number of bytes truncated.
@@ -527,10 +556,12 @@ class LogSegment:
         segment) are wrong, or when it exceeds ``max_batch_bytes`` if given.
         ``epoch_observer(epoch, base_offset)`` sees every change of partition
         leader epoch among re-validated batches.  ``require_contiguous``
-        (logs that are not compacted) also rejects offset gaps, which catches
-        a damaged base offset: that field is outside the CRC.
+        (default: the log is not compacted) also rejects offset gaps, which
+        catches a damaged base offset: that field is outside the CRC.
         """
         fd = self._fd_or_raise()
+        if require_contiguous is None:
+            require_contiguous = not getattr(self.config, "compacted", False)
         self.index.write_pending()
         self.time_index.write_pending()
         file_size = os.fstat(fd).st_size
@@ -633,7 +664,7 @@ class LogSegment:
         if h is None:
             return 0
         fd = self._fd_or_raise()
-        new_next = min(h[0], offset)
+        new_next = max(min(h[0], offset), self.base_offset)
         removed = self._size - pos
         self.index.truncate_to(new_next)
         self.time_index.truncate_to(new_next)
@@ -654,6 +685,9 @@ class LogSegment:
         ts, off = self.time_index.last_entry
         if ts < 0:
             off = self.base_offset
+        if self.time_index.entries >= self.time_index.max_entries - 1:
+            # a full time index stopped following the running max
+            last_entry_pos, ts, off = 0, _NO_TIMESTAMP, self.base_offset
         self._max_ts, self._offset_of_max_ts = self._max_ts_after(last_entry_pos, ts, off)
         self._bytes_since_index = pos - last_entry_pos if entries else pos
         return removed

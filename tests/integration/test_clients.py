@@ -17,6 +17,8 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from tests import kafka_admin
+
 N_RECORDS = 10_000
 PARTITIONS = 3
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
@@ -36,14 +38,11 @@ def admin(bootstrap: str) -> AdminClient:
 
 
 def create_topic(bootstrap: str, name: str, partitions: int = PARTITIONS, config: dict | None = None) -> None:
-    futures = admin(bootstrap).create_topics([NewTopic(name, partitions, 1, config=config or {})],
-                                             operation_timeout=30)
-    futures[name].result(timeout=60)
+    kafka_admin.create_topic(bootstrap, name, partitions, config)
 
 
 def delete_topic(bootstrap: str, name: str) -> None:
-    futures = admin(bootstrap).delete_topics([name], operation_timeout=30)
-    futures[name].result(timeout=60)
+    kafka_admin.delete_topic(bootstrap, name)
 
 
 def check_consumed(consumed: list[tuple[int, int, bytes, bytes, list]]) -> None:
@@ -187,7 +186,8 @@ def test_metadata_and_auto_create(broker, topic_name):
     producer = Producer({"bootstrap.servers": broker.bootstrap})
     producer.produce(topic_name, b"hello")  # auto-creates (auto.create.topics.enable=true)
     assert producer.flush(30) == 0
-    md = admin(broker.bootstrap).list_topics(topic_name, timeout=10)
+    a = admin(broker.bootstrap)
+    md = a.list_topics(topic_name, timeout=10)
     assert topic_name in md.topics and len(md.topics[topic_name].partitions) == 1
     assert md.topics[topic_name].partitions[0].leader == md.controller_id
     with KafkaAdminClient(bootstrap_servers=broker.bootstrap) as kadmin:
@@ -225,7 +225,8 @@ def test_create_and_delete_topics(broker, topic_name):
 
 
 def test_admin_describe_cluster(broker):
-    result = admin(broker.bootstrap).describe_cluster(request_timeout=10)
+    a = admin(broker.bootstrap)
+    result = a.describe_cluster(request_timeout=10).result(timeout=10)
     nodes = result.nodes
     assert len(nodes) == 1 and nodes[0].port == broker.port
     assert result.controller.id == nodes[0].id

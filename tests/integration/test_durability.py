@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from tests.kafka_admin import create_topic
 
 from tests.broker_process import BrokerProcess
 
@@ -49,8 +49,7 @@ def test_acked_records_survive_kill9_and_offsets_continue(tmp_path):
     broker = BrokerProcess(data).start()
     topic = "durable"
     try:
-        AdminClient({"bootstrap.servers": broker.bootstrap}).create_topics(
-            [NewTopic(topic, 2, 1)])[topic].result(timeout=60)
+        create_topic(broker.bootstrap, topic, 2)
         acked = produce(broker.bootstrap, topic, 5000)
         assert sum(len(v) for v in acked.values()) == 5000
         tree = broker.tree()
@@ -75,8 +74,7 @@ def test_torn_last_batch_is_dropped_at_recovery(tmp_path):
     broker = BrokerProcess(data).start()
     topic = "torn"
     try:
-        AdminClient({"bootstrap.servers": broker.bootstrap}).create_topics(
-            [NewTopic(topic, 1, 1)])[topic].result(timeout=60)
+        create_topic(broker.bootstrap, topic, 1)
         producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
         for i in range(10):
             producer.produce(topic, value=f"batch-{i}".encode() * 20, partition=0)

@@ -9,7 +9,7 @@ import time
 
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from tests.kafka_admin import create_topic
 from kio.schema.errors import ErrorCode
 
 from net import registry
@@ -50,8 +50,7 @@ def _produce(client, topic, records: bytes, partition=0, acks=1):
 
 
 def test_produce_errors(broker, topic_name):
-    AdminClient({"bootstrap.servers": broker.bootstrap}).create_topics(
-        [NewTopic(topic_name, 1, 1)])[topic_name].result(timeout=60)
+    create_topic(broker.bootstrap, topic_name, 1)
     client = WireClient(broker.bootstrap)
     good = build_batch([(b"k", b"v", [])], compression=0)
     ok = _produce(client, topic_name, good)
@@ -82,8 +81,7 @@ def _fetch(client, topic, offset, min_bytes, max_wait_ms):
 
 
 def test_fetch_waits_for_min_bytes(broker, topic_name):
-    AdminClient({"bootstrap.servers": broker.bootstrap}).create_topics(
-        [NewTopic(topic_name, 1, 1)])[topic_name].result(timeout=60)
+    create_topic(broker.bootstrap, topic_name, 1)
     client = WireClient(broker.bootstrap)
     started = time.monotonic()
     empty = _fetch(client, topic_name, 0, min_bytes=1, max_wait_ms=600)

@@ -1,0 +1,18 @@
+"""Topic admin through confluent-kafka for tests (keeps the client alive until
+the futures resolve: a collected AdminClient cancels its requests)."""
+from __future__ import annotations
+
+from confluent_kafka.admin import AdminClient, NewTopic
+
+
+def create_topic(bootstrap: str, name: str, partitions: int = 3, config: dict | None = None,
+                 replication_factor: int = 1) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(name, partitions, replication_factor, config=config or {})],
+                                  operation_timeout=30)
+    futures[name].result(timeout=60)
+
+
+def delete_topic(bootstrap: str, name: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.delete_topics([name], operation_timeout=30)[name].result(timeout=60)

@@ -20,7 +20,6 @@ import json
 import os
 import platform
 import re
-import shutil
 import signal
 import socket
 import statistics
@@ -185,9 +184,13 @@ class Target:
     notes: list[str] = field(default_factory=list)
     logs: list[str] = field(default_factory=list)
     starts: int = 0
+    _note_keys: set = field(default_factory=set)
 
-    def note(self, text: str) -> None:
-        if text not in self.notes:
+    def note(self, text: str, key: str | None = None) -> None:
+        """Record a note once (per key, default the text itself)."""
+        key = key or text
+        if key not in self._note_keys:
+            self._note_keys.add(key)
             self.notes.append(text)
 
     def _spawn(self, cmd: list[str], pattern: str | None, env=None, cwd=None):
@@ -246,7 +249,8 @@ class RaykafkaTarget(Target):
 
     def _start(self) -> str:
         if self.external:
-            self.note(f"used the already running broker at {self.external}")
+            self.note(f"used the already running broker at {self.external}; its CPU "
+                      f"is not attributed (brk '?'), it counts under 'other'")
             return self.external
         port = free_port()
         data = self.workdir / f"raykafka-data-{self.starts}"
@@ -372,7 +376,7 @@ def run_round(t: Target, r: int, a, run_id: str) -> dict:
                 f"broker {cpu.get('broker_cpu_pct')} other {cpu.get('other_cpu_pct')})"
                 if res.get("ok") else f"FAIL: {res.get('error')}"), flush=True)
             for w in res.get("warnings", []):
-                t.note(f"{phase}: {w}")
+                t.note(f"{phase}: {w} (first seen in round {r + 1})", key=w[:24])
                 print(f"  {t.name} #{r}: warning: {w}", flush=True)
             if not res.get("ok"):
                 break  # nothing meaningful to consume after a failed produce
@@ -387,9 +391,13 @@ def summarize(target_result: dict) -> dict:
     for phase in ("produce", "consume"):
         rs = [r.get(phase) for r in target_result.get("runs", [])]
         if not rs or any(r is None or not r.get("ok") for r in rs):
+            # One bad round fails the target: a lost record is never averaged away.
             errs = [r.get("error") for r in rs if r and not r.get("ok")]
-            s[phase] = {"ok": False, "error": target_result.get("error")
-                        or (errs[0] if errs else "not run")}
+            bad = sum(1 for r in rs if r is None or not r.get("ok"))
+            err = target_result.get("error") or (errs[0] if errs else "not run")
+            if rs and bad < len(rs):
+                err = f"{bad}/{len(rs)} rounds failed: {err}"
+            s[phase] = {"ok": False, "error": err}
             continue
         s[phase] = {
             "ok": True,
@@ -551,6 +559,9 @@ def main(argv=None) -> int:
         interrupted = True
         print("\ninterrupted; stopping brokers and clients", file=sys.stderr)
     finally:
+        # A second Ctrl-C must not abort the cleanup half way.
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)
         for p in list(_children):
             kill_tree(p, grace=2)
         for t in targets:

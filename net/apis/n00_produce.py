@@ -8,6 +8,17 @@ from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, has_field, millis_to_datetime, nested, \
     response_schema_for, timedelta_ms
 from net.server import CloseConnection
+from storage.record_batch import HEADER_SIZE, parse_header
+
+
+def _single_batch_error(records: bytes) -> str | None:
+    """Produce v3+ carries exactly one record batch per partition (Kafka's
+    ProduceRequest.validateRecords); only the first header is read."""
+    if len(records) >= HEADER_SIZE:
+        size = parse_header(records, 0).batch_length + 12
+        if 0 < size < len(records):
+            return "Produce requests with version 3 and above are only allowed to contain exactly one record batch"
+    return None
 
 
 def _immediate(code: ErrorCode, message: str | None = None):
@@ -48,6 +59,8 @@ async def handle_produce(ctx, request):
                     fut = _immediate(unknown)
                 elif info.leader != edge.broker_id or edge.leader_handle(name, part.index) is None:
                     fut = _immediate(ErrorCode.not_leader_or_follower)
+                elif (problem := _single_batch_error(part.records or b"")) is not None:
+                    fut = _immediate(ErrorCode.invalid_record, problem)
                 else:
                     fut = edge.appender(name, part.index).append(
                         bytes(part.records or b""), acks, timeout_ms, info.leader_epoch)

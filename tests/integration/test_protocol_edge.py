@@ -63,6 +63,8 @@ def test_produce_errors(broker, topic_name):
     assert _produce(client, topic_name + "-nope", good).error_code == ErrorCode.unknown_topic_or_partition
     assert _produce(client, topic_name, good, partition=5).error_code == ErrorCode.unknown_topic_or_partition
     assert _produce(client, topic_name, good, acks=2).error_code == ErrorCode.invalid_required_acks
+    assert _produce(client, topic_name, good + good).error_code == ErrorCode.invalid_record
+    assert _produce(client, topic_name, b"").error_code == ErrorCode.invalid_record
     again = _produce(client, topic_name, good)
     assert again.error_code == ErrorCode.none and again.base_offset == 1, "failed appends must not use offsets"
     client.close()

@@ -161,6 +161,8 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("num.io.threads", "int", 8, no_effect=True),
     ConfigDef("num.recovery.threads.per.data.dir", "int", 1, no_effect=True),
     ConfigDef("queued.max.requests", "int", 500, "Requests in flight per connection before reading pauses", min=1),
+    ConfigDef("queued.max.request.bytes", "long", 512 * 1024 * 1024,
+              "Request bytes held by the edge across all connections before reading pauses", min=1024),
     ConfigDef("connections.max.idle.ms", "long", 600000, min=1),
     ConfigDef("max.connections", "int", 10000, min=1),
     ConfigDef("offsets.topic.num.partitions", "int", 50, min=1),

@@ -42,6 +42,7 @@ class EdgeActor:
             max_inflight_bytes=config["raykafka.edge.max.inflight.bytes"],
             max_connections=config["max.connections"],
             idle_timeout_s=config["connections.max.idle.ms"] / 1000,
+            max_queued_bytes=config["queued.max.request.bytes"],
         )
         # The service needs the advertised port, known only after binding port 0.
         self.service = EdgeService(config, self.broker_id, "", 0)

@@ -27,12 +27,14 @@ class CloseConnection(Exception):
 
 class ConnectionLimits:
     def __init__(self, max_request_bytes: int, max_inflight_requests: int, max_inflight_bytes: int,
-                 max_connections: int, idle_timeout_s: float):
+                 max_connections: int, idle_timeout_s: float, max_queued_bytes: int = 512 * 1024 * 1024):
         self.max_request_bytes = max_request_bytes
         self.max_inflight_requests = max_inflight_requests
         self.max_inflight_bytes = max_inflight_bytes
         self.max_connections = max_connections
         self.idle_timeout_s = idle_timeout_s
+        # Across all connections (Kafka's queued.max.request.bytes).
+        self.max_queued_bytes = max_queued_bytes
 
 
 # dispatch(conn, api_key, api_version, correlation_id, frame) -> awaitable of
@@ -66,6 +68,9 @@ class KafkaServer:
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[Connection] = set()
         self._tasks: set[asyncio.Task] = set()
+        self.queued_bytes = 0
+        self._queue_space = asyncio.Event()
+        self._queue_space.set()
         self.stats = collections.Counter()
 
     @property
@@ -140,6 +145,12 @@ class KafkaServer:
                 responder.cancel()
             self._close(conn)
             self._connections.discard(conn)
+            # Requests whose responses were never written still hold budget.
+            while conn.inflight:
+                item = conn.inflight.popleft()
+                if item is not None:
+                    item[0].cancel()
+                    self._release(item[1])
 
     async def _read_requests(self, conn: Connection) -> None:
         limits = self.limits
@@ -164,18 +175,37 @@ class KafkaServer:
                 await conn.space.wait()
                 if conn.closed:
                     return
-            frame = await reader.readexactly(size)
+            # Bound memory across connections too: wait while the edge as a
+            # whole holds too many request bytes (one request always fits).
+            while self.queued_bytes and self.queued_bytes + size > limits.max_queued_bytes:
+                self._queue_space.clear()
+                await self._queue_space.wait()
+            self.queued_bytes += size
+            try:
+                frame = await reader.readexactly(size)
+            except BaseException:
+                self._release(size)
+                raise
             conn.last_active = time.monotonic()
             try:
                 api_key, api_version, correlation_id = peek_header(frame)
             except MalformedRequest as exc:
+                self._release(size)
                 raise CloseConnection(str(exc)) from None
             # The handler starts now, in arrival order; it must issue any
             # ordered actor calls (appends) before its first await.
-            task = asyncio.ensure_future(self._dispatch(conn, api_key, api_version, correlation_id, frame))
+            try:
+                task = asyncio.ensure_future(self._dispatch(conn, api_key, api_version, correlation_id, frame))
+            except BaseException:
+                self._release(size)
+                raise
             conn.inflight.append((task, size))
             conn.inflight_bytes += size
             conn.space.set()
+
+    def _release(self, size: int) -> None:
+        self.queued_bytes -= size
+        self._queue_space.set()
 
     async def _write_responses(self, conn: Connection) -> None:
         writer = conn.writer
@@ -201,6 +231,7 @@ class KafkaServer:
             finally:
                 conn.inflight.popleft()
                 conn.inflight_bytes -= size
+                self._release(size)
                 conn.space.set()
             conn.requests_served += 1
             if response is not None and not conn.closed:

@@ -202,3 +202,22 @@ def test_metadata_without_topics_lists_brokers():
     assert correlation_id == 5
     assert [(b.node_id, b.host) for b in body.brokers] == [(1, "127.0.0.1")]
     assert body.cluster_id == "c1" and body.controller_id == 1 and body.topics == ()
+
+
+def test_global_queued_bytes_budget_is_released_after_each_connection():
+    async def go():
+        service, server = make_server(max_queued_bytes=4096)
+        port = await server.start("127.0.0.1", 0)
+        for name in ("garbage", "malformed_body", "unknown_api_key"):
+            await _send_recv(port, HOSTILE[name])
+        frames = []
+        for cid in range(20):  # more bytes in total than the budget, one at a time
+            frames += await _send_recv(port, api_versions_request(3, cid))
+        await asyncio.sleep(0.05)
+        queued = server.queued_bytes
+        await server.stop()
+        return frames, queued
+
+    frames, queued = run(go())
+    assert all(f is not None for f in frames)
+    assert queued == 0

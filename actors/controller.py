@@ -270,8 +270,9 @@ class ControllerService:
             *(asyncio.wait_for(ref, self.call_timeout_s) for _, ref in calls), return_exceptions=True)
         for (target, _), result in zip(calls, results):
             if isinstance(result, Exception):
-                log.error("%s to %s failed: %r", what, target, result)
-                self.replica_handles.pop(target, None) if isinstance(target, tuple) else None
+                log.error("%s to %s failed: %s", what, target, str(result).splitlines()[0][:300])
+                # A dead replica actor is recreated on the next LeaderAndIsr.
+                self.replica_handles.pop(target, None)
             elif isinstance(result, int) and result != 0:
                 log.warning("%s to %s answered error %d", what, target, result)
 

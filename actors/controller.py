@@ -62,8 +62,14 @@ def log_config_for(topic_configs: dict[str, str], broker: BrokerConfig) -> dict[
 class ControllerService:
     """Controller logic with its I/O (ZooKeeper client, Ray handles) injected."""
 
-    def __init__(self, broker_id: int, config: BrokerConfig, zk: KafkaZkClient, namespace: str):
+    def __init__(self, broker_id: int, config: BrokerConfig, zk: KafkaZkClient, namespace: str,
+                 zk_connect: str | None = None):
         self.broker_id = broker_id
+        self.zk_connect = zk_connect
+        self._edge_watches: dict[int, asyncio.Task] = {}
+        # broker id -> registration timestamp of an edge Ray reported dead,
+        # until ZooKeeper's ephemeral for that registration goes away.
+        self._dead_registrations: dict[int, str] = {}
         self.config = config
         self.zk = zk
         self.namespace = namespace
@@ -133,6 +139,7 @@ class ControllerService:
         self.zk.watch_brokers(lambda _ids: self.from_zk_thread(self._on_broker_change))
         self.zk.watch_topics(lambda _names: self.from_zk_thread(self._on_topic_change))
         self.zk.watch_delete_topics(lambda _names: self.from_zk_thread(self._on_delete_topics_marked))
+        self.zk.watch_isr_change_notifications(lambda _names: self.from_zk_thread(self._on_isr_change))
         self._load_brokers()
         self._load_topics()
         await self._elect_offline_partitions(list(self.ctx.all_partitions()))
@@ -142,11 +149,20 @@ class ControllerService:
         if marked:
             await self._delete_topics(marked)
 
+    def _live_registrations(self) -> dict[int, dict]:
+        current = self.zk.get_brokers()
+        for broker_id, stamp in list(self._dead_registrations.items()):
+            info = current.get(broker_id)
+            if info is None or info.get("timestamp") != stamp:
+                del self._dead_registrations[broker_id]  # gone, or a new registration: trust ZooKeeper again
+            else:
+                del current[broker_id]
+        return current
+
     def _load_brokers(self) -> None:
-        brokers = {}
-        for broker_id, info in self.zk.get_brokers().items():
-            brokers[broker_id] = _broker_state(broker_id, info)
-        self.ctx.brokers = brokers
+        self.ctx.brokers = {b: _broker_state(b, info) for b, info in self._live_registrations().items()}
+        for broker_id in self.ctx.brokers:
+            self._watch_edge(broker_id)
 
     def _load_topics(self) -> None:
         ctx = self.ctx
@@ -238,9 +254,18 @@ class ControllerService:
                 name=replica_actor_name(topic, p, broker_id), namespace=self.namespace,
                 lifetime="detached", get_if_exists=True, num_cpus=0, max_concurrency=10_000,
                 scheduling_strategy=strategy,
-            ).remote(topic, p, broker_id, broker.log_dirs, log_config_for(configs, self.config), min_isr)
+            ).remote(topic, p, broker_id, broker.log_dirs, log_config_for(configs, self.config), min_isr,
+                     self.zk_connect, self.namespace, self.replica_config())
             self.replica_handles[key] = handle
         return handle
+
+    def replica_config(self) -> dict:
+        c = self.config
+        return {"replica.lag.time.max.ms": c["replica.lag.time.max.ms"],
+                "replica.fetch.max.bytes": c["replica.fetch.max.bytes"],
+                "replica.fetch.wait.max.ms": c["replica.fetch.wait.max.ms"],
+                "replica.fetch.backoff.ms": c["replica.fetch.backoff.ms"],
+                "actor.call.timeout.ms": c["raykafka.actor.call.timeout.ms"]}
 
     async def _send_leader_and_isr(self, partitions: list[tuple[str, int]]) -> None:
         """Batched: all calls issued at once, awaited together."""
@@ -256,10 +281,12 @@ class ControllerService:
                     continue
                 handle = self._replica(topic, p, broker_id)
                 if broker_id == state.leader:
-                    ref = handle.become_leader.remote(ctx.epoch, state.leader_epoch, state.isr, replicas)
+                    ref = handle.become_leader.remote(ctx.epoch, state.leader_epoch, state.isr, replicas,
+                                                      state.zk_version)
                 else:
+                    leader = self._replica(topic, p, state.leader) if state.leader in ctx.brokers else None
                     ref = handle.become_follower.remote(ctx.epoch, state.leader, state.leader_epoch,
-                                                        state.isr, replicas)
+                                                        state.isr, replicas, leader)
                 calls.append(((topic, p, broker_id), ref))
         await self._await_all(calls, "LeaderAndIsr")
 
@@ -310,10 +337,44 @@ class ControllerService:
     async def _on_broker_change(self) -> None:
         if not self.is_active:
             return
+        current = self._live_registrations()
+        await self._apply_broker_changes(current, [b for b in current if b not in self.ctx.brokers],
+                                         [b for b in self.ctx.brokers if b not in current])
+
+    def _watch_edge(self, broker_id: int) -> None:
+        """Ray's death watch on the broker's edge: a pending call fails within
+        milliseconds of the node dying, long before ZooKeeper's session expires."""
+        if broker_id in self._edge_watches:
+            return
+        edge = self._edge(broker_id)
+        if edge is None:
+            return
+
+        async def watch():
+            try:
+                await edge.park.remote()
+            except Exception:
+                pass
+            self._edge_watches.pop(broker_id, None)
+            self.enqueue(lambda: self._on_edge_died(broker_id))
+
+        self._edge_watches[broker_id] = self.loop.create_task(watch())
+
+    def _on_edge_died(self, broker_id: int):
+        async def event():
+            if not self.is_active or broker_id not in self.ctx.brokers:
+                return
+            info = self.zk.get_broker(broker_id)
+            if info is not None:
+                self._dead_registrations[broker_id] = info.get("timestamp")
+            log.warning("broker %d's edge died (Ray death watch)", broker_id)
+            await self._apply_broker_changes({}, [], [broker_id])
+
+        event.__name__ = f"edge_died({broker_id})"
+        return event()
+
+    async def _apply_broker_changes(self, current: dict, new_ids: list[int], dead_ids: list[int]) -> None:
         ctx = self.ctx
-        current = self.zk.get_brokers()
-        new_ids = [b for b in current if b not in ctx.brokers]
-        dead_ids = [b for b in ctx.brokers if b not in current]
         for broker_id in dead_ids:
             log.info("broker %d is gone", broker_id)
             del ctx.brokers[broker_id]
@@ -323,14 +384,48 @@ class ControllerService:
         for broker_id in new_ids:
             log.info("broker %d joined", broker_id)
             ctx.brokers[broker_id] = _broker_state(broker_id, current[broker_id])
+            self._watch_edge(broker_id)
         if not new_ids and not dead_ids:
             return
         touched = [(tp, r) for tp, r in ctx.all_partitions()
                    if set(r) & (set(new_ids) | set(dead_ids))]
         await self._elect_offline_partitions(touched)
-        await self._send_leader_and_isr([tp for tp, r in touched if set(r) & set(new_ids) or
-                                         ctx.states[tp].leader in ctx.brokers])
+        self._remove_dead_from_isr(touched)
+        await self._send_leader_and_isr([tp for tp, _ in touched])
         await self._send_update_metadata()
+
+    def _remove_dead_from_isr(self, partitions) -> None:
+        """Replica state machine, OnlineReplica -> OfflineReplica: a dead follower
+        leaves the ISR at once (new leader epoch), so acks=all need not wait for
+        replica.lag.time.max.ms."""
+        ctx = self.ctx
+        for (topic, p), _replicas in partitions:
+            state = ctx.states.get((topic, p))
+            if state is None or state.leader not in ctx.brokers:
+                continue
+            isr = [r for r in state.isr if r in ctx.brokers]
+            if isr != state.isr:
+                self._write_state(topic, p, PartitionState(state.leader, state.leader_epoch + 1, isr, ctx.epoch,
+                                                           state.zk_version))
+
+    async def _on_isr_change(self) -> None:
+        """Leaders changed ISRs in ZooKeeper: refresh those states and tell the edges."""
+        if not self.is_active:
+            return
+        notes = self.zk.get_isr_change_notifications()
+        if not notes:
+            return
+        changed = {tuple(tp) for n in notes for tp in n.partitions}
+        for topic, p in changed:
+            if topic not in self.ctx.topics:
+                continue
+            found = self.zk.get_partition_state(topic, p)
+            if found is not None:
+                state, version = found
+                self.ctx.states[(topic, p)] = PartitionState(state.leader, state.leader_epoch, list(state.isr),
+                                                             state.controller_epoch, version)
+        await self._send_update_metadata()
+        self.zk.delete_isr_change_notifications([n.name for n in notes])
 
     async def _on_topic_change(self) -> None:
         """Topics written to ZooKeeper by someone else (e.g. an admin tool)."""
@@ -485,7 +580,7 @@ class ControllerActor:
     async def start(self) -> None:
         zk = KafkaZkClient(self.zk_connect, session_timeout_ms=self.config["zookeeper.session.timeout.ms"])
         await asyncio.get_running_loop().run_in_executor(None, zk.start)
-        self.service = ControllerService(self.broker_id, self.config, zk, self.namespace)
+        self.service = ControllerService(self.broker_id, self.config, zk, self.namespace, self.zk_connect)
         self.service.start(ray.get_runtime_context().current_actor)
 
     async def is_active(self) -> bool:

@@ -1,31 +1,99 @@
-"""Follower role of a partition replica actor.
+"""Follower role of a partition replica actor (Kafka's ReplicaFetcherThread,
+as one asyncio task per follower replica).
 
 The replica actor (actors/partition_leader.py) is one Ray actor class per
 replica; a controller decision flips it between the leader role and this one.
-Replication (the fetcher pulling from the leader replica actor, truncation by
-leader epoch, follower HW) is built on this role in the replication issue; until
-then a replica is only ever made a follower when it has no leader to follow.
+The fetcher pulls from the leader replica actor with long-polled actor calls
+carrying its log end offset and last fetched epoch; the leader answers with
+record batches (bytes: it may live on another node), its HW and log start, or
+a diverging epoch (KIP-320) that makes the follower truncate first.
 """
 from __future__ import annotations
 
+import asyncio
+import logging
+
 from kio.schema.errors import ErrorCode
+
+log = logging.getLogger("raykafka.follower")
 
 
 class FollowerRole:
-    """Mixin: requires self.partition (cluster.partition.Partition)."""
+    """Mixin: requires self.partition, self.log, self.replica_config, self._wake_waiters, self._after_change."""
+
+    def _init_follower(self) -> None:
+        self._fetcher: asyncio.Task | None = None
+        self._fetcher_generation = 0
+
+    def _stop_fetcher(self) -> None:
+        self._fetcher_generation += 1
+        if self._fetcher is not None:
+            self._fetcher.cancel()
+            self._fetcher = None
 
     async def become_follower(self, controller_epoch: int, leader_id: int, leader_epoch: int,
-                              isr: list[int], replicas: list[int]) -> int:
-        partition = self.partition
-        error = partition.fence_controller(controller_epoch)
+                              isr: list[int], replicas: list[int], leader_handle=None) -> int:
+        self._ensure_background()
+        error = self.partition.make_follower(controller_epoch, leader_id, leader_epoch, isr, replicas)
         if error:
             return error
-        if leader_epoch < partition.leader_epoch:
-            return int(ErrorCode.fenced_leader_epoch)
-        partition.is_leader = False
-        partition.leader_epoch = leader_epoch
-        partition.leader_id = leader_id
-        partition.isr = tuple(isr)
-        partition.replicas = tuple(replicas)
-        self._wake_waiters()
+        self._stop_fetcher()
+        self._after_change(True)  # waiters on this replica as leader must give up
+        if leader_handle is not None and leader_id >= 0:
+            generation = self._fetcher_generation
+            self._fetcher = asyncio.get_running_loop().create_task(
+                self._fetch_from_leader(leader_handle, leader_id, leader_epoch, generation))
+        log.info("%s-%d follows broker %d, epoch %d", self.topic, self.partition_index, leader_id, leader_epoch)
         return 0
+
+    async def _fetch_from_leader(self, leader, leader_id: int, leader_epoch: int, generation: int) -> None:
+        config = self.replica_config
+        backoff_s = config["replica.fetch.backoff.ms"] / 1000
+        p = self.partition
+        while generation == self._fetcher_generation and not self._closed:
+            try:
+                result = await asyncio.wait_for(
+                    leader.fetch_for_follower.remote(
+                        self.broker_id, self.log.log_end_offset, p.last_fetched_epoch(), leader_epoch,
+                        config["replica.fetch.max.bytes"], config["replica.fetch.wait.max.ms"]),
+                    self.call_timeout_s)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                # Leader gone or slow: the controller will send a new LeaderAndIsr.
+                log.info("%s-%d fetch from broker %d failed: %s", self.topic, self.partition_index, leader_id,
+                         str(exc).splitlines()[0][:200])
+                await asyncio.sleep(backoff_s)
+                continue
+            if generation != self._fetcher_generation:
+                return
+            diverging = result["diverging"]
+            if diverging is not None:
+                before = self.log.log_end_offset
+                after = p.truncate_for_divergence(*diverging)
+                log.info("%s-%d truncated %d -> %d (diverging epoch %s)", self.topic, self.partition_index,
+                         before, after, diverging)
+                continue
+            error = result["error"]
+            if error == ErrorCode.offset_out_of_range:
+                self._handle_out_of_range(result)
+                continue
+            if error:
+                await asyncio.sleep(backoff_s)
+                continue
+            try:
+                p.append_as_follower(result["records"], result["high_watermark"], result["log_start_offset"])
+            except Exception:
+                log.exception("%s-%d follower append failed", self.topic, self.partition_index)
+                await asyncio.sleep(backoff_s)
+
+    def _handle_out_of_range(self, result: dict) -> None:
+        """Kafka's rules: ahead of the leader -> truncate to its end; behind its
+        log start -> start over at its log start."""
+        leader_end = result["log_end_offset"]
+        leader_start = result["log_start_offset"]
+        if self.log.log_end_offset > leader_end:
+            self.log.truncate_to(leader_end)
+        elif self.log.log_end_offset < leader_start:
+            self.log.truncate_fully_and_start_at(leader_start)
+        self.partition.high_watermark = min(self.partition.high_watermark, self.log.log_end_offset)

@@ -2,9 +2,11 @@
 `<topic>-<partition>@<broker id>`, owning that replica's log directory.
 
 A thin shell: cluster.partition.Partition holds the rules, storage.log.Log the
-bytes. This module adds what needs an event loop: waking long-polled fetches
-when the fetchable end moves, periodic checkpoints, and the Ray method surface.
-The leader role lives here, the follower role in actors/follower.py.
+bytes. This module adds what needs an event loop or I/O, for the leader role:
+long-polled follower fetches, ISR shrink/expand committed to ZooKeeper
+(conditional write on the state znode's version + /isr_change_notification),
+progress reports to the node's purgatory, periodic checkpoints. The follower
+role (the fetcher) lives in actors/follower.py.
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ import ray
 
 from actors.follower import FollowerRole
 from cluster.partition import Partition
-from core.naming import partition_dir_name
+from core.naming import partition_dir_name, purgatory_actor_name
 from storage.checkpoint import OffsetCheckpointFile
 from storage.log import Log, LogConfig
 
@@ -29,6 +31,8 @@ LOG_START_FILE = "log-start-offset-checkpoint"
 REPLICATION_OFFSET_FILE = "replication-offset-checkpoint"
 # Kafka's replica.high.watermark.checkpoint.interval.ms default.
 CHECKPOINT_INTERVAL_S = 5.0
+# Bound on one follower fetch's wait and size (replica.fetch.wait.max.ms, replica.fetch.max.bytes).
+MAX_FOLLOWER_WAIT_MS = 500
 
 
 def choose_log_dir(log_dirs: list[str], topic: str, partition: int) -> Path:
@@ -47,12 +51,24 @@ def choose_log_dir(log_dirs: list[str], topic: str, partition: int) -> Path:
     return Path(min(log_dirs, key=count))
 
 
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
 class ReplicaActor(FollowerRole):
     def __init__(self, topic: str, partition: int, broker_id: int, log_dirs: list[str],
-                 log_config: dict, min_insync_replicas: int = 1):
+                 log_config: dict, min_insync_replicas: int = 1, zk_connect: str | None = None,
+                 namespace: str = "raykafka", replica_config: dict | None = None):
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         self.topic = topic
         self.partition_index = partition
+        self.broker_id = broker_id
+        self.zk_connect = zk_connect
+        self.namespace = namespace
+        self.replica_config = {"replica.lag.time.max.ms": 30000, "replica.fetch.max.bytes": 1048576,
+                               "replica.fetch.wait.max.ms": MAX_FOLLOWER_WAIT_MS,
+                               "replica.fetch.backoff.ms": 1000, "actor.call.timeout.ms": 30000,
+                               **(replica_config or {})}
         self.log_dir = choose_log_dir(log_dirs, topic, partition)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         key = (topic, partition)
@@ -71,9 +87,15 @@ class ReplicaActor(FollowerRole):
                  (time.monotonic() - started) * 1000)
         self.partition = Partition(topic, partition, broker_id, self.log, high_watermark, min_insync_replicas)
         self._data_event: asyncio.Event | None = None
-        self._checkpoint_task: asyncio.Task | None = None
+        self._background: list[asyncio.Task] = []
         self._checkpointed: dict[str, int] = {}
         self._closed = False
+        self._zk = None
+        self._purgatory = None
+        self._progress_dirty = False
+        self._progress_inflight = False
+        self._isr_lock: asyncio.Lock | None = None
+        self._init_follower()
 
     # ---- event-loop helpers -------------------------------------------------------------------
     def _event(self) -> asyncio.Event:
@@ -88,14 +110,20 @@ class ReplicaActor(FollowerRole):
             self._data_event = None
 
     def _ensure_background(self) -> None:
-        if self._checkpoint_task is None:
-            self._checkpoint_task = asyncio.get_running_loop().create_task(self._checkpoint_loop())
+        if not self._background:
+            loop = asyncio.get_running_loop()
+            self._background = [loop.create_task(self._checkpoint_loop()), loop.create_task(self._isr_loop())]
+
+    @property
+    def call_timeout_s(self) -> float:
+        return self.replica_config["actor.call.timeout.ms"] / 1000
 
     async def _checkpoint_loop(self) -> None:
         while not self._closed:
             await asyncio.sleep(CHECKPOINT_INTERVAL_S)
             try:
                 self._write_checkpoints(flush=False)
+                self.log.maybe_flush(_now_ms())
             except Exception:
                 log.exception("checkpointing %s-%d failed", self.topic, self.partition_index)
 
@@ -112,12 +140,111 @@ class ReplicaActor(FollowerRole):
                 self._checkpoints[name].update({key: value})
                 self._checkpointed[name] = value
 
+    # ---- progress reports to the node's purgatory (coalesced: one call in flight) -----------
+    def _report_progress(self) -> None:
+        self._progress_dirty = True
+        if not self._progress_inflight:
+            self._progress_inflight = True
+            asyncio.get_running_loop().create_task(self._send_progress())
+
+    async def _send_progress(self) -> None:
+        try:
+            while self._progress_dirty:
+                self._progress_dirty = False
+                if self._purgatory is None:
+                    try:
+                        self._purgatory = ray.get_actor(purgatory_actor_name(self.broker_id), namespace=self.namespace)
+                    except ValueError:
+                        return  # no purgatory on this node (yet): nothing can be waiting on it
+                p = self.partition
+                update = ((self.topic, self.partition_index), p.high_watermark, p.last_stable_offset, len(p.isr),
+                          p.min_insync_replicas, p.is_leader, p.leader_epoch)
+                try:
+                    await asyncio.wait_for(self._purgatory.progress.remote([update]), self.call_timeout_s)
+                except Exception as exc:
+                    log.warning("progress report for %s-%d failed: %s", self.topic, self.partition_index,
+                                str(exc).splitlines()[0][:200])
+                    self._purgatory = None
+                    return
+        finally:
+            self._progress_inflight = False
+
+    def _after_change(self, hw_moved: bool = True) -> None:
+        self._wake_waiters()
+        if hw_moved:
+            self._report_progress()
+
+    # ---- ISR changes: committed to ZooKeeper before they take effect ------------------------------
+    def _zk_client(self):
+        if self._zk is None:
+            from metadata.kafka_zk import KafkaZkClient
+
+            self._zk = KafkaZkClient(self.zk_connect, session_timeout_ms=18000)
+            self._zk.start(ensure_paths=False)
+        return self._zk
+
+    async def _alter_isr(self, new_isr: tuple[int, ...]) -> bool:
+        """Conditional write of the state znode + an /isr_change_notification entry."""
+        if self.zk_connect is None:
+            return False
+        if self._isr_lock is None:
+            self._isr_lock = asyncio.Lock()
+        async with self._isr_lock:
+            p = self.partition
+            if not p.is_leader or tuple(new_isr) == tuple(p.isr):
+                return False
+            epoch, expected = p.leader_epoch, p.state_zk_version
+            loop = asyncio.get_running_loop()
+
+            def write() -> int | None:
+                from metadata.kafka_zk import BadVersionError, PartitionState
+
+                zk = self._zk_client()
+                state = PartitionState(self.broker_id, epoch, list(new_isr), p.controller_epoch)
+                try:
+                    version = zk.update_partition_state(self.topic, self.partition_index, state, expected)
+                except BadVersionError:
+                    found = zk.get_partition_state(self.topic, self.partition_index)
+                    if found is None or found[0].leader_epoch != epoch or found[0].leader != self.broker_id:
+                        return None  # the controller moved on: a LeaderAndIsr is coming
+                    version = zk.update_partition_state(self.topic, self.partition_index, state, found[1])
+                zk.add_isr_change_notification([(self.topic, self.partition_index)])
+                return version
+
+            try:
+                version = await loop.run_in_executor(None, write)
+            except Exception as exc:
+                log.warning("ISR update of %s-%d failed: %s", self.topic, self.partition_index, exc)
+                return False
+            if version is None or p.leader_epoch != epoch:
+                return False
+            log.info("%s-%d ISR %s -> %s", self.topic, self.partition_index, list(p.isr), list(new_isr))
+            hw_moved = p.apply_isr(tuple(new_isr), version)
+            self._after_change(True)
+            return hw_moved
+
+    async def _isr_loop(self) -> None:
+        """Shrink the ISR of followers lagging more than replica.lag.time.max.ms."""
+        lag_ms = self.replica_config["replica.lag.time.max.ms"]
+        while not self._closed:
+            await asyncio.sleep(max(0.05, lag_ms / 2000))
+            p = self.partition
+            if not p.is_leader:
+                continue
+            lagging = p.out_of_sync_replicas(_now_ms(), lag_ms)
+            if lagging:
+                await self._alter_isr(tuple(r for r in p.isr if r not in lagging))
+
     # ---- controller -> replica ---------------------------------------------------------------
     async def become_leader(self, controller_epoch: int, leader_epoch: int, isr: list[int],
-                            replicas: list[int]) -> int:
+                            replicas: list[int], zk_version: int = -1) -> int:
         self._ensure_background()
-        error = self.partition.make_leader(controller_epoch, leader_epoch, isr, replicas)
-        self._wake_waiters()
+        self._stop_fetcher()
+        error = self.partition.make_leader(controller_epoch, leader_epoch, isr, replicas, zk_version, _now_ms())
+        if error == 0:
+            log.info("%s-%d is leader, epoch %d, ISR %s, HW %d, LEO %d", self.topic, self.partition_index,
+                     leader_epoch, isr, self.partition.high_watermark, self.log.log_end_offset)
+        self._after_change(True)
         return error
 
     async def stop_replica(self, controller_epoch: int, delete: bool) -> int:
@@ -125,8 +252,9 @@ class ReplicaActor(FollowerRole):
         if error:
             return error
         self._closed = True
+        self._stop_fetcher()
         self.partition.is_leader = False
-        self._wake_waiters()
+        self._after_change(True)
         if delete:
             self.log.delete()
             key = (self.topic, self.partition_index)
@@ -141,8 +269,11 @@ class ReplicaActor(FollowerRole):
         """Clean shutdown: flush, checkpoint, close files."""
         if not self._closed:
             self._closed = True
+            self._stop_fetcher()
             self._write_checkpoints(flush=True)
             self.log.close()
+        if self._zk is not None:
+            self._zk.close()
 
     async def state(self) -> dict:
         return self.partition.state()
@@ -150,32 +281,48 @@ class ReplicaActor(FollowerRole):
     # ---- edge -> leader ---------------------------------------------------------------------------
     async def append(self, record_sets: list[tuple[bytes, int, int]], leader_epoch: int) -> list:
         if self._closed:
-            return [(6, -1, -1, -1, None)] * len(record_sets)  # NOT_LEADER_OR_FOLLOWER
+            return [(6, -1, -1, -1, None, -1, -1)] * len(record_sets)  # NOT_LEADER_OR_FOLLOWER
         self._ensure_background()
         before = self.partition.high_watermark
-        results = self.partition.append(record_sets, leader_epoch, int(time.time() * 1000))
+        leo_before = self.log.log_end_offset
+        results = self.partition.append(record_sets, leader_epoch, _now_ms())
+        if self.log.log_end_offset != leo_before:
+            self._wake_waiters()  # followers long-polling for data
         if self.partition.high_watermark != before:
-            self._wake_waiters()
+            self._report_progress()
         return results
 
     async def read(self, fetch_offset: int, max_bytes: int, isolation_level: int, current_leader_epoch: int):
         return self.partition.read(fetch_offset, max_bytes, isolation_level, current_leader_epoch)
 
-    async def wait_for_data(self, known_end: int, isolation_level: int, timeout_s: float) -> bool:
-        """Long-poll: return True once the fetchable end passes known_end, False on timeout."""
-        deadline = time.monotonic() + max(0.0, timeout_s)
-        while self.partition.fetchable_end(isolation_level) <= known_end and self.partition.is_leader:
+    async def list_offsets(self, timestamp: int, isolation_level: int, current_leader_epoch: int):
+        return self.partition.list_offsets(timestamp, isolation_level, current_leader_epoch)
+
+    async def offset_for_leader_epoch(self, current_leader_epoch: int, leader_epoch: int):
+        return self.partition.offset_for_leader_epoch(current_leader_epoch, leader_epoch)
+
+    # ---- follower -> leader ---------------------------------------------------------------------------
+    async def fetch_for_follower(self, follower_id: int, fetch_offset: int, last_fetched_epoch: int,
+                                 current_leader_epoch: int, max_bytes: int, max_wait_ms: int) -> dict:
+        """A follower's long-polled fetch: waits (bounded) for data beyond its log end."""
+        self._ensure_background()
+        deadline = time.monotonic() + min(max_wait_ms, MAX_FOLLOWER_WAIT_MS * 4) / 1000
+        p = self.partition
+        while True:
+            result = p.fetch_for_follower(follower_id, fetch_offset, last_fetched_epoch, current_leader_epoch,
+                                          max_bytes, _now_ms())
+            if result["hw_moved"]:
+                self._after_change(True)
+            if result["expand_isr"] is not None:
+                await self._alter_isr(result["expand_isr"])
+                result["high_watermark"] = p.high_watermark
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return False
+            if result["error"] or result["records"] or result["diverging"] or remaining <= 0 or self._closed:
+                return result
             try:
                 await asyncio.wait_for(self._event().wait(), remaining)
             except asyncio.TimeoutError:
-                return False
-        return True
-
-    async def list_offsets(self, timestamp: int, isolation_level: int, current_leader_epoch: int):
-        return self.partition.list_offsets(timestamp, isolation_level, current_leader_epoch)
+                pass
 
 
 ReplicaActorRemote = ray.remote(ReplicaActor)

@@ -1,39 +1,108 @@
 """The delayed-operation purgatory actor: one per node.
 
 A thin asyncio shell over delayed/ (Kafka's hierarchical timing wheel with a
-delay queue of buckets, and DelayedOperationPurgatory with watch keys). The
-actor's event loop is the only thread touching them, so they need no locks.
+delay queue of buckets, and DelayedOperationPurgatory with watch keys per
+partition). The actor's event loop is the only thread touching them.
 
-Operations are parked here by key (e.g. "topic-partition") and completed when
-a replica reports progress under that key (check_and_complete) or when their
-deadline passes. Each parked operation is an awaitable the caller holds open:
-it returns True if completed by a key check, False on expiry.
+Leader replicas on this node report each partition's progress (high
+watermark, last stable offset, ISR size, leadership) with `progress`; that is
+what completes parked operations:
+
+- DelayedProduce (acks=-1): every partition's HW has passed the produced
+  offsets, or the deadline passes (REQUEST_TIMED_OUT), or leadership moved.
+- DelayedFetch (consumers' fetch.min.bytes / max.wait.ms): some watched
+  partition's fetchable end moved past what the edge last read.
+
+Follower fetches long-poll inside the leader replica itself (one call, no
+extra hop), so they do not come through here.
 """
 from __future__ import annotations
 
 import asyncio
+import logging
+from typing import Hashable
 
 import ray
+from kio.schema.errors import ErrorCode
 
 from delayed import AsyncTimerDriver, DelayedOperation, DelayedOperationPurgatory, SystemTimer
 
-# Kafka's purgatory purge interval (fetch.purgatory.purge.interval.requests).
+log = logging.getLogger("raykafka.purgatory")
+
+# Kafka's purge interval (producer/fetch.purgatory.purge.interval.requests).
 PURGE_INTERVAL = 1000
-# Bound on parked operations: beyond it new ones are refused (caller answers at once).
+# Bound on parked operations: beyond it new ones complete at once.
 MAX_PARKED = 100_000
 
+PartitionKey = tuple[str, int]
 
-class _WaitForKey(DelayedOperation):
-    """Completes when its key is checked (progress reported), or expires."""
 
-    def __init__(self, delay_ms: int, future: asyncio.Future):
+class PartitionProgress:
+    __slots__ = ("high_watermark", "last_stable_offset", "isr_size", "min_insync_replicas", "is_leader",
+                 "leader_epoch")
+
+    def __init__(self, high_watermark, last_stable_offset, isr_size, min_insync_replicas, is_leader, leader_epoch):
+        self.high_watermark = high_watermark
+        self.last_stable_offset = last_stable_offset
+        self.isr_size = isr_size
+        self.min_insync_replicas = min_insync_replicas
+        self.is_leader = is_leader
+        self.leader_epoch = leader_epoch
+
+
+class DelayedProduce(DelayedOperation):
+    def __init__(self, delay_ms: int, required: dict[PartitionKey, int], progress: dict, future: asyncio.Future):
         super().__init__(delay_ms)
+        self.required = required
+        self.progress = progress
+        self.status: dict[PartitionKey, int] = {}
         self.future = future
-        self.progressed = False
 
     def try_complete(self) -> bool:
-        if self.progressed:
+        for key, offset in self.required.items():
+            if key in self.status:
+                continue
+            state = self.progress.get(key)
+            if state is None:
+                continue
+            if not state.is_leader:
+                self.status[key] = int(ErrorCode.not_leader_or_follower)
+            elif state.high_watermark >= offset:
+                # Kafka's checkEnoughReplicasReachOffset.
+                self.status[key] = 0 if state.isr_size >= state.min_insync_replicas \
+                    else int(ErrorCode.not_enough_replicas_after_append)
+        if len(self.status) == len(self.required):
             return self.force_complete()
+        return False
+
+    def on_expiration(self) -> None:
+        for key in self.required:
+            self.status.setdefault(key, int(ErrorCode.request_timed_out))
+
+    def on_complete(self) -> None:
+        if not self.future.done():
+            self.future.set_result(self.status)
+
+
+class DelayedFetch(DelayedOperation):
+    def __init__(self, delay_ms: int, known_ends: dict[PartitionKey, int], isolation_level: int, progress: dict,
+                 future: asyncio.Future):
+        super().__init__(delay_ms)
+        self.known_ends = known_ends
+        self.isolation_level = isolation_level
+        self.progress = progress
+        self.future = future
+        self.moved = False
+
+    def try_complete(self) -> bool:
+        for key, known_end in self.known_ends.items():
+            state = self.progress.get(key)
+            if state is None:
+                continue
+            end = state.last_stable_offset if self.isolation_level == 1 else state.high_watermark
+            if end > known_end or not state.is_leader:
+                self.moved = True
+                return self.force_complete()
         return False
 
     def on_expiration(self) -> None:
@@ -41,45 +110,90 @@ class _WaitForKey(DelayedOperation):
 
     def on_complete(self) -> None:
         if not self.future.done():
-            self.future.set_result(self.progressed)
+            self.future.set_result(self.moved)
+
+
+class PurgatoryService:
+    """The purgatory's logic; the actor below only forwards calls to it."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        timer = SystemTimer(tick_ms=1, wheel_size=20)
+        self.driver = AsyncTimerDriver(timer, loop)
+        self.produce = DelayedOperationPurgatory("Produce", timer, purge_interval=PURGE_INTERVAL)
+        self.fetch = DelayedOperationPurgatory("Fetch", timer, purge_interval=PURGE_INTERVAL)
+        self.progress: dict[PartitionKey, PartitionProgress] = {}
+        self.loop = loop
+
+    def parked(self) -> int:
+        return self.produce.delayed + self.fetch.delayed
+
+    def delay_produce(self, required: dict[PartitionKey, int], timeout_ms: int) -> asyncio.Future:
+        future = self.loop.create_future()
+        op = DelayedProduce(max(0, timeout_ms), required, self.progress, future)
+        if self.parked() >= MAX_PARKED:
+            op.on_expiration()
+            op.force_complete()
+            return future
+        self.produce.try_complete_else_watch(op, list(required))
+        return future
+
+    def delay_fetch(self, known_ends: dict[PartitionKey, int], isolation_level: int, timeout_ms: int) -> asyncio.Future:
+        future = self.loop.create_future()
+        op = DelayedFetch(max(0, timeout_ms), known_ends, isolation_level, self.progress, future)
+        if self.parked() >= MAX_PARKED or not known_ends:
+            op.force_complete()
+            return future
+        self.fetch.try_complete_else_watch(op, list(known_ends))
+        return future
+
+    def report(self, updates: list[tuple]) -> int:
+        completed = 0
+        for key, hw, lso, isr_size, min_isr, is_leader, leader_epoch in updates:
+            key = tuple(key)
+            current = self.progress.get(key)
+            if current is not None and leader_epoch < current.leader_epoch:
+                continue  # a stale report from a deposed leader
+            self.progress[key] = PartitionProgress(hw, lso, isr_size, min_isr, is_leader, leader_epoch)
+            completed += self.produce.check_and_complete(key)
+            completed += self.fetch.check_and_complete(key)
+        self.produce.purge_completed()
+        self.fetch.purge_completed()
+        return completed
+
+    def forget(self, keys: list[Hashable]) -> None:
+        for key in keys:
+            self.progress.pop(tuple(key), None)
 
 
 class PurgatoryActor:
     def __init__(self) -> None:
-        self._driver: AsyncTimerDriver | None = None
-        self._purgatory: DelayedOperationPurgatory | None = None
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        self._service: PurgatoryService | None = None
 
-    def _ensure(self) -> DelayedOperationPurgatory:
-        if self._purgatory is None:
-            timer = SystemTimer(tick_ms=1, wheel_size=20)
-            self._driver = AsyncTimerDriver(timer, asyncio.get_running_loop())
-            self._purgatory = DelayedOperationPurgatory("delayed", timer, purge_interval=PURGE_INTERVAL)
-        return self._purgatory
+    def _svc(self) -> PurgatoryService:
+        if self._service is None:
+            self._service = PurgatoryService(asyncio.get_running_loop())
+        return self._service
 
-    async def wait(self, keys: list[str], timeout_ms: int) -> bool:
-        """Park until progress is reported under any key (True) or timeout (False)."""
-        purgatory = self._ensure()
-        if purgatory.delayed >= MAX_PARKED:
-            return False
-        future = asyncio.get_running_loop().create_future()
-        op = _WaitForKey(timeout_ms, future)
-        purgatory.try_complete_else_watch(op, keys)
-        return await future
+    async def delay_produce(self, required: list[tuple[str, int, int]], timeout_ms: int) -> dict:
+        """Wait until each (topic, partition)'s HW reaches its offset; -> {(t, p): error}."""
+        return await self._svc().delay_produce({(t, p): o for t, p, o in required}, timeout_ms)
 
-    async def progress(self, keys: list[str]) -> int:
-        """A replica reports progress (append, HW move): complete what waits on it."""
-        purgatory = self._ensure()
-        completed = 0
-        for key in keys:
-            for op in purgatory.watched_operations(key):
-                op.progressed = True
-            completed += purgatory.check_and_complete(key)
-        purgatory.purge_completed()
-        return completed
+    async def delay_fetch(self, known_ends: list[tuple[str, int, int]], isolation_level: int,
+                          timeout_ms: int) -> bool:
+        """Wait until some partition's fetchable end passes what was read; False on timeout."""
+        return await self._svc().delay_fetch({(t, p): e for t, p, e in known_ends}, isolation_level, timeout_ms)
+
+    async def progress(self, updates: list[tuple]) -> int:
+        return self._svc().report(updates)
+
+    async def forget(self, keys: list[tuple[str, int]]) -> None:
+        self._svc().forget(keys)
 
     async def stats(self) -> dict:
-        purgatory = self._ensure()
-        return {"delayed": purgatory.delayed, "watched": purgatory.watched}
+        svc = self._svc()
+        return {"produce_delayed": svc.produce.delayed, "fetch_delayed": svc.fetch.delayed,
+                "partitions": len(svc.progress)}
 
 
 PurgatoryActorRemote = ray.remote(PurgatoryActor)

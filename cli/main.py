@@ -9,6 +9,7 @@ under the data dir; with no --ray-address it starts a local Ray on loopback.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import shutil
@@ -55,6 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="set a broker config key (repeatable)")
     start.add_argument("--dashboard", action="store_true", help="start Ray's dashboard (~1 GiB more memory)")
     start.add_argument("--ray-address", help="join an existing Ray cluster instead of starting a local one")
+    start.add_argument("--nodes", type=int, default=1,
+                       help="start an N-node Ray cluster on this machine, one broker per node (for trying things out)")
     start.add_argument("--log-level", default="INFO")
     return parser
 
@@ -85,11 +88,14 @@ class BrokerProcess:
         self.args = args
         self.zookeeper = None
         self.ray_temp_dir: str | None = None
+        self._raylet_pids: list[int | None] = []
         self.started_ray = False
         self.controller = None
         self.edge = None
         self.broker_id = -1
         self.stop_requested = threading.Event()
+        self.cluster = None  # ray.cluster_utils.Cluster with --nodes
+        self.nodes: list[dict] = []  # one per broker this process started
 
     def _install_signal_handlers(self) -> None:
         signal.signal(signal.SIGTERM, lambda *_: self.stop_requested.set())
@@ -116,9 +122,6 @@ class BrokerProcess:
 
     def start(self) -> tuple[str, int]:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        log_dirs = [str(p.resolve()) for p in self.config.log_dirs(self.data_dir)]
-        for d in log_dirs:
-            Path(d).mkdir(parents=True, exist_ok=True)
         zk_connect = self.config["zookeeper.connect"]
         if not zk_connect:
             from metadata.embedded_zookeeper import EmbeddedZooKeeper
@@ -126,11 +129,33 @@ class BrokerProcess:
             self.zookeeper = EmbeddedZooKeeper(self.data_dir / "zookeeper")
             zk_connect = self.zookeeper.start()
             log.info("embedded ZooKeeper on %s (pid %s)", zk_connect, self.zookeeper.pid)
-        self.broker_id, cluster_id = self._identify(zk_connect, log_dirs)
-        self._start_ray()
-        return self._start_actors(zk_connect, log_dirs, cluster_id)
+        count = max(1, self.args.nodes)
+        identities = []
+        for index in range(count):
+            if count == 1:
+                log_dirs = [str(p.resolve()) for p in self.config.log_dirs(self.data_dir)]
+            else:
+                # Each local node is its own broker: own log dir, own meta.properties.
+                log_dirs = [str((self.data_dir / f"node-{index}" / "logs").resolve())]
+            for d in log_dirs:
+                Path(d).mkdir(parents=True, exist_ok=True)
+            configured = self.config["broker.id"]
+            broker_id, cluster_id = self._identify(zk_connect, log_dirs,
+                                                   configured + index if configured >= 0 else -1)
+            identities.append((broker_id, log_dirs))
+        self.broker_id = identities[0][0]
+        node_ids = self._start_ray(count)
+        first = None
+        for index, ((broker_id, log_dirs), node_id) in enumerate(zip(identities, node_ids)):
+            host, port = self._start_node(zk_connect, broker_id, log_dirs, node_id, index)
+            first = first or (host, port)
+        self._wait_ready(cluster_id)
+        # For operators and tests: which pids make up which broker.
+        plain = [{k: v for k, v in n.items() if not k.startswith("_")} for n in self.nodes]
+        (self.data_dir / "nodes.json").write_text(json.dumps(plain, indent=1))
+        return first
 
-    def _identify(self, zk_connect: str, log_dirs: list[str]) -> tuple[int, str]:
+    def _identify(self, zk_connect: str, log_dirs: list[str], configured: int) -> tuple[int, str]:
         """broker.id from config, else meta.properties, else /brokers/seqid (Kafka's order)."""
         from metadata.kafka_zk import KafkaZkClient
         from storage.meta_properties import MetaProperties
@@ -152,7 +177,6 @@ class BrokerProcess:
             if clusters and clusters != {cluster_id}:
                 raise StartupError(f"log dirs belong to cluster {clusters.pop()} but ZooKeeper holds cluster "
                                    f"{cluster_id} (InconsistentClusterIdException)")
-            configured = self.config["broker.id"]
             stored = ids.pop() if ids else None
             if configured >= 0 and stored is not None and configured != stored:
                 raise StartupError(f"configured broker.id {configured} doesn't match stored broker.id "
@@ -169,7 +193,8 @@ class BrokerProcess:
         finally:
             zk.close()
 
-    def _start_ray(self) -> None:
+    def _start_ray(self, count: int) -> list[str]:
+        """Start (or join) Ray; returns the Ray node id for each broker to start."""
         _environment_for_ray()
         import ray
 
@@ -177,47 +202,87 @@ class BrokerProcess:
         if self.args.ray_address:
             ray.init(address=self.args.ray_address, namespace=namespace, logging_level=logging.WARNING)
             self._install_signal_handlers()
-            return
+            return [ray.get_runtime_context().get_node_id()]
         # Unix socket paths must stay under ~107 bytes: keep Ray's dir short.
         self.ray_temp_dir = tempfile.mkdtemp(prefix="rk-ray-", dir="/tmp")
-        ray.init(
-            namespace=namespace,
-            include_dashboard=self.args.dashboard,
-            _temp_dir=self.ray_temp_dir,
-            logging_level=logging.WARNING,
-            num_cpus=os.cpu_count() or 2,
-            object_store_memory=512 * 1024 * 1024,
-        )
+        # Notice a dead node in ~1.5 s rather than ~15 s.
+        system_config = {"health_check_period_ms": 500, "health_check_failure_threshold": 3,
+                         "health_check_timeout_ms": 1000}
+        cpus = os.cpu_count() or 2
+        if count == 1:
+            ray.init(namespace=namespace, include_dashboard=self.args.dashboard, _temp_dir=self.ray_temp_dir,
+                     logging_level=logging.WARNING, num_cpus=cpus, object_store_memory=512 * 1024 * 1024,
+                     _system_config=system_config)
+            node_ids = [ray.get_runtime_context().get_node_id()]
+        else:
+            from ray.cluster_utils import Cluster
+
+            self.cluster = Cluster(initialize_head=True, head_node_args={
+                "num_cpus": cpus, "include_dashboard": self.args.dashboard, "temp_dir": self.ray_temp_dir,
+                "object_store_memory": 256 * 1024 * 1024, "_system_config": system_config})
+            for _ in range(count - 1):
+                self.cluster.add_node(num_cpus=cpus, object_store_memory=256 * 1024 * 1024)
+            ray.init(address=self.cluster.address, namespace=namespace, logging_level=logging.WARNING)
+            node_ids = [n.node_id for n in self.cluster.list_all_nodes()]
+            self._raylet_pids = [_raylet_pid(n) for n in self.cluster.list_all_nodes()]
         self.started_ray = True
         # ray.init installs a SIGTERM handler that aborts the driver; SIGTERM
         # here means controlled shutdown, so take the signals back.
         self._install_signal_handlers()
+        return node_ids
 
-    def _start_actors(self, zk_connect: str, log_dirs: list[str], cluster_id: str) -> tuple[str, int]:
+    def _start_node(self, zk_connect: str, broker_id: int, log_dirs: list[str], node_id: str,
+                    index: int) -> tuple[str, int]:
+        """One broker on one Ray node: purgatory, controller candidate, edge."""
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         from actors.controller import ControllerActorRemote
-        from core.naming import controller_actor_name, edge_actor_name
+        from actors.purgatory import PurgatoryActorRemote
+        from core.config import parse_listener
+        from core.naming import controller_actor_name, edge_actor_name, purgatory_actor_name
         from net.edge import EdgeActorRemote
 
         namespace = self.config["raykafka.namespace"]
-        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+        here = NodeAffinitySchedulingStrategy(node_id, soft=False)
         config = self.config.as_dict()
-        self.controller = ControllerActorRemote.options(
-            name=controller_actor_name(self.broker_id), namespace=namespace, num_cpus=0,
+        listener = parse_listener(config["listeners"])
+        if index and listener.port:
+            config["listeners"] = f"PLAINTEXT://{listener.host}:{listener.port + index}"
+            config["advertised.listeners"] = None
+        purgatory = PurgatoryActorRemote.options(
+            name=purgatory_actor_name(broker_id), namespace=namespace, num_cpus=0, max_concurrency=100_000,
+            scheduling_strategy=here).remote()
+        controller = ControllerActorRemote.options(
+            name=controller_actor_name(broker_id), namespace=namespace, num_cpus=0,
             max_concurrency=1000, scheduling_strategy=here,
-        ).remote(self.broker_id, config, zk_connect, namespace)
-        self.edge = EdgeActorRemote.options(
-            name=edge_actor_name(self.broker_id), namespace=namespace, num_cpus=0,
+        ).remote(broker_id, config, zk_connect, namespace)
+        edge = EdgeActorRemote.options(
+            name=edge_actor_name(broker_id), namespace=namespace, num_cpus=0,
             max_concurrency=10_000, scheduling_strategy=here,
-        ).remote(self.broker_id, config, zk_connect, log_dirs)
-        ray.get(self.controller.start.remote(), timeout=READY_TIMEOUT_S)
-        host, port = ray.get(self.edge.start.remote(), timeout=READY_TIMEOUT_S)
-        if not ray.get(self.edge.wait_ready.remote(READY_TIMEOUT_S), timeout=READY_TIMEOUT_S + 5):
-            raise StartupError("the edge got no metadata from a controller in time")
-        log.info("broker %d of cluster %s is up", self.broker_id, cluster_id)
+        ).remote(broker_id, config, zk_connect, log_dirs, purgatory)
+        ray.get(controller.start.remote(), timeout=READY_TIMEOUT_S)
+        host, port = ray.get(edge.start.remote(), timeout=READY_TIMEOUT_S)
+        edge_pid = ray.get(edge.pid.remote(), timeout=READY_TIMEOUT_S)
+        self.nodes.append({"broker_id": broker_id, "host": host, "port": port, "ray_node_id": node_id,
+                           "log_dirs": log_dirs, "edge_pid": edge_pid,
+                           "raylet_pid": self._raylet_pids[index] if self.cluster else None,
+                           "edge": edge, "controller": controller, "purgatory": purgatory})
+        print(f"raykafka broker {broker_id} on {host}:{port}", flush=True)
+        if index == 0:
+            self.controller, self.edge = controller, edge
         return host, port
+
+    def _wait_ready(self, cluster_id: str) -> None:
+        import ray
+
+        for node in self.nodes:
+            if not ray.get(node["edge"].wait_ready.remote(READY_TIMEOUT_S), timeout=READY_TIMEOUT_S + 5):
+                raise StartupError(f"broker {node['broker_id']}'s edge got no metadata from a controller in time")
+        for node in self.nodes:
+            for key in ("edge", "controller", "purgatory"):
+                node[f"_{key}"] = node.pop(key)
+        log.info("brokers %s of cluster %s are up", [n["broker_id"] for n in self.nodes], cluster_id)
 
     def shutdown(self) -> None:
         try:
@@ -226,18 +291,37 @@ class BrokerProcess:
             ray = None
         if ray is not None and ray.is_initialized():
             started = time.monotonic()
-            if self.edge is not None:
-                _quietly(lambda: ray.get(self.edge.stop.remote(), timeout=10))
-            if self.controller is not None:
-                _quietly(lambda: ray.get(self.controller.close_local_replicas.remote(self.broker_id), timeout=60))
-                _quietly(lambda: ray.get(self.controller.stop.remote(), timeout=10))
-            log.info("broker %d stopped cleanly in %.1f s", self.broker_id, time.monotonic() - started)
+            for node in self.nodes:
+                edge = node.get("_edge") or node.get("edge")
+                _quietly(lambda: ray.get(edge.stop.remote(), timeout=10))
+            # The active controller holds every replica handle; standbys hold none.
+            for node in self.nodes:
+                controller = node.get("_controller") or node.get("controller")
+                for broker in self.nodes:
+                    _quietly(lambda: ray.get(controller.close_local_replicas.remote(broker["broker_id"]),
+                                             timeout=60))
+            for node in self.nodes:
+                controller = node.get("_controller") or node.get("controller")
+                _quietly(lambda: ray.get(controller.stop.remote(), timeout=10))
+            log.info("brokers %s stopped cleanly in %.1f s", [n["broker_id"] for n in self.nodes],
+                     time.monotonic() - started)
             if self.started_ray:
                 _quietly(ray.shutdown)
+        if self.cluster is not None:
+            _quietly(self.cluster.shutdown)
         if self.zookeeper is not None:
             _quietly(self.zookeeper.stop)
         if self.ray_temp_dir:
             shutil.rmtree(self.ray_temp_dir, ignore_errors=True)
+
+
+def _raylet_pid(node) -> int | None:
+    from ray._private import ray_constants
+
+    try:
+        return node.all_processes[ray_constants.PROCESS_TYPE_RAYLET][0].process.pid
+    except (KeyError, IndexError, AttributeError):
+        return None
 
 
 class StartupError(Exception):

@@ -9,6 +9,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from storage.errors import UnexpectedAppendOffsetError
 from storage.log import Log, OffsetOutOfRangeError
 from storage.record_batch import InvalidRecordsError
 
@@ -23,8 +24,21 @@ LATEST_TIERED_TIMESTAMP = -5
 READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
 
-# (error, base_offset, log_append_time_ms, log_start_offset, error_message)
-AppendResult = tuple[int, int, int, int, str | None]
+# (error, base_offset, log_append_time_ms, log_start_offset, error_message, last_offset, high_watermark)
+AppendResult = tuple[int, int, int, int, str | None, int, int]
+
+
+class FollowerState:
+    """What the leader knows of one follower (Kafka's Replica state)."""
+
+    __slots__ = ("log_end_offset", "last_caught_up_ms", "last_fetch_ms", "last_fetch_leader_end_offset")
+
+    def __init__(self, now_ms: int, in_isr: bool):
+        self.log_end_offset = -1
+        # ISR members start caught up: they are given replica.lag.time.max.ms to fetch.
+        self.last_caught_up_ms = now_ms if in_isr else 0
+        self.last_fetch_ms = 0
+        self.last_fetch_leader_end_offset = -1
 
 
 class Partition:
@@ -40,8 +54,13 @@ class Partition:
         self.is_leader = False
         self.replicas: tuple[int, ...] = ()
         self.isr: tuple[int, ...] = ()
-        self.follower_end_offsets: dict[int, int] = {}
+        self.followers: dict[int, FollowerState] = {}
         self.min_insync_replicas = min_insync_replicas
+        # Version of the partition state znode, for conditional ISR writes.
+        self.state_zk_version = -1
+        # Start offset of the current leader epoch: a follower joins the ISR
+        # only once it has reached it (Kafka's rule, so HW never goes back).
+        self.leader_epoch_start_offset = 0
         # A restarted replica must never expose more than it had committed.
         self.high_watermark = min(max(high_watermark, log_.log_start_offset), log_.log_end_offset)
 
@@ -52,21 +71,45 @@ class Partition:
         self.controller_epoch = controller_epoch
         return 0
 
-    def make_leader(self, controller_epoch: int, leader_epoch: int, isr: list[int], replicas: list[int]) -> int:
+    def make_leader(self, controller_epoch: int, leader_epoch: int, isr: list[int], replicas: list[int],
+                    zk_version: int = -1, now_ms: int = 0) -> int:
         error = self.fence_controller(controller_epoch)
         if error:
             return error
         if leader_epoch < self.leader_epoch:
             return int(ErrorCode.fenced_leader_epoch)
+        new_epoch = leader_epoch != self.leader_epoch or not self.is_leader
         self.leader_epoch = leader_epoch
         self.leader_id = self.broker_id
         self.is_leader = True
         self.replicas = tuple(replicas)
         self.isr = tuple(isr)
-        self.follower_end_offsets = {r: -1 for r in replicas if r != self.broker_id}
-        # New epoch starts at our log end: followers truncate to it (KIP-101).
-        self.log.leader_epoch_cache.assign(leader_epoch, self.log.log_end_offset)
+        self.state_zk_version = zk_version
+        if new_epoch:
+            self.followers = {r: FollowerState(now_ms, r in isr) for r in replicas if r != self.broker_id}
+            # New epoch starts at our log end: followers truncate to it (KIP-101).
+            self.log.leader_epoch_cache.assign(leader_epoch, self.log.log_end_offset)
+            self.leader_epoch_start_offset = self.log.log_end_offset
+        else:
+            for r in replicas:
+                if r != self.broker_id and r not in self.followers:
+                    self.followers[r] = FollowerState(now_ms, r in isr)
         self.maybe_increment_high_watermark()
+        return 0
+
+    def make_follower(self, controller_epoch: int, leader_id: int, leader_epoch: int, isr: list[int],
+                      replicas: list[int]) -> int:
+        error = self.fence_controller(controller_epoch)
+        if error:
+            return error
+        if leader_epoch < self.leader_epoch:
+            return int(ErrorCode.fenced_leader_epoch)
+        self.is_leader = False
+        self.leader_epoch = leader_epoch
+        self.leader_id = leader_id
+        self.isr = tuple(isr)
+        self.replicas = tuple(replicas)
+        self.followers = {}
         return 0
 
     def check_leader(self, leader_epoch: int) -> int:
@@ -85,11 +128,101 @@ class Partition:
         new_hw = self.log.log_end_offset
         for replica in self.isr:
             if replica != self.broker_id:
-                new_hw = min(new_hw, self.follower_end_offsets.get(replica, -1))
+                follower = self.followers.get(replica)
+                new_hw = min(new_hw, follower.log_end_offset if follower else -1)
         if new_hw > self.high_watermark:
             self.high_watermark = new_hw
             return True
         return False
+
+    # ---- replication: leader side -------------------------------------------------------------
+    def fetch_for_follower(self, follower_id: int, fetch_offset: int, last_fetched_epoch: int,
+                           current_leader_epoch: int, max_bytes: int, now_ms: int) -> dict[str, Any]:
+        """A follower's fetch (the FETCH a Kafka follower sends, as an actor call).
+
+        The fetch offset is the follower's log end offset; it moves the HW and
+        may bring the follower back into the ISR (returned as `expand_isr`)."""
+        result: dict[str, Any] = {"error": 0, "records": b"", "high_watermark": self.high_watermark,
+                                  "log_start_offset": self.log.log_start_offset, "diverging": None,
+                                  "expand_isr": None, "hw_moved": False,
+                                  "log_end_offset": self.log.log_end_offset}
+        error = self.check_leader(current_leader_epoch)
+        if error == 0 and follower_id not in self.followers:
+            error = int(ErrorCode.not_leader_or_follower)
+        if error:
+            result["error"] = error
+            return result
+        leo = self.log.log_end_offset
+        # KIP-320: the follower's last epoch must agree with ours up to its fetch offset.
+        if last_fetched_epoch >= 0:
+            epoch, end = self.log.leader_epoch_cache.end_offset_for(last_fetched_epoch, leo)
+            if epoch != last_fetched_epoch or end < fetch_offset:
+                result["diverging"] = (epoch, end)
+                return result
+        if fetch_offset > leo or fetch_offset < self.log.log_start_offset:
+            result["error"] = int(ErrorCode.offset_out_of_range)
+            return result
+        follower = self.followers[follower_id]
+        # Kafka's Replica.updateFetchState: caught up if it reached our LEO,
+        # or the LEO we had at its previous fetch.
+        if fetch_offset >= leo:
+            follower.last_caught_up_ms = now_ms
+        elif fetch_offset >= follower.last_fetch_leader_end_offset:
+            follower.last_caught_up_ms = max(follower.last_caught_up_ms, follower.last_fetch_ms)
+        follower.last_fetch_leader_end_offset = leo
+        follower.last_fetch_ms = now_ms
+        follower.log_end_offset = fetch_offset
+        if (follower_id not in self.isr and fetch_offset >= self.high_watermark
+                and fetch_offset >= self.leader_epoch_start_offset):
+            result["expand_isr"] = tuple(sorted(set(self.isr) | {follower_id}))
+        result["hw_moved"] = self.maybe_increment_high_watermark()
+        result["high_watermark"] = self.high_watermark
+        if fetch_offset < leo:
+            result["records"] = self.log.read_bytes(fetch_offset, max_bytes, None, min_one_batch=True)
+        return result
+
+    def out_of_sync_replicas(self, now_ms: int, lag_time_ms: int) -> list[int]:
+        """ISR followers that have not caught up within replica.lag.time.max.ms."""
+        return [r for r in self.isr if r != self.broker_id
+                and now_ms - self.followers[r].last_caught_up_ms > lag_time_ms] if self.is_leader else []
+
+    def apply_isr(self, isr: tuple[int, ...], zk_version: int) -> bool:
+        """The new ISR is committed (znode written): use it. Returns whether the HW moved."""
+        self.isr = tuple(isr)
+        self.state_zk_version = zk_version
+        return self.maybe_increment_high_watermark()
+
+    # ---- replication: follower side -------------------------------------------------------------
+    def append_as_follower(self, records: bytes, leader_high_watermark: int, leader_log_start: int) -> int:
+        """Append what the leader sent; follower HW = min(own LEO, leader HW)."""
+        if records:
+            self.log.append_as_follower(records)
+        new_hw = min(self.log.log_end_offset, leader_high_watermark)
+        if new_hw > self.high_watermark:
+            self.high_watermark = new_hw
+        return self.log.log_end_offset
+
+    def last_fetched_epoch(self) -> int:
+        epoch = self.log.leader_epoch_cache.latest_epoch
+        return -1 if epoch is None else epoch
+
+    def truncate_for_divergence(self, epoch: int, end_offset: int) -> int:
+        """KIP-320: truncate to the end of the last epoch both logs agree on."""
+        target = self.log.log_end_offset if end_offset < 0 else min(end_offset, self.log.log_end_offset)
+        if epoch < 0:
+            # The leader knows nothing of our epochs: fall back to the HW.
+            target = min(target, self.high_watermark)
+        self.log.truncate_to(target)
+        self.high_watermark = min(self.high_watermark, self.log.log_end_offset)
+        return self.log.log_end_offset
+
+    def offset_for_leader_epoch(self, current_leader_epoch: int, leader_epoch: int):
+        """OffsetForLeaderEpoch (API 23) -> (error, epoch, end_offset)."""
+        error = self.check_leader(current_leader_epoch)
+        if error:
+            return error, -1, -1
+        epoch, end = self.log.leader_epoch_cache.end_offset_for(leader_epoch, self.log.log_end_offset)
+        return 0, epoch, end
 
     @property
     def last_stable_offset(self) -> int:
@@ -107,21 +240,22 @@ class Partition:
             error = self.check_leader(leader_epoch)
             if error:
                 # A stale edge view of leadership: the client must refresh metadata.
-                results.append((int(ErrorCode.not_leader_or_follower), -1, -1, -1, None))
+                results.append((int(ErrorCode.not_leader_or_follower), -1, -1, -1, None, -1))
                 continue
             if acks == -1 and len(self.isr) < self.min_insync_replicas:
                 results.append((int(ErrorCode.not_enough_replicas), -1, -1, self.log.log_start_offset,
-                                f"ISR size {len(self.isr)} < min.insync.replicas {self.min_insync_replicas}"))
+                                f"ISR size {len(self.isr)} < min.insync.replicas {self.min_insync_replicas}", -1))
                 continue
             try:
                 info = self.log.append_as_leader(records, self.leader_epoch, now_ms)
             except InvalidRecordsError as exc:
-                results.append((exc.error_code, -1, -1, self.log.log_start_offset, str(exc)))
+                results.append((exc.error_code, -1, -1, self.log.log_start_offset, str(exc), -1))
                 continue
-            results.append((0, info.first_offset, getattr(info, "log_append_time", -1),
-                            self.log.log_start_offset, None))
+            results.append((0, info.first_offset, info.log_append_time, self.log.log_start_offset, None,
+                            info.last_offset))
         self.maybe_increment_high_watermark()
-        return results
+        # The HW after this call rides along: acks=-1 needs no purgatory when it already passed.
+        return [r + (self.high_watermark,) for r in results]
 
     # ---- fetch ------------------------------------------------------------------------------
     def read(self, fetch_offset: int, max_bytes: int, isolation_level: int, current_leader_epoch: int):

@@ -19,7 +19,7 @@ log = logging.getLogger("raykafka.edge")
 
 
 class EdgeActor:
-    def __init__(self, broker_id: int, config: dict, zk_connect: str, log_dirs: list[str]):
+    def __init__(self, broker_id: int, config: dict, zk_connect: str, log_dirs: list[str], purgatory=None):
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         self.broker_id = broker_id
         self.config = BrokerConfig(config)
@@ -30,6 +30,7 @@ class EdgeActor:
         self.server: KafkaServer | None = None
         self.zk: KafkaZkClient | None = None
         self.bound_port: int | None = None
+        self.purgatory = purgatory
 
     async def start(self) -> tuple[str, int]:
         """Bind, then register the broker; returns the advertised (host, port)."""
@@ -46,6 +47,7 @@ class EdgeActor:
         )
         # The service needs the advertised port, known only after binding port 0.
         self.service = EdgeService(config, self.broker_id, "", 0)
+        self.service.purgatory = self.purgatory
         self.server = KafkaServer(self.service.dispatch, limits)
         self.bound_port = await self.server.start(self.listener.host, self.listener.port)
         host = advertised.host if advertised else self.listener.host
@@ -80,6 +82,16 @@ class EdgeActor:
             log.warning("%s", exc)
             return 11  # STALE_CONTROLLER_EPOCH
         return 0
+
+    async def pid(self) -> int:
+        import os
+
+        return os.getpid()
+
+    async def park(self) -> None:
+        """Never returns: the controller holds this call open so Ray tells it
+        within milliseconds when this edge (its node) dies."""
+        await asyncio.Event().wait()
 
     async def stats(self) -> dict:
         return {"connections": self.server.connection_count, **self.server.stats,

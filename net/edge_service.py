@@ -85,7 +85,7 @@ class PartitionAppender:
         try:
             handle = self.edge.leader_handle(self.topic, self.partition)
             if handle is None:
-                results = [(int(ErrorCode.not_leader_or_follower), -1, -1, -1, None)] * len(batch)
+                results = [(int(ErrorCode.not_leader_or_follower), -1, -1, -1, None, -1, -1)] * len(batch)
             else:
                 timeout_ms = max(item[2] for item in batch)
                 sets = [(item[0], item[1], item[2]) for item in batch]
@@ -94,10 +94,10 @@ class PartitionAppender:
                     timeout_s=timeout_ms / 1000 + self.edge.call_timeout_s,
                 )
         except ActorCallFailed as exc:
-            results = [(int(exc.error), -1, -1, -1, str(exc))] * len(batch)
+            results = [(int(exc.error), -1, -1, -1, str(exc), -1, -1)] * len(batch)
         except Exception as exc:  # never leave a producer without an answer
             log.exception("append to %s-%d failed", self.topic, self.partition)
-            results = [(int(ErrorCode.unknown_server_error), -1, -1, -1, str(exc))] * len(batch)
+            results = [(int(ErrorCode.unknown_server_error), -1, -1, -1, str(exc), -1, -1)] * len(batch)
         finally:
             self.inflight = False
         for item, result in zip(batch, results):
@@ -120,6 +120,7 @@ class EdgeService:
         self._leader_handles: dict[tuple[str, int], Any] = {}
         self._appenders: dict[tuple[str, int], PartitionAppender] = {}
         self.controller_handle: Any = None
+        self.purgatory: Any = None  # this node's purgatory actor
         self._fds: collections.OrderedDict[str, int] = collections.OrderedDict()
         self.max_open_fds = 256
         self.fault_hooks: dict[int, Any] = {}  # api_key -> async hook(ctx, request) for tests
@@ -157,6 +158,27 @@ class EdgeService:
                 log.warning("actor call failed: %s", str(exc).splitlines()[0][:300])
                 raise ActorCallFailed(ErrorCode.not_leader_or_follower, str(exc)) from None
             raise
+
+    async def delay_produce(self, required: list[tuple[str, int, int]], timeout_ms: int) -> dict:
+        """Park a DelayedProduce; -> {(topic, partition): error code}."""
+        if self.purgatory is None:
+            return {(t, p): int(ErrorCode.request_timed_out) for t, p, _ in required}
+        try:
+            return await self.call(self.purgatory.delay_produce.remote(required, timeout_ms),
+                                   timeout_s=timeout_ms / 1000 + self.call_timeout_s)
+        except ActorCallFailed as exc:
+            return {(t, p): int(exc.error) for t, p, _ in required}
+
+    async def delay_fetch(self, known_ends: list[tuple[str, int, int]], isolation_level: int,
+                          timeout_ms: int) -> bool:
+        """Park a DelayedFetch until a partition's fetchable end moves; False on timeout."""
+        if self.purgatory is None or timeout_ms <= 0:
+            return False
+        try:
+            return await self.call(self.purgatory.delay_fetch.remote(known_ends, isolation_level, timeout_ms),
+                                   timeout_s=timeout_ms / 1000 + self.call_timeout_s)
+        except ActorCallFailed:
+            return False
 
     async def controller_call(self, method: str, *args, timeout_s: float | None = None):
         if self.controller_handle is None:

@@ -32,12 +32,18 @@ class StorageError(Exception):
 
 
 class InvalidRecordsError(StorageError):
-    """A produce/replication payload failed validation; nothing was appended."""
+    """A produce/replication payload failed validation; nothing was appended.
+
+    ``record_errors`` lists ``(batch_index, message)`` for per-record
+    failures, what Kafka returns in ProduceResponse v8+ ``record_errors``
+    (``batch_index`` is the record's index inside its batch).
+    """
 
     error_code = CORRUPT_MESSAGE
 
-    def __init__(self, error_code: int, message: str):
+    def __init__(self, error_code: int, message: str, record_errors: tuple = ()):
         super().__init__(message, error_code)
+        self.record_errors = tuple(record_errors)
 
 
 class OffsetOutOfRangeError(StorageError):

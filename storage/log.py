@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import re
 import shutil
 import threading
@@ -23,8 +24,9 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from storage.checkpoint import LEADER_EPOCH_CHECKPOINT, fsync_dir
+from storage.checkpoint import CLEANER_OFFSET_CHECKPOINT, LEADER_EPOCH_CHECKPOINT, OffsetCheckpointFile, fsync_dir
 from storage.errors import (
+    INVALID_RECORD,
     RECORD_LIST_TOO_LARGE,
     InvalidRecordsError,
     LogClosedError,
@@ -33,11 +35,19 @@ from storage.errors import (
 )
 from storage.leader_epoch import LeaderEpochCache
 from storage.record_batch import (
+    COMPRESSION_GZIP,
+    COMPRESSION_LZ4,
+    COMPRESSION_MASK,
+    COMPRESSION_NONE,
+    COMPRESSION_SNAPPY,
+    COMPRESSION_ZSTD,
+    CONTROL_MASK,
     LOG_OVERHEAD,
     assign_offsets,
     set_log_append_time,
     validate_batches,
 )
+from storage import records as _records
 from storage.segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -52,6 +62,7 @@ __all__ = [
     "Log",
     "LogConfig",
     "AppendInfo",
+    "RetentionResult",
     "FileSlice",
     "partition_dir_name",
     "parse_partition_dir_name",
@@ -72,10 +83,27 @@ EARLIEST_LOCAL_TIMESTAMP = -4
 CREATE_TIME = "CreateTime"
 LOG_APPEND_TIME = "LogAppendTime"
 
-# Leftovers of interrupted operations (Kafka's async deletes, cleaner output,
-# our checkpoint writes); a fresh open discards them.
-_LEFTOVER_SUFFIXES = (".deleted", ".cleaned", ".swap", ".tmp")
+# Suffixes of Kafka's in-flight files: pending asynchronous deletes, cleaner
+# output not yet swapped in, cleaner output being swapped in.  ".tmp" is our
+# (and Kafka's) checkpoint write in progress.
+DELETED_FILE_SUFFIX = ".deleted"
+CLEANED_FILE_SUFFIX = ".cleaned"
+SWAP_FILE_SUFFIX = ".swap"
+_TMP_SUFFIX = ".tmp"
 _SEGMENT_NAME = re.compile(r"^(\d{20})(\.log|\.index|\.timeindex|\.txnindex)$")
+_ANY_SEGMENT_FILE = re.compile(r"^(\d{20})\.(log|index|timeindex|txnindex)(\..+)?$")
+
+LONG_MAX = 9223372036854775807
+
+# topic compression.type -> codec id (None: keep the producer's codec)
+COMPRESSION_TYPES = {
+    "producer": None,
+    "uncompressed": COMPRESSION_NONE,
+    "gzip": COMPRESSION_GZIP,
+    "snappy": COMPRESSION_SNAPPY,
+    "lz4": COMPRESSION_LZ4,
+    "zstd": COMPRESSION_ZSTD,
+}
 
 
 def partition_dir_name(topic: str, partition: int) -> str:
@@ -106,11 +134,45 @@ class LogConfig:
     flush_ms: int | None = None  # flush.ms; None = never (Long.MAX)
     message_timestamp_type: str = CREATE_TIME  # message.timestamp.type
     cleanup_policy: str = "delete"  # cleanup.policy: delete, compact, or both
+    segment_jitter_ms: int = 0  # segment.jitter.ms
+    retention_ms: int = 604800000  # retention.ms; -1 = unlimited
+    retention_bytes: int = -1  # retention.bytes; -1 = unlimited
+    file_delete_delay_ms: int = 60000  # file.delete.delay.ms
+    delete_retention_ms: int = 86400000  # delete.retention.ms (tombstones)
+    min_cleanable_dirty_ratio: float = 0.5  # min.cleanable.dirty.ratio
+    min_compaction_lag_ms: int = 0  # min.compaction.lag.ms
+    max_compaction_lag_ms: int = LONG_MAX  # max.compaction.lag.ms
+    compression_type: str = "producer"  # compression.type
 
     @property
     def compacted(self) -> bool:
         """Compacted logs legitimately have offset gaps between batches."""
         return "compact" in self.cleanup_policy
+
+    @property
+    def has_delete_policy(self) -> bool:
+        """Time and size retention apply (Kafka's ``LogConfig.delete``)."""
+        return "delete" in self.cleanup_policy
+
+    @property
+    def compression_codec(self) -> int | None:
+        """Codec the broker converts batches to, or None for "producer"."""
+        return COMPRESSION_TYPES[self.compression_type]
+
+    @property
+    def max_segment_ms(self) -> int:
+        """Kafka's ``LogConfig.maxSegmentMs``: a compacted topic also rolls by
+        max.compaction.lag.ms so its records become cleanable in time."""
+        if self.compacted and self.max_compaction_lag_ms > 0:
+            return min(self.max_compaction_lag_ms, self.segment_ms)
+        return self.segment_ms
+
+    def random_segment_jitter(self, rng: random.Random | None = None) -> int:
+        """Kafka's ``LogConfig.randomSegmentJitter``: uniform in
+        [0, min(segment.jitter.ms, segment.ms))."""
+        if self.segment_jitter_ms <= 0:
+            return 0
+        return (rng or random).randrange(min(self.segment_jitter_ms, self.max_segment_ms))
 
     def __post_init__(self) -> None:
         # Positions in the offset index are int32, hence Kafka's Int range.
@@ -125,6 +187,16 @@ class LogConfig:
         policies = {p.strip() for p in self.cleanup_policy.split(",")}
         if not policies or not policies <= {"delete", "compact"}:
             raise ValueError(f"unknown cleanup_policy {self.cleanup_policy!r}")
+        if self.compression_type not in COMPRESSION_TYPES:
+            raise ValueError(f"unknown compression_type {self.compression_type!r}")
+        if self.retention_ms < -1 or self.retention_bytes < -1:
+            raise ValueError("retention_ms and retention_bytes must be >= -1")
+        if min(self.segment_jitter_ms, self.file_delete_delay_ms, self.delete_retention_ms, self.min_compaction_lag_ms) < 0:
+            raise ValueError("segment_jitter_ms, file_delete_delay_ms, delete_retention_ms, min_compaction_lag_ms must be >= 0")
+        if self.max_compaction_lag_ms < 1:
+            raise ValueError("max_compaction_lag_ms must be >= 1")
+        if not 0 <= self.min_cleanable_dirty_ratio <= 1:
+            raise ValueError("min_cleanable_dirty_ratio must be in [0, 1]")
 
 
 class AppendInfo(NamedTuple):
@@ -140,6 +212,19 @@ class AppendInfo(NamedTuple):
 _EMPTY_APPEND = AppendInfo(-1, -1, -1, -1, 0, 0, -1)
 
 
+class RetentionResult(NamedTuple):
+    """What :meth:`Log.apply_retention` did.  When ``log_start_changed`` the
+    owner should checkpoint ``log_start_offset``."""
+
+    deleted_segments: int
+    deleted_bytes: int
+    log_start_offset: int
+    log_start_changed: bool
+
+
+_FROM_CONFIG = object()
+
+
 class Log:
     def __init__(
         self,
@@ -149,6 +234,7 @@ class Log:
         log_start_offset: int = 0,
         *,
         now_ms: int | None = None,
+        rng: random.Random | None = None,
     ):
         self.dir = os.path.abspath(dir)
         self.config = config if config is not None else LogConfig()
@@ -156,6 +242,12 @@ class Log:
         self._closed = False
         self._segments: list[LogSegment] = []
         self._bases: list[int] = []
+        # segment.jitter.ms draws (one per segment opened, as Kafka)
+        self._rng = rng if rng is not None else random.Random()
+        # (due_ms, segment) renamed to ".deleted", removed by delete_pending()
+        self._pending_deletes: list[tuple[int, LogSegment]] = []
+        # bumped by every truncation; the cleaner aborts a pass that spans one
+        self.truncation_generation = 0
         now_ms = _now_ms() if now_ms is None else now_ms
         os.makedirs(self.dir, exist_ok=True)
         self.leader_epoch_cache = LeaderEpochCache(os.path.join(self.dir, LEADER_EPOCH_CHECKPOINT))
@@ -163,17 +255,91 @@ class Log:
         self._load(max(0, recovery_point), max(0, log_start_offset), now_ms)
         self._last_flush_ms = now_ms
 
+    def _open_segment(self, base_offset: int, now_ms: int, *, create: bool = False) -> LogSegment:
+        return LogSegment(
+            self.dir,
+            base_offset,
+            self.config,
+            create=create,
+            now_ms=now_ms,
+            roll_jitter_ms=self.config.random_segment_jitter(self._rng),
+        )
+
     # ------------------------------------------------------------- loading
 
+    def _unlink(self, name: str, why: str) -> None:
+        log.info("deleting %s %s", why, os.path.join(self.dir, name))
+        try:
+            os.unlink(os.path.join(self.dir, name))
+        except FileNotFoundError:
+            pass
+        self._dir_dirty = True
+
+    def _complete_or_roll_back_swaps(self) -> None:
+        """Kafka's ``LogLoader.removeTempFilesAndCollectSwapFiles`` and swap
+        recovery, run before segments are opened.
+
+        * ``.deleted`` files (pending deletions) and ``.tmp`` files go.
+        * ``.cleaned`` files (cleaner output never swapped in) go, and so does
+          every ``.swap`` file whose offset is >= the smallest ``.cleaned``
+          offset: that swap was interrupted before all of its files were
+          renamed, the replaced segments are still intact, and the swap is
+          rolled back.
+        * The remaining ``.swap`` files completed their ``.cleaned -> .swap``
+          rename, after which the cleaner only deletes what they replace: the
+          swap is completed.  Segment files (not ``.swap``) with a base offset
+          in ``[min swap base, max swap next offset)`` are the replaced ones
+          and are deleted, then the ``.swap`` suffix is dropped.
+        """
+        swap_names = []
+        min_cleaned = None
+        for name in os.listdir(self.dir):
+            if not os.path.isfile(os.path.join(self.dir, name)):
+                continue
+            if name.endswith(DELETED_FILE_SUFFIX) or name.endswith(_TMP_SUFFIX):
+                self._unlink(name, "leftover file")
+            elif name.endswith(CLEANED_FILE_SUFFIX):
+                m = _ANY_SEGMENT_FILE.match(name)
+                if m:
+                    base = int(m.group(1))
+                    min_cleaned = base if min_cleaned is None else min(min_cleaned, base)
+                self._unlink(name, "unfinished cleaner output")
+            elif name.endswith(SWAP_FILE_SUFFIX):
+                swap_names.append(name)
+        valid = []
+        for name in swap_names:
+            m = _SEGMENT_NAME.match(name[: -len(SWAP_FILE_SUFFIX)])
+            if m is None or (min_cleaned is not None and int(m.group(1)) >= min_cleaned):
+                self._unlink(name, "swap file of an interrupted, rolled back swap")
+            else:
+                valid.append(name)
+        if not valid:
+            return
+        min_swap, max_swap = None, None
+        for name in valid:
+            m = _SEGMENT_NAME.match(name[: -len(SWAP_FILE_SUFFIX)])
+            if m.group(2) != LOG_SUFFIX:
+                continue
+            base = int(m.group(1))
+            seg = LogSegment(self.dir, base, self.config, file_suffix=SWAP_FILE_SUFFIX)
+            try:
+                end = seg.next_offset
+            finally:
+                seg.close_handles()
+            log.info("completing interrupted swap of %s (offsets %d..%d)", name, base, end)
+            min_swap = base if min_swap is None else min(min_swap, base)
+            max_swap = end if max_swap is None else max(max_swap, end)
+        if min_swap is not None:
+            for name in os.listdir(self.dir):
+                m = _SEGMENT_NAME.match(name)
+                if m and min_swap <= int(m.group(1)) < max_swap:
+                    self._unlink(name, "segment file replaced by an interrupted swap")
+        for name in valid:
+            os.replace(os.path.join(self.dir, name), os.path.join(self.dir, name[: -len(SWAP_FILE_SUFFIX)]))
+            self._dir_dirty = True
+
     def _load(self, recovery_point: int, log_start_offset: int, now_ms: int) -> None:
-        names = os.listdir(self.dir)
-        for name in names:
-            if name.endswith(_LEFTOVER_SUFFIXES):
-                path = os.path.join(self.dir, name)
-                if os.path.isfile(path):
-                    log.info("deleting leftover file %s", path)
-                    os.unlink(path)
-                    self._dir_dirty = True
+        self._complete_or_roll_back_swaps()
         names = os.listdir(self.dir)
         bases = []
         for name in names:
@@ -188,7 +354,7 @@ class Log:
                 os.unlink(os.path.join(self.dir, name))
                 self._dir_dirty = True
         bases.sort()
-        segments = [LogSegment(self.dir, base, self.config, now_ms=now_ms) for base in bases]
+        segments = [self._open_segment(base, now_ms) for base in bases]
 
         cache = self.leader_epoch_cache
 
@@ -231,7 +397,7 @@ class Log:
             segments = []
             cache.clear()
         if not segments:
-            segments = [LogSegment(self.dir, log_start_offset, self.config, create=True, now_ms=now_ms)]
+            segments = [self._open_segment(log_start_offset, now_ms, create=True)]
             self._dir_dirty = True
         self._segments = segments
         self._bases = [s.base_offset for s in segments]
@@ -311,6 +477,18 @@ class Log:
         view = memoryview(buf)
         cfg = self.config
         headers = validate_batches(view, cfg.max_message_bytes, from_client=from_client)
+        target = cfg.compression_codec
+        if cfg.compacted or (
+            target is not None and any(h[5] & COMPRESSION_MASK != target and not h[5] & CONTROL_MASK for h in headers)
+        ):
+            # The only leader-side decoding, as in Kafka's LogValidator: keys
+            # of compacted topics, and conversion to the topic's codec.
+            converted = self._convert_and_validate_keys(view, headers, target, cfg.compacted)
+            if converted is not None:
+                buf = converted
+                view = memoryview(buf)
+                # max.message.bytes applies again to the converted batches
+                headers = validate_batches(view, cfg.max_message_bytes, from_client=from_client)
         total = len(buf)
         if total > cfg.segment_bytes:
             raise InvalidRecordsError(
@@ -342,6 +520,53 @@ class Log:
             self._next_offset = last + 1
             self._maybe_flush(now_ms)
         return AppendInfo(first, last, max_ts, off_max, len(headers), total, append_time)
+
+    @property
+    def topic_partition_name(self) -> str:
+        """``<topic>-<partition>``, Kafka's TopicPartition string."""
+        return os.path.basename(self.dir)
+
+    def _convert_and_validate_keys(self, view, headers, target: int | None, check_keys: bool) -> bytearray | None:
+        """Re-encode batches whose codec differs from ``target`` (Kafka's
+        broker-side compression conversion) and, for compacted topics, reject
+        records without a key.  Returns the new buffer, or None when nothing
+        was converted."""
+        parts = []
+        changed = False
+        pos = 0
+        for h in headers:
+            size = h[1] + LOG_OVERHEAD
+            keyless: list[int] = []
+            if h[5] & CONTROL_MASK:
+                new = None
+            elif target is not None and h[5] & COMPRESSION_MASK != target:
+                new, keyless = _records.recompress_batch(view, pos, h, target, check_keys=check_keys)
+            else:
+                new = None
+                if check_keys:
+                    keyless = _records.keyless_records(view, pos, h)
+            if keyless:
+                tp = self.topic_partition_name
+                errors = [
+                    (i, f"Compacted topic cannot accept message without key in topic partition {tp}.")
+                    for i in keyless
+                ]
+                shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in errors[:3])
+                raise InvalidRecordsError(
+                    INVALID_RECORD,
+                    f"One or more records have been rejected due to {len(errors)} record errors in total, "
+                    f"and only showing the first three errors at most: [{shown}]",
+                    errors,
+                )
+            if new is None:
+                parts.append(view[pos : pos + size])
+            else:
+                parts.append(new)
+                changed = True
+            pos += size
+        if not changed:
+            return None
+        return bytearray(b"".join(parts))
 
     def append_as_follower(
         self, records, now_ms: int | None = None, *, allow_offset_gap: bool | None = None
@@ -424,7 +649,7 @@ class Log:
         size = seg.size
         if (
             size > cfg.segment_bytes - messages_size
-            or (size > 0 and seg.time_waited_for_roll(now_ms, max_ts) > cfg.segment_ms)
+            or (size > 0 and seg.time_waited_for_roll(now_ms, max_ts) > cfg.max_segment_ms - seg.roll_jitter_ms)
             or not seg.index_has_room(num_batches)
             or not seg.can_convert_to_relative(max_offset)
         ):
@@ -459,7 +684,7 @@ class Log:
                 if os.path.exists(prefix + suffix):
                     log.warning("deleting stale %s before rolling a new segment", prefix + suffix)
                     os.unlink(prefix + suffix)
-            seg = LogSegment(self.dir, new_base_offset, self.config, create=True, now_ms=now_ms)
+            seg = self._open_segment(new_base_offset, now_ms, create=True)
             self._segments.append(seg)
             self._bases.append(new_base_offset)
             self._dir_dirty = True
@@ -645,6 +870,7 @@ class Log:
             self.leader_epoch_cache.truncate_from_end(new_end)
             self._log_start_offset = min(self._log_start_offset, new_end)
             self._recovery_point = min(self._recovery_point, new_end)
+            self._truncate_cleaner_checkpoint(new_end)
             return True
 
     def truncate_fully_and_start_at(self, offset: int, now_ms: int | None = None) -> None:
@@ -655,7 +881,7 @@ class Log:
             self._check_open()
             for seg in self._segments:
                 seg.delete()
-            seg = LogSegment(self.dir, offset, self.config, create=True, now_ms=now_ms)
+            seg = self._open_segment(offset, _now_ms() if now_ms is None else now_ms, create=True)
             self._segments = [seg]
             self._bases = [offset]
             self._next_offset = offset
@@ -664,23 +890,139 @@ class Log:
             self.leader_epoch_cache.clear()
             fsync_dir(self.dir)
             self._dir_dirty = False
+            self._truncate_cleaner_checkpoint(offset)
 
     # ------------------------------------------------------------ retention
 
-    def maybe_increment_log_start_offset(self, new_start: int) -> bool:
+    def maybe_increment_log_start_offset(self, new_start: int, high_watermark: int | None = None) -> bool:
         """Advance the log start (DeleteRecords, retention); offsets below it
-        become unreadable.  The caller keeps it at or below the high watermark."""
+        become unreadable.  As Kafka, it cannot pass the high watermark
+        (default: the log end): OffsetOutOfRangeError otherwise.  Returns
+        whether it moved; the owner then checkpoints :attr:`log_start_offset`.
+        Segments wholly below it are deleted by the next :meth:`apply_retention`."""
         with self._lock:
             self._check_open()
             if new_start <= self._log_start_offset:
                 return False
-            if new_start > self._next_offset:
+            limit = self._next_offset if high_watermark is None else min(high_watermark, self._next_offset)
+            if new_start > limit:
                 raise OffsetOutOfRangeError(
-                    f"cannot move log start of {self.dir} to {new_start}, beyond the log end {self._next_offset}"
+                    f"Cannot increment the log start offset to {new_start} of partition "
+                    f"{self.topic_partition_name} since it is larger than the high watermark {limit}"
                 )
             self._log_start_offset = new_start
             self.leader_epoch_cache.truncate_from_start(new_start)
             return True
+
+    def delete_records(self, offset: int, high_watermark: int) -> int:
+        """DeleteRecords: make ``offset`` the log start (-1 = the high
+        watermark).  Returns the new low watermark (log start offset).
+        OffsetOutOfRangeError when ``offset`` is above the high watermark."""
+        if offset == -1:
+            offset = high_watermark
+        if offset < 0:
+            raise OffsetOutOfRangeError(f"invalid DeleteRecords offset {offset}")
+        with self._lock:
+            self.maybe_increment_log_start_offset(offset, high_watermark)
+            return self._log_start_offset
+
+    def _deletable_prefix(self, limit: int, predicate) -> int:
+        """Kafka's ``deletableSegments``: how many leading segments satisfy
+        ``predicate(segment, next_segment)`` and lie wholly below ``limit``.
+        The active segment is never included."""
+        segs = self._segments
+        n = 0
+        while n < len(segs) - 1:
+            seg, nxt = segs[n], segs[n + 1]
+            if nxt.base_offset > limit or not predicate(seg, nxt):
+                break
+            n += 1
+        return n
+
+    def _delete_leading(self, n: int, now_ms: int) -> int:
+        """Remove the first ``n`` segments (asynchronously, via ".deleted")
+        and move the log start to the first remaining one."""
+        if n <= 0:
+            return 0
+        doomed = self._segments[:n]
+        del self._segments[:n]
+        del self._bases[:n]
+        size = sum(s.size for s in doomed)
+        self._schedule_delete(doomed, now_ms)
+        first = self._segments[0].base_offset
+        if first > self._log_start_offset:
+            self._log_start_offset = first
+            self.leader_epoch_cache.truncate_from_start(first)
+        return size
+
+    def apply_retention(
+        self,
+        high_watermark: int | None = None,
+        now_ms: int | None = None,
+        *,
+        retention_ms=_FROM_CONFIG,
+        retention_bytes=_FROM_CONFIG,
+    ) -> RetentionResult:
+        """Kafka's ``UnifiedLog.deleteOldSegments``, for a periodic caller.
+
+        In Kafka's order: segments wholly below the log start offset; then,
+        when the cleanup policy includes "delete", leading segments while the
+        log exceeds ``retention_bytes``, and leading segments whose largest
+        timestamp is more than ``retention_ms`` old (-1 = unlimited; both
+        default to the config).  Only whole closed segments go, never the
+        active one, and only those that end at or below ``high_watermark``
+        (default: the log end).  Deleted segments are renamed to
+        ``.deleted`` and removed by :meth:`delete_pending` after
+        ``file_delete_delay_ms``.  The log start moves to the first kept
+        segment; the result says where it is now.
+        """
+        cfg = self.config
+        if retention_ms is _FROM_CONFIG:
+            retention_ms = cfg.retention_ms if cfg.has_delete_policy else -1
+        if retention_bytes is _FROM_CONFIG:
+            retention_bytes = cfg.retention_bytes if cfg.has_delete_policy else -1
+        with self._lock:
+            self._check_open()
+            now_ms = _now_ms() if now_ms is None else now_ms
+            start_before = self._log_start_offset
+            limit = self._next_offset if high_watermark is None else min(high_watermark, self._next_offset)
+            deleted = 0
+            deleted_bytes = 0
+
+            # 1. below the log start offset (DeleteRecords, earlier deletions)
+            n = self._deletable_prefix(limit, lambda seg, nxt: nxt.base_offset <= self._log_start_offset)
+            deleted += n
+            deleted_bytes += self._delete_leading(n, now_ms)
+
+            # 2. retention.bytes
+            if retention_bytes is not None and retention_bytes >= 0:
+                excess = [sum(s.size for s in self._segments) - retention_bytes]
+                if excess[0] > 0:
+
+                    def over_size(seg, nxt):
+                        if excess[0] - seg.size >= 0:
+                            excess[0] -= seg.size
+                            return True
+                        return False
+
+                    n = self._deletable_prefix(limit, over_size)
+                    deleted += n
+                    deleted_bytes += self._delete_leading(n, now_ms)
+
+            # 3. retention.ms, by each segment's largest timestamp
+            if retention_ms is not None and retention_ms >= 0:
+                n = self._deletable_prefix(
+                    limit, lambda seg, nxt: now_ms - self._segment_timestamp(seg) > retention_ms
+                )
+                deleted += n
+                deleted_bytes += self._delete_leading(n, now_ms)
+
+            if deleted and self._dir_dirty:
+                fsync_dir(self.dir)
+                self._dir_dirty = False
+            return RetentionResult(
+                deleted, deleted_bytes, self._log_start_offset, self._log_start_offset != start_before
+            )
 
     def delete_old_segments(
         self,
@@ -690,43 +1032,117 @@ class Log:
         retention_bytes: int | None = None,
         high_watermark: int | None = None,
     ) -> int:
-        """Delete leading segments that are below the log start offset or
-        breach ``retention_ms`` / ``retention_bytes`` (None or < 0 disables).
+        """:meth:`apply_retention` with explicit limits (None disables one,
+        regardless of the config and cleanup policy).  Returns the number of
+        segments deleted."""
+        return self.apply_retention(
+            high_watermark,
+            now_ms,
+            retention_ms=-1 if retention_ms is None else retention_ms,
+            retention_bytes=-1 if retention_bytes is None else retention_bytes,
+        ).deleted_segments
 
-        Only segments entirely below ``high_watermark`` (default: log end)
-        and never the active segment are deleted, so the log keeps its end
-        offset.  The log start moves to the first remaining segment.  Returns
-        the number of segments deleted.
+    # ------------------------------------------------- asynchronous deletion
+
+    def _schedule_delete(self, segments: list[LogSegment], now_ms: int) -> None:
+        """Kafka's asynchronous segment deletion: rename every file to
+        ``.deleted`` now, unlink after ``file_delete_delay_ms`` (a zero delay
+        unlinks at once).  The segment objects keep their descriptors until
+        then, so readers holding them finish their reads."""
+        delay = self.config.file_delete_delay_ms
+        for seg in segments:
+            try:
+                seg.change_file_suffixes("", DELETED_FILE_SUFFIX)
+            except FileNotFoundError:
+                pass
+            if delay <= 0:
+                seg.delete()
+            else:
+                self._pending_deletes.append((now_ms + delay, seg))
+        self._dir_dirty = True
+
+    def delete_pending(self, now_ms: int | None = None) -> int:
+        """Unlink ``.deleted`` segments whose ``file_delete_delay_ms`` has
+        passed; returns how many segments were removed.  For a periodic caller."""
+        with self._lock:
+            now_ms = _now_ms() if now_ms is None else now_ms
+            due = [seg for t, seg in self._pending_deletes if t <= now_ms]
+            if not due:
+                return 0
+            self._pending_deletes = [(t, seg) for t, seg in self._pending_deletes if t > now_ms]
+            for seg in due:
+                seg.delete()
+            return len(due)
+
+    @property
+    def pending_deletes(self) -> int:
+        return len(self._pending_deletes)
+
+    # -------------------------------------------------------- cleaner hooks
+
+    def replace_segments(self, new_segment: LogSegment, old_segments: list[LogSegment], now_ms: int | None = None) -> None:
+        """Swap a cleaned segment in for ``old_segments`` (Kafka's
+        ``LocalLog.replaceSegments``), crash-safe:
+
+        1. the new segment's ``.cleaned`` files are renamed to ``.swap``;
+        2. the old segments are renamed to ``.deleted`` (unlinked later);
+        3. the ``.swap`` suffix is dropped.
+
+        A crash after 1 is completed on the next open, a crash before it is
+        rolled back (see ``_complete_or_roll_back_swaps``).  ``old_segments``
+        must be consecutive non-active segments of this log starting at the
+        new segment's base offset; ValueError otherwise (the caller's view is
+        stale, e.g. retention or truncation ran meanwhile).
         """
         with self._lock:
             self._check_open()
             now_ms = _now_ms() if now_ms is None else now_ms
-            limit = self._next_offset if high_watermark is None else min(high_watermark, self._next_offset)
             segs = self._segments
-            total = sum(s.size for s in segs)
-            deleted = 0
-            while len(segs) - deleted > 1:
-                seg = segs[deleted]
-                next_base = segs[deleted + 1].base_offset
-                if next_base > limit:
-                    break
-                below_start = next_base <= self._log_start_offset
-                expired = retention_ms is not None and retention_ms >= 0 and (
-                    now_ms - self._segment_timestamp(seg) > retention_ms
-                )
-                oversize = retention_bytes is not None and retention_bytes >= 0 and total - seg.size >= retention_bytes
-                if not (below_start or expired or oversize):
-                    break
-                total -= seg.size
-                deleted += 1
-            if deleted:
-                for seg in segs[:deleted]:
-                    seg.delete()
-                del self._segments[:deleted]
-                del self._bases[:deleted]
-                fsync_dir(self.dir)
-                self.maybe_increment_log_start_offset(self._segments[0].base_offset)
-            return deleted
+            try:
+                i = next(k for k, s in enumerate(segs) if s is old_segments[0])
+            except StopIteration:
+                raise ValueError("segments to replace are no longer in the log") from None
+            j = i + len(old_segments)
+            if j >= len(segs) or any(a is not b for a, b in zip(segs[i:j], old_segments)):
+                raise ValueError("segments to replace are not consecutive non-active segments of the log")
+            if new_segment.base_offset != old_segments[0].base_offset:
+                raise ValueError("the new segment must start at the first replaced segment's base offset")
+            if new_segment.size and new_segment.next_offset > segs[j].base_offset:
+                raise ValueError("the new segment overlaps the segment after the replaced ones")
+            new_segment.change_file_suffixes(CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX)
+            fsync_dir(self.dir)
+            self._schedule_delete(old_segments, now_ms)
+            new_segment.change_file_suffixes(SWAP_FILE_SUFFIX, "")
+            fsync_dir(self.dir)
+            self._dir_dirty = False
+            segs[i:j] = [new_segment]
+            self._bases[i:j] = [new_segment.base_offset]
+
+    def _cleaner_checkpoint_file(self) -> OffsetCheckpointFile:
+        return OffsetCheckpointFile(os.path.join(os.path.dirname(self.dir), CLEANER_OFFSET_CHECKPOINT))
+
+    def _cleaner_key(self) -> tuple[str, int] | None:
+        try:
+            return parse_partition_dir_name(os.path.basename(self.dir))
+        except ValueError:
+            return None
+
+    def _truncate_cleaner_checkpoint(self, offset: int) -> None:
+        """Kafka's ``LogCleaner.maybeTruncateCheckpoint``: a clean point above
+        a truncation would mark new, never cleaned data as clean."""
+        self.truncation_generation += 1
+        f = self._cleaner_checkpoint_file()
+        key = self._cleaner_key()
+        if key is None or not os.path.exists(f.path):
+            return
+        try:
+            with f.locked():
+                current = f.read()
+                if current.get(key, -1) > offset:
+                    current[key] = offset
+                    f._write_unlocked(current)
+        except Exception:  # the checkpoint is advisory; never fail a truncation
+            log.exception("cannot update %s after truncating %s", f.path, self.dir)
 
     @staticmethod
     def _segment_timestamp(seg: LogSegment) -> int:
@@ -751,6 +1167,10 @@ class Log:
                 self._closed = True
                 for seg in self._segments:
                     seg.close()
+                # pending ".deleted" files are removed by the next open
+                for _, seg in self._pending_deletes:
+                    seg.close_handles()
+                self._pending_deletes = []
 
     def delete(self) -> None:
         """Close without flushing and remove the partition directory."""
@@ -758,9 +1178,19 @@ class Log:
             self._closed = True
             for seg in self._segments:
                 seg.close_handles()
+            for _, seg in self._pending_deletes:
+                seg.close_handles()
+            self._pending_deletes = []
             self._segments = []
             self._bases = []
             shutil.rmtree(self.dir, ignore_errors=True)
+            key = self._cleaner_key()
+            f = self._cleaner_checkpoint_file()
+            if key is not None and os.path.exists(f.path):
+                try:
+                    f.update(remove=[key])
+                except Exception:
+                    log.exception("cannot remove %s from %s", key, f.path)
             parent = os.path.dirname(self.dir)
             if os.path.isdir(parent):
                 fsync_dir(parent)

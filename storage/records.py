@@ -26,7 +26,7 @@ import lz4.frame
 import zstandard
 from crc32c import crc32c
 
-from storage.errors import CORRUPT_MESSAGE, UNSUPPORTED_COMPRESSION_TYPE, InvalidRecordsError
+from storage.errors import CORRUPT_MESSAGE, INVALID_RECORD, UNSUPPORTED_COMPRESSION_TYPE, InvalidRecordsError
 from storage.record_batch import (
     ATTRIBUTES_OFFSET,
     COMPRESSION_GZIP,
@@ -36,6 +36,7 @@ from storage.record_batch import (
     COMPRESSION_SNAPPY,
     COMPRESSION_ZSTD,
     CONTROL_MASK,
+    DELETE_HORIZON_MASK,
     HEADER,
     HEADER_SIZE,
     LOG_OVERHEAD,
@@ -56,6 +57,13 @@ __all__ = [
     "build_batch",
     "compress",
     "decompress",
+    "RawRecord",
+    "batch_payload",
+    "scan_records",
+    "pack_batch",
+    "reencode_timestamp_delta",
+    "recompress_batch",
+    "keyless_records",
 ]
 
 
@@ -370,6 +378,7 @@ def build_batch(
     last_offset_delta: int | None = None,
     compression_level: int | None = None,
     xerial_snappy: bool = True,
+    delete_horizon_ms: int | None = None,
 ) -> bytes:
     """Encode a complete v2 batch with a valid CRC.
 
@@ -411,6 +420,11 @@ def build_batch(
         attributes |= TRANSACTIONAL_MASK
     if is_control:
         attributes |= CONTROL_MASK
+    if delete_horizon_ms is not None:
+        # KIP-534: the base timestamp field holds the delete horizon
+        attributes |= DELETE_HORIZON_MASK
+        if base_timestamp != delete_horizon_ms:
+            raise ValueError("a batch with a delete horizon uses it as its base timestamp")
     if log_append_time is not None:
         attributes |= TIMESTAMP_TYPE_MASK
         max_ts = log_append_time
@@ -437,3 +451,181 @@ def build_batch(
     batch[HEADER_SIZE:] = payload
     struct.pack_into(">I", batch, 17, crc32c(memoryview(batch)[ATTRIBUTES_OFFSET:]))
     return bytes(batch)
+
+
+# --------------------------------------------------------------------------
+# raw record access (compaction, key validation, compression conversion)
+
+
+class RawRecord(NamedTuple):
+    """One record located inside an uncompressed records payload.
+
+    ``data[start:end]`` is the complete encoded record (length varint
+    included), so it can be copied into another batch with the same base
+    offset and base timestamp without re-encoding.
+    """
+
+    start: int
+    end: int
+    offset_delta: int
+    timestamp_delta: int
+    key: bytes | None
+    has_value: bool
+    ts_start: int  # where the timestamp delta varint starts
+    ts_end: int  # where it ends (the offset delta follows)
+
+
+def batch_payload(buf, pos: int, h) -> bytes:
+    """The decompressed records payload of the batch at ``buf[pos]``."""
+    size = h[1] + LOG_OVERHEAD
+    mv = buf if isinstance(buf, memoryview) else memoryview(buf)
+    return decompress(h[5] & COMPRESSION_MASK, mv[pos + HEADER_SIZE : pos + size])
+
+
+def scan_records(data, count: int, *, want_keys: bool = True) -> list[RawRecord]:
+    """Walk ``count`` records of an uncompressed payload; ValueError or
+    IndexError when they are malformed or do not fill the payload exactly.
+    With ``want_keys=False`` keys are reported as ``b""`` / None only."""
+    read = _read_varint
+    out: list[RawRecord] = []
+    append = out.append
+    i = 0
+    end = len(data)
+    for _ in range(count):
+        start = i
+        length, i = read(data, i)
+        record_end = i + length
+        if length < 0 or record_end > end:
+            raise ValueError(f"record length {length} overruns the batch")
+        i += 1  # attributes
+        ts_start = i
+        ts_delta, i = read(data, i)
+        ts_end = i
+        offset_delta, i = read(data, i)
+        key_len, i = read(data, i)
+        if key_len < 0:
+            key = None
+        else:
+            key = bytes(data[i : i + key_len]) if want_keys else b""
+            i += key_len
+        value_len, i = read(data, i)
+        if value_len >= 0:
+            i += value_len
+        # headers are skipped: the record length bounds them
+        header_count, j = read(data, i)
+        if header_count < 0 or i > record_end:
+            raise ValueError("malformed record")
+        append(RawRecord(start, record_end, offset_delta, ts_delta, key, value_len >= 0, ts_start, ts_end))
+        i = record_end
+    if i != end:
+        raise ValueError(f"{end - i} bytes left after {count} records")
+    return out
+
+
+def reencode_timestamp_delta(data, r: RawRecord, new_delta: int) -> bytes:
+    """The record ``r`` of payload ``data`` with its timestamp delta replaced
+    (the batch's base timestamp changed), everything else byte-identical."""
+    body = bytearray()
+    body += data[r.ts_start - 1 : r.ts_start]  # attributes
+    _write_varint(body, new_delta)
+    body += data[r.ts_end : r.end]
+    out = bytearray()
+    _write_varint(out, len(body))
+    out += body
+    return bytes(out)
+
+
+def keyless_records(buf, pos: int, h) -> list[int]:
+    """Indexes within the batch of the records without a key.
+
+    Kafka decodes keys on append to compacted topics (LogValidator.validateKey);
+    this is that check.  Raises CORRUPT_MESSAGE for malformed records."""
+    try:
+        data = batch_payload(buf, pos, h)
+        return [idx for idx, r in enumerate(scan_records(data, h[12], want_keys=False)) if r.key is None]
+    except (IndexError, ValueError) as exc:
+        raise InvalidRecordsError(CORRUPT_MESSAGE, f"malformed records in record batch: {exc}") from exc
+
+
+def pack_batch(
+    payload: bytes,
+    codec: int,
+    *,
+    base_offset: int,
+    partition_leader_epoch: int,
+    attributes: int,
+    last_offset_delta: int,
+    base_timestamp: int,
+    max_timestamp: int,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+    record_count: int,
+    compression_level: int | None = None,
+) -> bytes:
+    """A v2 batch around an uncompressed records ``payload``, compressed with
+    ``codec`` (the codec bits of ``attributes`` are replaced), CRC computed."""
+    body = compress(codec, payload, level=compression_level) if record_count else b""
+    attributes = (attributes & ~COMPRESSION_MASK) | (codec & COMPRESSION_MASK)
+    batch = bytearray(HEADER_SIZE + len(body))
+    HEADER.pack_into(
+        batch,
+        0,
+        base_offset,
+        len(batch) - LOG_OVERHEAD,
+        partition_leader_epoch,
+        2,
+        0,
+        attributes,
+        last_offset_delta,
+        base_timestamp,
+        max_timestamp,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        record_count,
+    )
+    batch[HEADER_SIZE:] = body
+    struct.pack_into(">I", batch, 17, crc32c(memoryview(batch)[ATTRIBUTES_OFFSET:]))
+    return bytes(batch)
+
+
+def recompress_batch(buf, pos: int, h, codec: int, *, check_keys: bool = False):
+    """Kafka's broker-side compression conversion of one client batch.
+
+    Records are decoded (which validates them: inner offsets must be
+    0, 1, 2 ... as Kafka requires) and the unchanged record bytes are
+    re-encoded with ``codec``; producer id/epoch/sequence, timestamps and
+    flags are kept.  Returns ``(new_batch, keyless)``: with ``check_keys``
+    the indexes of records without a key.
+    """
+    try:
+        data = batch_payload(buf, pos, h)
+        recs = scan_records(data, h[12], want_keys=False)
+    except (IndexError, ValueError) as exc:
+        raise InvalidRecordsError(CORRUPT_MESSAGE, f"malformed records in record batch: {exc}") from exc
+    keyless = []
+    for idx, r in enumerate(recs):
+        if r.offset_delta != idx:
+            raise InvalidRecordsError(
+                INVALID_RECORD,
+                f"inner record at index {idx} of the record batch does not have incremental offsets: "
+                f"offset delta {r.offset_delta}",
+            )
+        if check_keys and r.key is None:
+            keyless.append(idx)
+    new = pack_batch(
+        data,
+        codec,
+        base_offset=h[0],
+        partition_leader_epoch=h[2],
+        attributes=h[5],
+        last_offset_delta=h[6],
+        base_timestamp=h[7],
+        max_timestamp=h[8],
+        producer_id=h[9],
+        producer_epoch=h[10],
+        base_sequence=h[11],
+        record_count=h[12],
+    )
+    return new, keyless

@@ -104,14 +104,31 @@ class _Sequential:
 
 
 class LogSegment:
-    def __init__(self, dir: str, base_offset: int, config, *, create: bool = False, now_ms: int | None = None):
+    def __init__(
+        self,
+        dir: str,
+        base_offset: int,
+        config,
+        *,
+        create: bool = False,
+        now_ms: int | None = None,
+        file_suffix: str = "",
+        roll_jitter_ms: int = 0,
+    ):
         self.dir = dir
         self.base_offset = base_offset
         self.config = config
+        # Kafka's LogSegment.rollJitterMs: drawn from segment.jitter.ms when
+        # the segment object is opened; time-based rolling happens that much
+        # earlier so segments of many partitions do not all roll together.
+        self.roll_jitter_ms = roll_jitter_ms
+        # "" for a live segment; ".cleaned" / ".swap" while the cleaner builds
+        # a replacement, ".deleted" while a deletion is pending.
+        self.file_suffix = file_suffix
         prefix = os.path.join(dir, segment_file_prefix(base_offset))
-        self.log_path = prefix + LOG_SUFFIX
-        self.index = OffsetIndex(prefix + INDEX_SUFFIX, base_offset, config.segment_index_bytes)
-        self.time_index = TimeIndex(prefix + TIME_INDEX_SUFFIX, base_offset, config.segment_index_bytes)
+        self.log_path = prefix + LOG_SUFFIX + file_suffix
+        self.index = OffsetIndex(prefix + INDEX_SUFFIX + file_suffix, base_offset, config.segment_index_bytes)
+        self.time_index = TimeIndex(prefix + TIME_INDEX_SUFFIX + file_suffix, base_offset, config.segment_index_bytes)
         flags = os.O_RDWR | os.O_APPEND
         if create:
             flags |= os.O_CREAT | os.O_EXCL
@@ -714,11 +731,52 @@ class LogSegment:
             os.close(self._fd)
             self._fd = None
 
-    def delete(self) -> None:
-        self.close_handles()
-        prefix = os.path.join(self.dir, segment_file_prefix(self.base_offset))
-        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
+    @property
+    def txn_index_path(self) -> str:
+        return os.path.join(self.dir, segment_file_prefix(self.base_offset)) + TXN_INDEX_SUFFIX + self.file_suffix
+
+    def file_paths(self) -> list[str]:
+        """The segment's current file names (log, indexes, transaction index)."""
+        return [self.log_path, self.index.path, self.time_index.path, self.txn_index_path]
+
+    def change_file_suffixes(self, old_suffix: str, new_suffix: str) -> None:
+        """Rename every file of the segment from ``old_suffix`` to
+        ``new_suffix`` (Kafka's ``LogSegment.changeFileSuffixes``).  The log
+        descriptor stays open, so reads through this object keep working."""
+        if self.file_suffix != old_suffix:
+            raise ValueError(f"segment {self.log_path} has suffix {self.file_suffix!r}, not {old_suffix!r}")
+
+        def renamed(path: str) -> str:
+            return path[: len(path) - len(old_suffix)] + new_suffix if old_suffix else path + new_suffix
+
+        txn = self.txn_index_path
+        # The log goes first: recovery treats a ".swap" log next to a
+        # ".cleaned" index as an unfinished swap and rolls it back.
+        os.replace(self.log_path, renamed(self.log_path))
+        self.log_path = renamed(self.log_path)
+        self.index.rename(renamed(self.index.path))
+        self.time_index.rename(renamed(self.time_index.path))
+        if os.path.exists(txn):
+            os.replace(txn, renamed(txn))
+        self.file_suffix = new_suffix
+
+    @property
+    def last_modified_ms(self) -> int:
+        return int(os.stat(self.log_path).st_mtime * 1000)
+
+    def set_last_modified_ms(self, ms: int) -> None:
+        t = ms / 1000
+        for path in (self.log_path, self.index.path, self.time_index.path):
             try:
-                os.unlink(prefix + suffix)
+                os.utime(path, (t, t))
+            except FileNotFoundError:
+                pass
+
+    def delete(self) -> None:
+        """Close and unlink the segment's files (under their current names)."""
+        self.close_handles()
+        for path in self.file_paths():
+            try:
+                os.unlink(path)
             except FileNotFoundError:
                 pass

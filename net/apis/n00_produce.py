@@ -23,7 +23,7 @@ def _single_batch_error(records: bytes) -> str | None:
 
 def _immediate(code: ErrorCode, message: str | None = None):
     future = asyncio.get_running_loop().create_future()
-    future.set_result((int(code), -1, -1, -1, message))
+    future.set_result((int(code), -1, -1, -1, message, -1, -1))
     return future
 
 
@@ -65,18 +65,28 @@ async def handle_produce(ctx, request):
                     fut = edge.appender(name, part.index).append(
                         bytes(part.records or b""), acks, timeout_ms, info.leader_epoch)
             futures.append((part.index, fut))
-        pending.append((topic, futures))
+        pending.append((topic, name, futures))
 
     results = []
-    for topic, futures in pending:
+    for topic, name, futures in pending:
         parts = []
         for index, fut in futures:
-            parts.append((index, await fut))
-        results.append((topic, parts))
+            parts.append((index, list(await fut)))
+        results.append((topic, name, parts))
+
+    if acks == -1:
+        # DelayedProduce: wait in the purgatory until each partition's HW has
+        # passed what we appended (unless it already has, e.g. a sole replica).
+        waiting = {(name, index): result for _, name, parts in results for index, result in parts
+                   if result[0] == 0 and result[6] < result[5] + 1}
+        if waiting:
+            statuses = await edge.delay_produce([(t, p, r[5] + 1) for (t, p), r in waiting.items()], timeout_ms)
+            for key, result in waiting.items():
+                result[0] = statuses.get(key, int(ErrorCode.request_timed_out))
 
     if acks == 0:
         # No response; Kafka signals a failed acks=0 produce by closing the connection.
-        for _, parts in results:
+        for _, _, parts in results:
             for index, (error, *_rest) in parts:
                 if error != 0:
                     raise CloseConnection(f"acks=0 produce failed with error {error}")
@@ -87,12 +97,12 @@ async def handle_produce(ctx, request):
     part_cls = nested(schema, "PartitionProduceResponse")
     error_cls = nested(schema, "BatchIndexAndErrorMessage") if has_field(part_cls, "record_errors") else None
     responses = []
-    for topic, parts in results:
+    for topic, _, parts in results:
         partition_responses = tuple(
             build(part_cls, index=index, error_code=ErrorCode(error), base_offset=base_offset,
                   log_append_time=millis_to_datetime(append_time), log_start_offset=log_start,
                   record_errors=(), error_message=message if error else None)
-            for index, (error, base_offset, append_time, log_start, message) in parts
+            for index, (error, base_offset, append_time, log_start, message, _last, _hw) in parts
         )
         responses.append(build(topic_cls, name=getattr(topic, "name", None),
                                topic_id=getattr(topic, "topic_id", None),

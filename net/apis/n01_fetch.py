@@ -97,19 +97,12 @@ async def handle_fetch(ctx, request):
         if (ready >= request.min_bytes or remaining <= 0 or not local
                 or any(w.error for w in local)):
             break
-        # DelayedFetch: wait until some partition's fetchable end moves past
-        # what we just saw, or max_wait expires.
-        waits = [asyncio.ensure_future(edge.call(
-            edge.leader_handle(w.topic, w.partition).wait_for_data.remote(w.end, isolation, remaining),
-            timeout_s=remaining + edge.call_timeout_s)) for w in local if edge.leader_handle(w.topic, w.partition)]
-        if not waits:
-            break
-        done, pending = await asyncio.wait(waits, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
-        for task in pending:
-            task.cancel()
-        for task in done:
-            task.exception()  # consumed; a failed wait just means we read again
-        if not done:
+        # DelayedFetch in the node's purgatory: until some partition's
+        # fetchable end moves past what we just read, or max_wait expires.
+        moved = await edge.delay_fetch([(w.topic, w.partition, w.end) for w in local], isolation,
+                                       int(remaining * 1000))
+        if not moved:
+            await asyncio.gather(*(_read(edge, w, isolation) for w in local))
             break
 
     # Response-level max_bytes, in request order; the first non-empty

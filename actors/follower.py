@@ -38,7 +38,7 @@ class FollowerRole:
         if error:
             return error
         self._stop_fetcher()
-        self._after_change(True)  # waiters on this replica as leader must give up
+        self._after_change(True, leadership=True)  # waiters on this replica as leader must give up
         if leader_handle is not None and leader_id >= 0:
             generation = self._fetcher_generation
             self._fetcher = asyncio.get_running_loop().create_task(

@@ -94,7 +94,11 @@ class ReplicaActor(FollowerRole):
         self._purgatory = None
         self._progress_dirty = False
         self._progress_inflight = False
+        # Leadership changes are always reported; HW moves only while someone waits.
+        self._purgatory_interested = True
         self._isr_lock: asyncio.Lock | None = None
+        self._regions: dict = {}
+        self.counters = {"append_calls": 0, "append_sets": 0, "append_bytes": 0, "follower_fetches": 0}
         self._init_follower()
 
     # ---- event-loop helpers -------------------------------------------------------------------
@@ -141,7 +145,9 @@ class ReplicaActor(FollowerRole):
                 self._checkpointed[name] = value
 
     # ---- progress reports to the node's purgatory (coalesced: one call in flight) -----------
-    def _report_progress(self) -> None:
+    def _report_progress(self, force: bool = False) -> None:
+        if not (self._purgatory_interested or force):
+            return
         self._progress_dirty = True
         if not self._progress_inflight:
             self._progress_inflight = True
@@ -160,7 +166,11 @@ class ReplicaActor(FollowerRole):
                 update = ((self.topic, self.partition_index), p.high_watermark, p.last_stable_offset, len(p.isr),
                           p.min_insync_replicas, p.is_leader, p.leader_epoch)
                 try:
-                    await asyncio.wait_for(self._purgatory.progress.remote([update]), self.call_timeout_s)
+                    unwatched = await asyncio.wait_for(self._purgatory.progress.remote([update]),
+                                                       self.call_timeout_s)
+                    # Nothing waits on us: stay quiet until the purgatory asks (report_progress).
+                    # The last report of the loop reflects the purgatory's latest view.
+                    self._purgatory_interested = not unwatched
                 except Exception as exc:
                     log.warning("progress report for %s-%d failed: %s", self.topic, self.partition_index,
                                 str(exc).splitlines()[0][:200])
@@ -169,10 +179,15 @@ class ReplicaActor(FollowerRole):
         finally:
             self._progress_inflight = False
 
-    def _after_change(self, hw_moved: bool = True) -> None:
+    def _after_change(self, hw_moved: bool = True, leadership: bool = False) -> None:
         self._wake_waiters()
-        if hw_moved:
-            self._report_progress()
+        if hw_moved or leadership:
+            self._report_progress(force=leadership)
+
+    async def report_progress(self) -> None:
+        """The purgatory has operations waiting on this partition again."""
+        self._purgatory_interested = True
+        self._report_progress(force=True)
 
     # ---- ISR changes: committed to ZooKeeper before they take effect ------------------------------
     def _zk_client(self):
@@ -244,7 +259,7 @@ class ReplicaActor(FollowerRole):
         if error == 0:
             log.info("%s-%d is leader, epoch %d, ISR %s, HW %d, LEO %d", self.topic, self.partition_index,
                      leader_epoch, isr, self.partition.high_watermark, self.log.log_end_offset)
-        self._after_change(True)
+        self._after_change(True, leadership=True)
         return error
 
     async def stop_replica(self, controller_epoch: int, delete: bool) -> int:
@@ -254,7 +269,7 @@ class ReplicaActor(FollowerRole):
         self._closed = True
         self._stop_fetcher()
         self.partition.is_leader = False
-        self._after_change(True)
+        self._after_change(True, leadership=True)
         if delete:
             self.log.delete()
             key = (self.topic, self.partition_index)
@@ -276,13 +291,17 @@ class ReplicaActor(FollowerRole):
             self._zk.close()
 
     async def state(self) -> dict:
-        return self.partition.state()
+        return {**self.partition.state(), **self.counters}
 
     # ---- edge -> leader ---------------------------------------------------------------------------
     async def append(self, record_sets: list[tuple[bytes, int, int]], leader_epoch: int) -> list:
         if self._closed:
             return [(6, -1, -1, -1, None, -1, -1)] * len(record_sets)  # NOT_LEADER_OR_FOLLOWER
         self._ensure_background()
+        counters = self.counters
+        counters["append_calls"] += 1
+        counters["append_sets"] += len(record_sets)
+        counters["append_bytes"] += sum(len(r[0]) for r in record_sets)
         before = self.partition.high_watermark
         leo_before = self.log.log_end_offset
         results = self.partition.append(record_sets, leader_epoch, _now_ms())
@@ -291,6 +310,27 @@ class ReplicaActor(FollowerRole):
         if self.partition.high_watermark != before:
             self._report_progress()
         return results
+
+    async def append_shared(self, region_path: str, placed: list[tuple[int, int, int, int]],
+                            leader_epoch: int) -> list | None:
+        """append() with the record sets in the edge's shared-memory region
+        (same node): the call carries offsets, not bytes. None if the region
+        cannot be mapped here, so the edge falls back to append()."""
+        region = self._regions.get(region_path)
+        if region is None:
+            from core.shared_region import SharedRegion
+
+            try:
+                region = SharedRegion.attach(region_path)
+            except OSError:
+                return None
+            if len(self._regions) >= 64:  # edges come and go; keep a bounded set mapped
+                self._regions.pop(next(iter(self._regions))).close()
+            self._regions[region_path] = region
+        buf = region.buf
+        # One copy out of the region: the log rewrites offsets in that copy.
+        sets = [(bytearray(buf[offset:offset + length]), acks, timeout) for offset, length, acks, timeout in placed]
+        return await self.append(sets, leader_epoch)
 
     async def read(self, fetch_offset: int, max_bytes: int, isolation_level: int, current_leader_epoch: int):
         return self.partition.read(fetch_offset, max_bytes, isolation_level, current_leader_epoch)

@@ -25,6 +25,7 @@ from typing import Hashable
 import ray
 from kio.schema.errors import ErrorCode
 
+from core.naming import replica_actor_name
 from delayed import AsyncTimerDriver, DelayedOperation, DelayedOperationPurgatory, SystemTimer
 
 log = logging.getLogger("raykafka.purgatory")
@@ -123,6 +124,10 @@ class PurgatoryService:
         self.fetch = DelayedOperationPurgatory("Fetch", timer, purge_interval=PURGE_INTERVAL)
         self.progress: dict[PartitionKey, PartitionProgress] = {}
         self.loop = loop
+        # Partitions whose leader stopped reporting because nothing waited on
+        # them; parking an operation there asks the leader to report again.
+        self.quiet: set[PartitionKey] = set()
+        self.ask_to_report = None  # callable(list[key]), set by the actor
 
     def parked(self) -> int:
         return self.produce.delayed + self.fetch.delayed
@@ -135,6 +140,7 @@ class PurgatoryService:
             op.force_complete()
             return future
         self.produce.try_complete_else_watch(op, list(required))
+        self._wake_quiet(required)
         return future
 
     def delay_fetch(self, known_ends: dict[PartitionKey, int], isolation_level: int, timeout_ms: int) -> asyncio.Future:
@@ -144,9 +150,20 @@ class PurgatoryService:
             op.force_complete()
             return future
         self.fetch.try_complete_else_watch(op, list(known_ends))
+        self._wake_quiet(known_ends)
         return future
 
-    def report(self, updates: list[tuple]) -> int:
+    def _wake_quiet(self, keys) -> None:
+        quiet = [k for k in keys if k in self.quiet]
+        if quiet and self.ask_to_report is not None:
+            self.quiet.difference_update(quiet)
+            self.ask_to_report(quiet)
+
+    def watched(self, key: PartitionKey) -> bool:
+        return bool(self.produce.watched_operations(key) or self.fetch.watched_operations(key))
+
+    def report(self, updates: list[tuple]) -> list[PartitionKey]:
+        """Apply progress; returns the keys nothing waits on (their leaders may go quiet)."""
         completed = 0
         for key, hw, lso, isr_size, min_isr, is_leader, leader_epoch in updates:
             key = tuple(key)
@@ -158,7 +175,9 @@ class PurgatoryService:
             completed += self.fetch.check_and_complete(key)
         self.produce.purge_completed()
         self.fetch.purge_completed()
-        return completed
+        unwatched = [tuple(u[0]) for u in updates if not self.watched(tuple(u[0]))]
+        self.quiet.update(unwatched)
+        return unwatched
 
     def forget(self, keys: list[Hashable]) -> None:
         for key in keys:
@@ -166,14 +185,26 @@ class PurgatoryService:
 
 
 class PurgatoryActor:
-    def __init__(self) -> None:
+    def __init__(self, broker_id: int = -1, namespace: str = "raykafka") -> None:
+        self.broker_id = broker_id
+        self.namespace = namespace
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         self._service: PurgatoryService | None = None
 
     def _svc(self) -> PurgatoryService:
         if self._service is None:
             self._service = PurgatoryService(asyncio.get_running_loop())
+            self._service.ask_to_report = self._ask_to_report
         return self._service
+
+    def _ask_to_report(self, keys: list[PartitionKey]) -> None:
+        """Tell quiet leaders that someone waits on them (fire and forget)."""
+        for topic, partition in keys:
+            try:
+                leader = ray.get_actor(replica_actor_name(topic, partition, self.broker_id), namespace=self.namespace)
+            except ValueError:
+                continue
+            leader.report_progress.remote()
 
     async def delay_produce(self, required: list[tuple[str, int, int]], timeout_ms: int) -> dict:
         """Wait until each (topic, partition)'s HW reaches its offset; -> {(t, p): error}."""
@@ -184,7 +215,7 @@ class PurgatoryActor:
         """Wait until some partition's fetchable end passes what was read; False on timeout."""
         return await self._svc().delay_fetch({(t, p): e for t, p, e in known_ends}, isolation_level, timeout_ms)
 
-    async def progress(self, updates: list[tuple]) -> int:
+    async def progress(self, updates: list[tuple]) -> list:
         return self._svc().report(updates)
 
     async def forget(self, keys: list[tuple[str, int]]) -> None:

@@ -252,7 +252,7 @@ class BrokerProcess:
             config["advertised.listeners"] = None
         purgatory = PurgatoryActorRemote.options(
             name=purgatory_actor_name(broker_id), namespace=namespace, num_cpus=0, max_concurrency=100_000,
-            scheduling_strategy=here).remote()
+            scheduling_strategy=here).remote(broker_id, namespace)
         controller = ControllerActorRemote.options(
             name=controller_actor_name(broker_id), namespace=namespace, num_cpus=0,
             max_concurrency=1000, scheduling_strategy=here,

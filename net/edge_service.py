@@ -18,6 +18,7 @@ from net import registry
 from net.codec import MalformedRequest, decode_request, encode_response, response_schema
 from net.metadata_cache import MetadataCache
 from net.schema_build import build, nested, ZERO_THROTTLE
+from core.shared_region import SharedRegion
 from net.server import CloseConnection, Connection
 
 log = logging.getLogger("raykafka.edge")
@@ -60,6 +61,25 @@ class PartitionAppender:
         self.partition = partition
         self.queue: collections.deque = collections.deque()
         self.inflight = False
+        # Zero-copy path to the leader on this node; None until first used,
+        # False once the leader could not use it (then bytes go through Ray).
+        self.region: SharedRegion | None | bool = None
+
+    def _shared_region(self) -> SharedRegion | None:
+        if self.region is None:
+            name = f"raykafka-{os.getpid()}-{self.edge.broker_id}-{self.topic}-{self.partition}"
+            try:
+                self.region = SharedRegion.create(name, self.MAX_BYTES_PER_CALL)
+            except OSError as exc:
+                log.warning("no shared memory for %s-%d (%s): sending bytes through Ray", self.topic,
+                            self.partition, exc)
+                self.region = False
+        return self.region or None
+
+    def close(self, disable: bool = True) -> None:
+        if self.region:
+            self.region.close()
+        self.region = False if disable else None
 
     def append(self, records: bytes, acks: int, timeout_ms: int, leader_epoch: int) -> asyncio.Future:
         future = asyncio.get_running_loop().create_future()
@@ -88,12 +108,26 @@ class PartitionAppender:
                 results = [(int(ErrorCode.not_leader_or_follower), -1, -1, -1, None, -1, -1)] * len(batch)
             else:
                 timeout_ms = max(item[2] for item in batch)
-                sets = [(item[0], item[1], item[2]) for item in batch]
-                results = await self.edge.call(
-                    handle.append.remote(sets, leader_epoch),
-                    timeout_s=timeout_ms / 1000 + self.edge.call_timeout_s,
-                )
+                timeout_s = timeout_ms / 1000 + self.edge.call_timeout_s
+                region = self._shared_region()
+                size = sum(len(item[0]) for item in batch)
+                results = None
+                if region is not None and size <= region.size:
+                    offset, placed = 0, []
+                    for records, acks, set_timeout, _epoch, _future in batch:
+                        region.write(offset, records)
+                        placed.append((offset, len(records), acks, set_timeout))
+                        offset += len(records)
+                    results = await self.edge.call(
+                        handle.append_shared.remote(region.path, placed, leader_epoch), timeout_s=timeout_s)
+                    if results is None:  # the leader cannot map it (another node?): stop trying
+                        self.close()
+                if results is None:
+                    sets = [(item[0], item[1], item[2]) for item in batch]
+                    results = await self.edge.call(handle.append.remote(sets, leader_epoch), timeout_s=timeout_s)
         except ActorCallFailed as exc:
+            # The leader may still be reading the region: never reuse it.
+            self.close(disable=False)
             results = [(int(exc.error), -1, -1, -1, str(exc), -1, -1)] * len(batch)
         except Exception as exc:  # never leave a producer without an answer
             log.exception("append to %s-%d failed", self.topic, self.partition)
@@ -132,7 +166,7 @@ class EdgeService:
         self.controller_handle = controller_handle
         for key in list(self._appenders):
             if key not in self._leader_handles and not self._appenders[key].inflight:
-                del self._appenders[key]
+                self._appenders.pop(key).close()
         self.metadata_ready.set()
 
     def leader_handle(self, topic: str, partition: int):
@@ -215,6 +249,8 @@ class EdgeService:
             os.close(fd)
 
     def close(self) -> None:
+        for appender in self._appenders.values():
+            appender.close()
         for fd in self._fds.values():
             os.close(fd)
         self._fds.clear()

@@ -415,6 +415,8 @@ class LogCleaner:
             )
 
         try:
+            if not lg.config.compacted:
+                return result(ltc.first_dirty_offset, f"cleanup policy {lg.config.cleanup_policy!r} does not compact")
             if ltc.first_dirty_offset >= ltc.first_uncleanable_offset:
                 return result(ltc.first_dirty_offset, None)
             self._build_offset_map(lg, ltc.first_dirty_offset, ltc.first_uncleanable_offset, omap)
@@ -657,7 +659,7 @@ def _filter_batch(batch: memoryview, h, omap: OffsetMap, producers: dict[int, in
                 has_tombstone = True
     stats.records_retained += len(kept)
     set_horizon = has_tombstone and horizon is None
-    if len(kept) == count and not set_horizon:
+    if kept and len(kept) == count and not set_horizon:
         return batch
     if not kept:
         if h[9] >= 0 and producers.get(h[9]) == last:

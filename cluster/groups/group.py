@@ -43,6 +43,7 @@ __all__ = [
     "JoinCallback",
     "MemberMetadata",
     "SyncCallback",
+    "invoke_callback",
 ]
 
 log = logging.getLogger("raykafka.groups")
@@ -87,7 +88,7 @@ _VALID_PREVIOUS_STATES: dict[GroupState, frozenset[GroupState]] = {
 }
 
 
-def _invoke(callback: Callable, result: object) -> None:
+def invoke_callback(callback: Callable, result: object) -> None:
     # A failing response callback (the actor's code) must not leave the group
     # half-updated: the state change that led to the answer has happened.
     try:
@@ -323,7 +324,7 @@ class GroupMetadata:
             return False
         member.awaiting_join_callback = None
         self.num_members_awaiting_join -= 1
-        _invoke(callback, result)
+        invoke_callback(callback, result)
         return True
 
     def maybe_invoke_sync_callback(self, member: MemberMetadata, result: SyncGroupResult) -> bool:
@@ -331,7 +332,7 @@ class GroupMetadata:
         if callback is None:
             return False
         member.awaiting_sync_callback = None
-        _invoke(callback, result)
+        invoke_callback(callback, result)
         return True
 
     def not_yet_rejoined_members(self) -> list[MemberMetadata]:

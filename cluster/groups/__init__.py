@@ -1,0 +1,58 @@
+"""Kafka's classic consumer-group coordinator, as plain Python.
+
+* ``records``: the ``__consumer_offsets`` record formats and
+  ``partition_for_group``.
+* ``group``: a group's state machine and members.
+* ``coordinator``: ``GroupCoordinator``, the request handling of one offsets
+  partition; driven by an actor (timer, appends, load/unload).
+* ``api``: the plain values requests and answers are made of.
+* ``consumer_protocol``: the bits of the consumer's embedded protocol the
+  broker reads (subscribed topics).
+"""
+
+from cluster.groups.api import (
+    AppendCompletion,
+    GroupDescription,
+    GroupListing,
+    JoinGroupMember,
+    JoinGroupResult,
+    LeaveGroupResult,
+    LeavingMember,
+    MemberDescription,
+    MemberLeaveResult,
+    OffsetAndMetadata,
+    OffsetFetchPartition,
+    OffsetFetchResult,
+    PartitionCommit,
+    SyncGroupResult,
+    TopicPartition,
+)
+from cluster.groups.config import GroupConfig
+from cluster.groups.coordinator import CoordinatorStatus, GroupCoordinator
+from cluster.groups.group import GroupMetadata, GroupState, MemberMetadata
+from cluster.groups.records import partition_for_group
+
+__all__ = [
+    "AppendCompletion",
+    "CoordinatorStatus",
+    "GroupConfig",
+    "GroupCoordinator",
+    "GroupDescription",
+    "GroupListing",
+    "GroupMetadata",
+    "GroupState",
+    "JoinGroupMember",
+    "JoinGroupResult",
+    "LeaveGroupResult",
+    "LeavingMember",
+    "MemberDescription",
+    "MemberLeaveResult",
+    "MemberMetadata",
+    "OffsetAndMetadata",
+    "OffsetFetchPartition",
+    "OffsetFetchResult",
+    "PartitionCommit",
+    "SyncGroupResult",
+    "TopicPartition",
+    "partition_for_group",
+]

@@ -21,7 +21,8 @@ Kafka's rules, as implemented here:
   regardless of the ratio).  The highest ratio wins.
 * The offset map holds ``dedupe_buffer_bytes / 24`` slots (16-byte MD5 hash +
   8-byte offset, as Kafka's ``SkimpyOffsetMap``) filled up to the load
-  factor.  When it fills, only the offsets it covers count as cleaned.
+  factor.  When it fills, only the offsets it covers count as cleaned (the
+  batch that did not fit contributes nothing: the map covers whole batches).
 * A record is kept if it is past the map's latest offset, or it is the
   latest offset of its key and either has a value or is a tombstone whose
   batch's delete horizon has not passed.  Records without a key are dropped.
@@ -494,13 +495,26 @@ class LogCleaner:
             if not attrs & (CONTROL_MASK | TRANSACTIONAL_MASK) and h[12] > 0:
                 recs = _scan(batch, h)
                 base = h[0]
+                undo = []
                 for r in recs:
                     key = r.key
                     off = base + r.offset_delta
                     if key is not None and off >= start:
                         if len(table) < max_entries:
-                            table[md5(key, usedforsecurity=False).digest()] = off
+                            digest = md5(key, usedforsecurity=False).digest()
+                            undo.append((digest, table.get(digest)))
+                            table[digest] = off
                         else:
+                            # Unlike Kafka, drop this batch's entries: the map
+                            # then covers exactly [start, latest_offset], so
+                            # below the clean point each key keeps precisely
+                            # its latest record (Kafka may already remove an
+                            # older record in favour of one past the point).
+                            for digest, prev in reversed(undo):
+                                if prev is None:
+                                    del table[digest]
+                                else:
+                                    table[digest] = prev
                             return True
             omap.latest_offset = last
         return False

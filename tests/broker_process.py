@@ -31,7 +31,9 @@ def broker_env() -> dict[str, str]:
 
 
 class BrokerProcess:
-    def __init__(self, data_dir: Path, overrides: dict[str, str] | None = None, log_name: str = "broker.log"):
+    def __init__(self, data_dir: Path, overrides: dict[str, str] | None = None, log_name: str = "broker.log",
+                 extra_args: list[str] | None = None):
+        self.extra_args = list(extra_args or [])
         self.data_dir = Path(data_dir)
         self.overrides = {"listeners": "PLAINTEXT://127.0.0.1:0", "zookeeper.session.timeout.ms": "6000",
                           **(overrides or {})}
@@ -47,7 +49,7 @@ class BrokerProcess:
         return f"{self.host}:{self.port}"
 
     def start(self, timeout_s: float = 180) -> "BrokerProcess":
-        args = [str(RAYKAFKA), "start", "--data-dir", str(self.data_dir)]
+        args = [str(RAYKAFKA), "start", "--data-dir", str(self.data_dir), *self.extra_args]
         for key, value in self.overrides.items():
             args += ["--override", f"{key}={value}"]
         self.data_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -78,6 +80,31 @@ class BrokerProcess:
             log_file.write(raw)
             log_file.flush()
             self._lines.put(line)
+
+    def nodes(self) -> list[dict]:
+        """The brokers this process runs (from <data-dir>/nodes.json)."""
+        import json
+
+        return json.loads((self.data_dir / "nodes.json").read_text())
+
+    @property
+    def bootstrap_all(self) -> str:
+        return ",".join(f"{n['host']}:{n['port']}" for n in self.nodes())
+
+    def kill_node(self, broker_id: int) -> None:
+        """kill -9 one Ray node (its raylet and every worker under it): a machine crash."""
+        node = next(n for n in self.nodes() if n["broker_id"] == broker_id)
+        raylet = psutil.Process(node["raylet_pid"])
+        victims = [raylet, *raylet.children(recursive=True)]
+        edge = node.get("edge_pid")
+        if edge and psutil.pid_exists(edge) and edge not in {v.pid for v in victims}:
+            victims.append(psutil.Process(edge))
+        for p in victims:
+            try:
+                p.send_signal(signal.SIGKILL)
+            except psutil.NoSuchProcess:
+                pass
+        psutil.wait_procs(victims, timeout=15)
 
     def log_tail(self, lines: int = 60) -> str:
         try:

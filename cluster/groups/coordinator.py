@@ -1133,7 +1133,11 @@ class GroupCoordinator:
             commit_ts = commit.commit_timestamp_ms
             accepted[tp] = OffsetAndMetadata(
                 offset=commit.offset,
-                leader_epoch=commit.leader_epoch,
+                # A commit with its own expire timestamp is written as a v1
+                # record, which has no leader epoch; keep memory equal to what
+                # a reload would give. (On the wire the two never meet: the
+                # retention time is OffsetCommit v2-v4, the epoch v6+.)
+                leader_epoch=commit.leader_epoch if commit.expire_timestamp_ms is None else -1,
                 metadata=commit.metadata or "",
                 commit_timestamp=now if commit_ts is None or commit_ts == -1 else commit_ts,
                 expire_timestamp=commit.expire_timestamp_ms,
@@ -1440,7 +1444,7 @@ class GroupCoordinator:
                         "client_host": m.client_host,
                         "rebalance_timeout_ms": m.rebalance_timeout_ms,
                         "session_timeout_ms": m.session_timeout_ms,
-                        "subscription": m.metadata(g.protocol_name) if g.protocol_name else None,
+                        "subscription": dict(m.supported_protocols).get(g.protocol_name),
                         "assignment": m.assignment,
                     }
                     for m in g.members.values()

@@ -3,7 +3,6 @@ driven by a ManualClock timer."""
 
 from __future__ import annotations
 
-import pytest
 from kio.schema.errors import ErrorCode
 
 from cluster.groups import GroupConfig, LeavingMember, TopicPartition

@@ -12,7 +12,7 @@ from cluster.groups.records import (
     decode_key,
     decode_offset_commit_value,
 )
-from tests.unit.test_group_support import SESSION_MS, Harness, range_protocols
+from tests.unit.test_group_support import SESSION_MS, Harness
 
 E = ErrorCode
 T0 = TopicPartition("t1", 0)
@@ -347,3 +347,57 @@ def test_periodic_expiration_on_the_timer():
     assert h.fetch("simple", [T0]).partitions[T0] == OffsetFetchPartition()
     h.coordinator.unload()
     assert h.timer.size == 0
+
+
+# -- what append_records may return ---------------------------------------------------------
+
+
+def _coordinator_with(append):
+    from cluster.groups import GroupCoordinator
+    from delayed.clock import ManualClock
+    from delayed.timing_wheel import SystemTimer
+
+    clock = ManualClock(1_700_000_000_000)
+    coordinator = GroupCoordinator(SystemTimer(clock=clock), append, GroupConfig(), clock,
+                                   expire_offsets_periodically=False)
+    coordinator.load([])
+    return coordinator
+
+
+def _commit(coordinator, offset):
+    from tests.unit.test_group_support import Reply
+
+    reply = Reply()
+    coordinator.commit_offsets("g", "", None, -1, {T0: PartitionCommit(offset)}, reply)
+    return reply
+
+
+def test_append_may_return_a_future_none_or_raise():
+    import concurrent.futures
+
+    futures = []
+
+    def append_with_futures(records):
+        futures.append(concurrent.futures.Future())
+        return futures[-1]
+
+    c = _coordinator_with(append_with_futures)
+    ok, refused, broken = _commit(c, 1), _commit(c, 2), _commit(c, 3)
+    assert not ok.done
+    futures[0].set_result(None)                     # None = durable
+    futures[1].set_result(E.not_enough_replicas)    # a produce error
+    futures[2].set_exception(RuntimeError("actor died"))
+    assert ok.value == {T0: E.none}
+    assert refused.value == {T0: E.coordinator_not_available}
+    assert broken.value == {T0: E.coordinator_not_available}
+    assert c.fetch_offsets("g", [T0]).partitions[T0].offset == 1
+
+    # None: the records are already durable.
+    assert _commit(_coordinator_with(lambda records: None), 5).value == {T0: E.none}
+
+    def failing_append(records):
+        raise RuntimeError("no log")
+
+    c = _coordinator_with(failing_append)
+    assert _commit(c, 5).value == {T0: E.coordinator_not_available}
+    assert c.fetch_offsets("g", [T0], require_stable=True).partitions[T0] == OffsetFetchPartition()

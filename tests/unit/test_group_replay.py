@@ -159,7 +159,7 @@ class Simulation:
         self.settle(group_id)
 
     def static_restart(self, group_id: str) -> None:
-        statics = [m for m in self.members[group_id] if m.instance_id]
+        statics = [m for m in self.members.get(group_id, []) if m.instance_id]
         if not statics:
             return
         m = self.rng.choice(statics)
@@ -191,6 +191,14 @@ class Simulation:
         else:
             reply = self.h.commit(group_id, offsets)
         assert set(reply.value.values()) == {E.none}, reply.value
+
+    def leave_all(self, group_id: str) -> None:
+        members = self.members.get(group_id, [])
+        result = self.h.leave(group_id, *[LeavingMember(m.member_id, m.instance_id) for m in members])
+        assert [r.error for r in result.members] == [E.none] * len(members)
+        self.members[group_id] = []
+        self.settle(group_id)
+        assert self.h.state(group_id) in ("Empty", None)
 
     def delete_offsets(self, group_id: str) -> None:
         group = self.h.coordinator.group(group_id)
@@ -227,20 +235,22 @@ class Simulation:
             roll = self.rng.random()
             if group_id == "simple":
                 self.commit(group_id) if roll < 0.7 else self.delete_offsets(group_id)
-            elif roll < 0.25 or not live:
+            elif roll < 0.22 or (not live and roll < 0.6):
                 if len(self.members.get(group_id, [])) < 5:
                     self.add_member(group_id)
-            elif roll < 0.35:
+            elif roll < 0.32 and live:
                 self.leave(group_id)
-            elif roll < 0.45:
+            elif roll < 0.40:
                 self.static_restart(group_id)
-            elif roll < 0.52:
+            elif roll < 0.47 and live:
                 self.expire_member(group_id)
-            elif roll < 0.8:
+            elif roll < 0.72:
                 self.commit(group_id)
-            elif roll < 0.88:
+            elif roll < 0.80:
                 self.delete_offsets(group_id)
-            elif roll < 0.94:
+            elif roll < 0.85:
+                self.leave_all(group_id)
+            elif roll < 0.92:
                 self.delete_group(group_id)
             else:
                 self.expiry_sweep()

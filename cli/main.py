@@ -217,8 +217,12 @@ class BrokerProcess:
         else:
             from ray.cluster_utils import Cluster
 
+            # cluster_utils writes its address file under Ray's default temp
+            # dir; keep it (and every session dir) in ours, not in /tmp/ray.
+            os.environ["RAY_TMPDIR"] = self.ray_temp_dir
+            os.makedirs(os.path.join(self.ray_temp_dir, "ray"), exist_ok=True)
             self.cluster = Cluster(initialize_head=True, head_node_args={
-                "num_cpus": cpus, "include_dashboard": self.args.dashboard, "temp_dir": self.ray_temp_dir,
+                "num_cpus": cpus, "include_dashboard": self.args.dashboard,
                 "object_store_memory": 256 * 1024 * 1024, "_system_config": system_config})
             for _ in range(count - 1):
                 self.cluster.add_node(num_cpus=cpus, object_store_memory=256 * 1024 * 1024)

@@ -19,6 +19,7 @@ from net.codec import MalformedRequest, decode_request, encode_response, respons
 from net.metadata_cache import MetadataCache
 from net.schema_build import build, nested, ZERO_THROTTLE
 from core.shared_region import SharedRegion
+from net.fetch_session import FetchSessionCache
 from net.server import CloseConnection, Connection
 
 log = logging.getLogger("raykafka.edge")
@@ -155,6 +156,8 @@ class EdgeService:
         self._appenders: dict[tuple[str, int], PartitionAppender] = {}
         self.controller_handle: Any = None
         self.purgatory: Any = None  # this node's purgatory actor
+        self.fetch_sessions = FetchSessionCache(config["max.incremental.fetch.session.cache.slots"],
+                                                config["min.incremental.fetch.session.eviction.ms"])
         self._fds: collections.OrderedDict[str, int] = collections.OrderedDict()
         self.max_open_fds = 256
         self.fault_hooks: dict[int, Any] = {}  # api_key -> async hook(ctx, request) for tests

@@ -7,6 +7,7 @@ import time
 from kio.schema.errors import ErrorCode
 
 from net.edge_service import ActorCallFailed
+from net.fetch_session import FINAL_EPOCH, FetchSessionCache, FetchSessionError, SessionPartition
 from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, has_field, nested, response_schema_for, timedelta_ms
 from net.server import CloseConnection
@@ -16,7 +17,7 @@ _NO_DATA = (None, -1, -1, -1)
 
 class _Wanted:
     __slots__ = ("topic", "topic_id", "partition", "offset", "max_bytes", "leader_epoch", "error",
-                 "records", "hw", "lso", "log_start", "end")
+                 "records", "hw", "lso", "log_start", "end", "session_partition")
 
     def __init__(self, topic, topic_id, partition, offset, max_bytes, leader_epoch, error=None):
         self.topic = topic
@@ -70,24 +71,43 @@ async def handle_fetch(ctx, request):
     deadline = time.monotonic() + max_wait_ms / 1000
     by_id = edge.metadata.topics_by_id
 
-    wanted: list[_Wanted] = []
+    # Resolve the request against its fetch session (KIP-227, v7+).
+    requested = []
     for topic in request.topics:
         if has_field(type(topic), "topic_id") and not has_field(type(topic), "topic"):
             info = by_id.get(topic.topic_id)
             name = info.name if info else None
-            missing = ErrorCode.unknown_topic_id
+            topic_id = topic.topic_id
         else:
-            name = topic.topic
-            missing = ErrorCode.unknown_topic_or_partition
+            name, topic_id = topic.topic, None
         for part in topic.partitions:
-            want = _Wanted(name, getattr(topic, "topic_id", None), part.partition, part.fetch_offset,
-                           part.partition_max_bytes, getattr(part, "current_leader_epoch", -1))
-            info = edge.metadata.partition(name, part.partition) if name is not None else None
-            if info is None:
-                want.error = missing
-            elif info.leader != edge.broker_id:
-                want.error = ErrorCode.not_leader_or_follower
-            wanted.append(want)
+            requested.append(SessionPartition(name, topic_id, part.partition, part.fetch_offset,
+                                              part.partition_max_bytes, getattr(part, "current_leader_epoch", -1)))
+    forgotten = []
+    for topic in getattr(request, "forgotten_topics_data", ()):
+        name = getattr(topic, "topic", None)
+        if name is None and getattr(topic, "topic_id", None) is not None:
+            info = by_id.get(topic.topic_id)
+            name = info.name if info else None
+        forgotten.extend((name, p) for p in topic.partitions)
+    schema = response_schema_for(request)
+    try:
+        session, fetch_list, incremental = edge.fetch_sessions.begin(
+            getattr(request, "session_id", 0), getattr(request, "session_epoch", FINAL_EPOCH), requested, forgotten)
+    except FetchSessionError as exc:
+        return build(schema, throttle_time=ZERO_THROTTLE, error_code=exc.error, session_id=0, responses=())
+
+    wanted: list[_Wanted] = []
+    for sp in fetch_list:
+        want = _Wanted(sp.topic, sp.topic_id, sp.partition, sp.fetch_offset, sp.max_bytes, sp.leader_epoch)
+        want.session_partition = sp
+        info = edge.metadata.partition(sp.topic, sp.partition) if sp.topic is not None else None
+        if info is None:
+            want.error = ErrorCode.unknown_topic_id if sp.topic_id is not None and sp.topic is None \
+                else ErrorCode.unknown_topic_or_partition
+        elif info.leader != edge.broker_id:
+            want.error = ErrorCode.not_leader_or_follower
+        wanted.append(want)
 
     local = [w for w in wanted if w.error is None]
     while True:
@@ -117,7 +137,17 @@ async def handle_fetch(ctx, request):
                 budget -= len(w.records)
                 first = False
 
-    schema = response_schema_for(request)
+    if session is not None:
+        # Incremental responses carry only partitions with news; every response
+        # records what the client now knows.
+        included = []
+        for w in wanted:
+            sp = w.session_partition
+            error = int(w.error or 0)
+            if not incremental or FetchSessionCache.must_send(sp, error, bool(w.records), w.hw, w.lso, w.log_start):
+                included.append(w)
+            FetchSessionCache.remember(session, sp, w.hw, w.lso, w.log_start, bool(w.records))
+        wanted = included
     topic_cls = nested(schema, "FetchableTopicResponse")
     part_cls = nested(schema, "PartitionData")
     responses = []
@@ -134,5 +164,5 @@ async def handle_fetch(ctx, request):
             records=w.records))
     topics = tuple(build(topic_cls, topic=key[0], topic_id=key[1], partitions=tuple(parts))
                    for key, parts in responses)
-    return build(schema, throttle_time=ZERO_THROTTLE, error_code=ErrorCode.none, session_id=0,
-                 responses=topics)
+    return build(schema, throttle_time=ZERO_THROTTLE, error_code=ErrorCode.none,
+                 session_id=session.session_id if session is not None else 0, responses=topics)

@@ -142,3 +142,24 @@ def test_hostile_input_is_refused_and_broker_keeps_serving(broker):
     good.close()
     log = broker.log_tail(2000)
     assert "closing connection" in log
+
+
+def test_offset_for_leader_epoch(broker, topic_name):
+    create_topic(broker.bootstrap, topic_name, 1)
+    client = WireClient(broker.bootstrap)
+    for i in range(3):
+        _produce(client, topic_name, build_batch([(b"k", f"v{i}".encode(), [])], compression=0))
+    schema = request_schema(23, 4)
+    topic_cls, part_cls = nested(schema, "OffsetForLeaderTopic"), nested(schema, "OffsetForLeaderPartition")
+
+    def ask(leader_epoch, current_leader_epoch=-1, topic=topic_name):
+        body = client.request(23, 4, replica_id=-1, topics=(topic_cls(topic=topic, partitions=(part_cls(
+            partition=0, current_leader_epoch=current_leader_epoch, leader_epoch=leader_epoch),)),))
+        return body.topics[0].partitions[0]
+
+    latest = ask(0)
+    assert (latest.error_code, latest.leader_epoch, latest.end_offset) == (ErrorCode.none, 0, 3)
+    assert ask(7).end_offset == -1, "an epoch above every known one is undefined"
+    assert ask(0, current_leader_epoch=9).error_code == ErrorCode.unknown_leader_epoch
+    assert ask(0, topic=topic_name + "-x").error_code == ErrorCode.unknown_topic_or_partition
+    client.close()

@@ -236,12 +236,17 @@ def test_damage_after_compaction_recovers_a_valid_prefix(config, n_appends, dama
             validate_batches(got, None, from_client=False)
         want, have = batches_of(mask(before)), batches_of(mask(got))
         assert len(have) <= len(want)
-        for k, (a, b) in enumerate(zip(want, have)):
-            if a != b:
-                # only a compacted log (offset gaps are legal) can keep a batch
-                # whose base offset (outside the CRC) was damaged, and only as
-                # its last batch
-                assert config.compacted and k == len(have) - 1 and a[8:] == b[8:], k
+        # What is served is what was written, in order.  A segment cut
+        # exactly at a batch boundary cannot be told from a legal offset gap
+        # (followers accept gaps, compaction makes them; Kafka cannot tell
+        # either), so later segments may survive such a cut: an ordered
+        # subset rather than a strict prefix.  Only a compacted log can keep
+        # a batch whose base offset (outside the CRC) was damaged.
+        it = iter(want)
+        for b in have:
+            assert any(a == b or (config.compacted and a[8:] == b[8:]) for a in it)
+        if have and not any(k == "truncate" or k == "zero_tail" for k in damages):
+            assert have == want[: len(have)]  # a flip only ever cuts a tail
         lasts = [h.last_offset for _, h in iter_headers(got)]
         assert lasts == sorted(set(lasts))
         end = again.log_end_offset

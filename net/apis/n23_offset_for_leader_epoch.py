@@ -1,0 +1,43 @@
+"""OffsetForLeaderEpoch (23): the end offset of a leader epoch on the leader,
+which consumers use to detect log truncation after an unclean leader change
+(KIP-320). Replicas among themselves use the diverging-epoch field of their
+fetch instead (actors/follower.py)."""
+import asyncio
+
+from kio.schema.errors import ErrorCode
+
+from net.edge_service import ActorCallFailed
+from net.registry import api
+from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for
+
+
+async def _one(edge, topic, partition, current_leader_epoch, leader_epoch):
+    info = edge.metadata.partition(topic, partition)
+    if info is None:
+        return int(ErrorCode.unknown_topic_or_partition), -1, -1
+    handle = edge.leader_handle(topic, partition)
+    if info.leader != edge.broker_id or handle is None:
+        return int(ErrorCode.not_leader_or_follower), -1, -1
+    try:
+        return await edge.call(handle.offset_for_leader_epoch.remote(current_leader_epoch, leader_epoch))
+    except ActorCallFailed as exc:
+        return int(exc.error), -1, -1
+
+
+@api(23, 2, 4, tests=("tests/integration/test_protocol_edge.py::test_offset_for_leader_epoch",))
+async def handle_offset_for_leader_epoch(ctx, request):
+    edge = ctx.edge
+    answers = iter(await asyncio.gather(*(
+        _one(edge, t.topic, p.partition, getattr(p, "current_leader_epoch", -1), p.leader_epoch)
+        for t in request.topics for p in t.partitions)))
+    schema = response_schema_for(request)
+    topic_cls, part_cls = nested(schema, "OffsetForLeaderTopicResult"), nested(schema, "EpochEndOffset")
+    topics = []
+    for t in request.topics:
+        parts = []
+        for p in t.partitions:
+            error, epoch, end = next(answers)
+            parts.append(build(part_cls, error_code=ErrorCode(error), partition=p.partition, leader_epoch=epoch,
+                               end_offset=end))
+        topics.append(build(topic_cls, topic=t.topic, partitions=tuple(parts)))
+    return build(schema, throttle_time=ZERO_THROTTLE, topics=tuple(topics))

@@ -465,7 +465,8 @@ class ControllerService:
         existing = set(ctx.topics) | set(ctx.topics_being_deleted)
         for spec in specs:
             try:
-                plan = plan_topic(spec, self.config, ctx.live_broker_ids, existing)
+                plan = plan_topic(spec, self.config, ctx.live_broker_ids, existing,
+                                  racks={b: info.rack for b, info in ctx.brokers.items()})
             except TopicSpecError as exc:
                 results.append(_error(spec["name"], int(exc.error), str(exc)))
                 continue

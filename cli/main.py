@@ -58,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     start.add_argument("--ray-address", help="join an existing Ray cluster instead of starting a local one")
     start.add_argument("--nodes", type=int, default=1,
                        help="start an N-node Ray cluster on this machine, one broker per node (for trying things out)")
+    start.add_argument("--racks", help="with --nodes: comma-separated rack label per node (Ray node label 'rack')")
     start.add_argument("--log-level", default="INFO")
     return parser
 
@@ -221,11 +222,18 @@ class BrokerProcess:
             # dir; keep it (and every session dir) in ours, not in /tmp/ray.
             os.environ["RAY_TMPDIR"] = self.ray_temp_dir
             os.makedirs(os.path.join(self.ray_temp_dir, "ray"), exist_ok=True)
+            racks = (self.args.racks or "").split(",") if self.args.racks else []
+            if racks and len(racks) != count:
+                raise StartupError(f"--racks names {len(racks)} racks for {count} nodes")
+
+            def labels(i: int) -> dict:
+                return {"labels": {"rack": racks[i]}} if racks else {}
+
             self.cluster = Cluster(initialize_head=True, head_node_args={
-                "num_cpus": cpus, "include_dashboard": self.args.dashboard,
+                **labels(0), "num_cpus": cpus, "include_dashboard": self.args.dashboard,
                 "object_store_memory": 256 * 1024 * 1024, "_system_config": system_config})
-            for _ in range(count - 1):
-                self.cluster.add_node(num_cpus=cpus, object_store_memory=256 * 1024 * 1024)
+            for i in range(1, count):
+                self.cluster.add_node(num_cpus=cpus, object_store_memory=256 * 1024 * 1024, **labels(i))
             ray.init(address=self.cluster.address, namespace=namespace, logging_level=logging.WARNING)
             node_ids = [n.node_id for n in self.cluster.list_all_nodes()]
             self._raylet_pids = [_raylet_pid(n) for n in self.cluster.list_all_nodes()]

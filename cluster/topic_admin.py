@@ -67,8 +67,54 @@ def assign_replicas(num_partitions: int, replication_factor: int, brokers: list[
     return assignment
 
 
+def assign_replicas_rack_aware(num_partitions: int, replication_factor: int, racks: dict[int, str],
+                               start_index: int | None = None, next_replica_shift: int | None = None,
+                               rng: random.Random | None = None) -> dict[int, list[int]]:
+    """Kafka's rack-aware assignment: brokers interleaved rack by rack, and each
+    partition's replicas on as many distinct racks as possible (then distinct
+    brokers), so losing a rack loses at most one replica while RF <= racks."""
+    if replication_factor > len(racks):
+        raise TopicSpecError(ErrorCode.invalid_replication_factor,
+                             f"Replication factor: {replication_factor} larger than available brokers: "
+                             f"{len(racks)}.")
+    rng = rng or random.Random()
+    by_rack: dict[str, list[int]] = {}
+    for broker, rack in sorted(racks.items()):
+        by_rack.setdefault(rack, []).append(broker)
+    arranged: list[int] = []
+    rack_lists = [by_rack[r] for r in sorted(by_rack)]
+    for i in range(max(len(lst) for lst in rack_lists)):
+        arranged.extend(lst[i] for lst in rack_lists if i < len(lst))
+    n, num_racks = len(arranged), len(by_rack)
+    start = rng.randrange(n) if start_index is None else start_index
+    shift = rng.randrange(n) if next_replica_shift is None else next_replica_shift
+    assignment: dict[int, list[int]] = {}
+    for p in range(num_partitions):
+        if p > 0 and p % n == 0:
+            shift += 1
+        first = (p + start) % n
+        leader = arranged[first]
+        replicas = [leader]
+        used_racks, used_brokers = {racks[leader]}, {leader}
+        k = 0
+        for _ in range(replication_factor - 1):
+            while True:
+                offset = 1 + (shift * num_racks + k) % (n - 1)
+                broker = arranged[(first + offset) % n]
+                k += 1
+                rack_ok = racks[broker] not in used_racks or len(used_racks) == num_racks
+                broker_ok = broker not in used_brokers or len(used_brokers) == n
+                if rack_ok and broker_ok:
+                    replicas.append(broker)
+                    used_racks.add(racks[broker])
+                    used_brokers.add(broker)
+                    break
+        assignment[p] = replicas
+    return assignment
+
+
 def plan_topic(spec: dict[str, Any], config: BrokerConfig, live_brokers: list[int],
-               existing_topics: set[str]) -> TopicPlan:
+               existing_topics: set[str], racks: dict[int, str | None] | None = None) -> TopicPlan:
     """Validate one CreateTopics entry; raise TopicSpecError with Kafka's code."""
     name = spec["name"]
     problem = topic_name_error(name)
@@ -117,7 +163,15 @@ def plan_topic(spec: dict[str, Any], config: BrokerConfig, live_brokers: list[in
         if num_partitions > 100_000:
             raise TopicSpecError(ErrorCode.invalid_partitions,
                                  f"Number of partitions {num_partitions} exceeds the limit of 100000")
-        assignment = assign_replicas(num_partitions, replication_factor, live_brokers)
+        known = {b: r for b, r in (racks or {}).items() if r}
+        if known and len(known) != len(live_brokers):
+            # Kafka's RackAwareMode.Enforced.
+            raise TopicSpecError(ErrorCode.unknown_server_error,
+                                 "Not all brokers have rack information for replica rack aware assignment.")
+        if known:
+            assignment = assign_replicas_rack_aware(num_partitions, replication_factor, known)
+        else:
+            assignment = assign_replicas(num_partitions, replication_factor, live_brokers)
     configs = {k: str(v) for k, v in (spec.get("configs") or {}).items()}
     return TopicPlan(name, assignment, configs)
 

@@ -61,8 +61,10 @@ class EdgeActor:
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, self.zk.start)
         extra = {"ray_node_id": ray.get_runtime_context().get_node_id(), "log_dirs": self.log_dirs}
+        # broker.rack, else the Ray node's "rack" label: racks follow the machines Ray knows.
+        rack = config["broker.rack"] or ray.get_runtime_context().get_node_labels().get("rack")
         await loop.run_in_executor(None, lambda: self.zk.register_broker(
-            self.broker_id, host, port, rack=config["broker.rack"], extra=extra))
+            self.broker_id, host, port, rack=rack, extra=extra))
         log.info("broker %d listening on %s:%d, advertised as %s:%d", self.broker_id, self.listener.host,
                  self.bound_port, host, port)
         return host, port

@@ -68,3 +68,31 @@ def test_described_configs_sources():
     assert described["retention.ms"] == {"value": "1000", "source": SOURCE_TOPIC}
     assert described["segment.bytes"] == {"value": "4096", "source": SOURCE_STATIC_BROKER}
     assert described["cleanup.policy"] == {"value": "delete", "source": SOURCE_DEFAULT}
+
+
+def test_rack_aware_assignment_spreads_each_partition_over_racks():
+    from cluster.topic_admin import assign_replicas_rack_aware
+
+    racks = {1: "a", 2: "a", 3: "b", 4: "b", 5: "c", 6: "c"}
+    for seed in range(20):
+        assignment = assign_replicas_rack_aware(12, 3, racks, rng=random.Random(seed))
+        for replicas in assignment.values():
+            assert len(set(replicas)) == 3
+            assert len({racks[b] for b in replicas}) == 3, "one replica per rack"
+        leaders = [r[0] for r in assignment.values()]
+        assert all(leaders.count(b) == 2 for b in racks), "leaders spread evenly"
+
+
+def test_rack_aware_with_more_replicas_than_racks_uses_distinct_brokers():
+    from cluster.topic_admin import assign_replicas_rack_aware
+
+    racks = {1: "a", 2: "a", 3: "b", 4: "b"}
+    assignment = assign_replicas_rack_aware(4, 3, racks, rng=random.Random(1))
+    for replicas in assignment.values():
+        assert len(set(replicas)) == 3 and {racks[b] for b in replicas} == {"a", "b"}
+
+
+def test_mixed_rack_information_is_refused_as_kafka_does():
+    with pytest.raises(TopicSpecError) as info:
+        plan_topic(spec(rf=1), CONFIG, [1, 2], set(), racks={1: "a", 2: None})
+    assert "Not all brokers have rack information" in str(info.value)

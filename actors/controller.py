@@ -16,6 +16,8 @@ from typing import Any, Awaitable, Callable
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from actors.group_coordinator import OFFSETS_TOPIC, offsets_topic_spec, sync_group_coordinators
+from actors.group_coordinator import forget_broker as forget_coordinators_of
 from actors.partition_leader import ReplicaActorRemote
 from cluster.controller_context import (NO_LEADER, BrokerState, ControllerContext, PartitionState,
                                         TopicState, new_zk_topic_id, zk_topic_id_to_uuid)
@@ -77,6 +79,8 @@ class ControllerService:
         self.events: asyncio.Queue = asyncio.Queue(MAX_QUEUED_EVENTS)
         self.loop = asyncio.get_running_loop()
         self.replica_handles: dict[tuple[str, int, int], Any] = {}
+        # (offsets partition, broker id) -> group coordinator actor (actors/group_coordinator.py)
+        self.coordinator_handles: dict[tuple[int, int], Any] = {}
         self.edge_handles: dict[int, Any] = {}
         self.self_handle: Any = None
         self.call_timeout_s = config["raykafka.actor.call.timeout.ms"] / 1000
@@ -289,6 +293,8 @@ class ControllerService:
                                                         state.isr, replicas, leader)
                 calls.append(((topic, p, broker_id), ref))
         await self._await_all(calls, "LeaderAndIsr")
+        # Group coordinators move with the leaders of __consumer_offsets partitions.
+        await sync_group_coordinators(self, partitions)
 
     async def _await_all(self, calls, what: str) -> None:
         if not calls:
@@ -381,6 +387,7 @@ class ControllerService:
             self.edge_handles.pop(broker_id, None)
             for key in [k for k in self.replica_handles if k[2] == broker_id]:
                 del self.replica_handles[key]
+            forget_coordinators_of(self, broker_id)
         for broker_id in new_ids:
             log.info("broker %d joined", broker_id)
             ctx.brokers[broker_id] = _broker_state(broker_id, current[broker_id])
@@ -495,6 +502,22 @@ class ControllerService:
             await self._send_update_metadata()
         return results
 
+    async def ensure_offsets_topic(self) -> tuple[int, str | None]:
+        """Create __consumer_offsets unless it exists (the first FindCoordinator
+        asks for it, as in Kafka); -> (error code, message)."""
+        async def event():
+            if not self.is_active:
+                return ERR_NOT_CONTROLLER, "This is not the active controller"
+            if OFFSETS_TOPIC in self.ctx.topics:
+                return ERR_NONE, None
+            if not self.ctx.brokers:
+                return 15, "no live brokers"  # COORDINATOR_NOT_AVAILABLE
+            [result] = await self._create_topics([offsets_topic_spec(self.config, len(self.ctx.brokers))], False)
+            return result["error_code"], result["error_message"]
+
+        event.__name__ = "ensure_offsets_topic"
+        return await self.submit(event)
+
     async def delete_topics(self, names: list[str]) -> dict[str, tuple[int, str | None]]:
         async def event():
             if not self.is_active:
@@ -592,6 +615,9 @@ class ControllerActor:
 
     async def delete_topics(self, names: list[str]) -> dict:
         return await self.service.delete_topics(names)
+
+    async def ensure_offsets_topic(self) -> tuple[int, str | None]:
+        return await self.service.ensure_offsets_topic()
 
     async def close_local_replicas(self, broker_id: int) -> int:
         return await self.service.close_local_replicas(broker_id)

@@ -170,8 +170,35 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
               "Request bytes held by the edge across all connections before reading pauses", min=1024),
     ConfigDef("connections.max.idle.ms", "long", 600000, min=1),
     ConfigDef("max.connections", "int", 10000, min=1),
-    ConfigDef("offsets.topic.num.partitions", "int", 50, min=1),
-    ConfigDef("offsets.topic.replication.factor", "int", 3, min=1),
+    # ---- consumer groups (group coordinator, __consumer_offsets) -------------------------------
+    # offsets.topic.num.partitions: Kafka's default is 50. Here every partition
+    # is a replica actor process (~90 MB) per replica plus a group-coordinator
+    # actor process on its leader, so 50 would mean ~100 processes (~9 GB) on a
+    # single broker before the first group commits anything. 3 gives one
+    # coordinator per broker on a 3-node cluster and ~0.5 GB on a single node.
+    # As in Kafka, it cannot change once the topic exists (groups hash to it).
+    ConfigDef("offsets.topic.num.partitions", "int", 3,
+              "Partitions of __consumer_offsets (Kafka: 50; see the comment above)", min=1),
+    # Kafka's default (3). Kafka refuses to create the topic (FindCoordinator
+    # answers COORDINATOR_NOT_AVAILABLE) while fewer brokers are alive; here it
+    # is capped at the live broker count (Kafka's behaviour before KIP-115), so
+    # a single-node `raykafka start` serves groups out of the box. The cap is
+    # logged; set it explicitly on multi-node clusters started one by one.
+    ConfigDef("offsets.topic.replication.factor", "int", 3,
+              "Replication factor of __consumer_offsets, capped at the live brokers", min=1),
+    ConfigDef("offsets.topic.segment.bytes", "int", 104857600, min=1),
+    ConfigDef("offsets.topic.compression.codec", "int", 0, no_effect=True),
+    ConfigDef("offsets.load.buffer.size", "int", 5242880, "Bytes read per step while loading a coordinator",
+              min=1),
+    ConfigDef("offsets.commit.timeout.ms", "int", 5000,
+              "How long a commit waits for the offsets partition's HW (acks=-1)", min=1),
+    ConfigDef("offsets.commit.required.acks", "int", -1, no_effect=True),
+    ConfigDef("offsets.retention.minutes", "int", 10080, min=1),
+    ConfigDef("offsets.retention.check.interval.ms", "long", 600000, min=1),
+    ConfigDef("offset.metadata.max.bytes", "int", 4096, min=0),
+    ConfigDef("group.min.session.timeout.ms", "int", 6000, min=0),
+    ConfigDef("group.max.session.timeout.ms", "int", 1800000, min=0),
+    ConfigDef("group.max.size", "int", INT32_MAX, min=1),
     ConfigDef("transaction.state.log.num.partitions", "int", 50, min=1),
     ConfigDef("transaction.state.log.replication.factor", "int", 3, min=1),
     ConfigDef("transaction.state.log.min.isr", "int", 2, min=1),

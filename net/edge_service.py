@@ -161,6 +161,8 @@ class EdgeService:
         self._fds: collections.OrderedDict[str, int] = collections.OrderedDict()
         self.max_open_fds = 256
         self.fault_hooks: dict[int, Any] = {}  # api_key -> async hook(ctx, request) for tests
+        self._coordinators: dict[int, Any] = {}  # __consumer_offsets partition -> group coordinator actor
+        self._offsets_topic_creation: asyncio.Future | None = None
 
     # ---- metadata from the controller ----------------------------------------------------
     def apply_update_metadata(self, snapshot: dict, leader_handles: dict, controller_handle: Any) -> None:
@@ -221,6 +223,92 @@ class EdgeService:
         if self.controller_handle is None:
             raise ActorCallFailed(ErrorCode.not_controller, "no active controller known")
         return await self.call(getattr(self.controller_handle, method).remote(*args), timeout_s)
+
+    # ---- consumer-group coordinators (actors/group_coordinator.py) ------------------------------
+    def group_partition(self, group_id: str) -> int | None:
+        """The __consumer_offsets partition owning a group; None before the topic exists."""
+        from cluster.groups import partition_for_group
+        from actors.group_coordinator import OFFSETS_TOPIC
+
+        info = self.metadata.topics.get(OFFSETS_TOPIC)
+        return partition_for_group(group_id, len(info.partitions)) if info and info.partitions else None
+
+    def leads_offsets_partition(self, partition: int) -> bool:
+        from actors.group_coordinator import OFFSETS_TOPIC
+
+        info = self.metadata.partition(OFFSETS_TOPIC, partition)
+        return info is not None and info.leader == self.broker_id
+
+    async def coordinator_handle(self, partition: int):
+        """This node's coordinator actor of an offsets partition this broker leads, else None."""
+        if not self.leads_offsets_partition(partition):
+            return None
+        handle = self._coordinators.get(partition)
+        if handle is None:
+            from actors.group_coordinator import coordinator_actor_name
+
+            name, namespace = coordinator_actor_name(partition, self.broker_id), self.config["raykafka.namespace"]
+
+            def lookup():
+                import ray
+
+                try:
+                    return ray.get_actor(name, namespace=namespace)
+                except ValueError:
+                    return None
+
+            handle = await asyncio.get_running_loop().run_in_executor(None, lookup)
+            if handle is None:
+                return None
+            self._coordinators[partition] = handle
+        return handle
+
+    async def group_call(self, group_id: str, method: str, *args, timeout_s: float | None = None):
+        """Call the coordinator of a group on this node -> (error or None, answer).
+        NOT_COORDINATOR when this broker does not lead the group's offsets
+        partition (or its coordinator is gone); REQUEST_TIMED_OUT on a timeout."""
+        partition = self.group_partition(group_id)
+        handle = None if partition is None else await self.coordinator_handle(partition)
+        if handle is None:
+            return ErrorCode.not_coordinator, None
+        try:
+            return None, await self.call(getattr(handle, method).remote(*args), timeout_s)
+        except ActorCallFailed as exc:
+            if exc.error != ErrorCode.request_timed_out:
+                self._coordinators.pop(partition, None)
+                return ErrorCode.not_coordinator, None
+            return ErrorCode.request_timed_out, None
+
+    async def local_coordinators(self) -> list:
+        """Handles of every coordinator of an offsets partition this broker leads."""
+        from actors.group_coordinator import OFFSETS_TOPIC
+
+        info = self.metadata.topics.get(OFFSETS_TOPIC)
+        partitions = sorted(p for p, s in info.partitions.items() if s.leader == self.broker_id) if info else []
+        handles = await asyncio.gather(*(self.coordinator_handle(p) for p in partitions))
+        return [(p, h) for p, h in zip(partitions, handles) if h is not None]
+
+    async def ensure_offsets_topic(self) -> ErrorCode | None:
+        """Ask the controller to create __consumer_offsets (once; concurrent
+        callers share the request). None once it exists."""
+        from actors.group_coordinator import OFFSETS_TOPIC
+
+        if OFFSETS_TOPIC in self.metadata.topics:
+            return None
+        if self._offsets_topic_creation is None or self._offsets_topic_creation.done():
+            self._offsets_topic_creation = asyncio.ensure_future(self._create_offsets_topic())
+        return await asyncio.shield(self._offsets_topic_creation)
+
+    async def _create_offsets_topic(self) -> ErrorCode | None:
+        try:
+            code, message = await self.controller_call("ensure_offsets_topic", timeout_s=2 * self.call_timeout_s)
+        except ActorCallFailed as exc:
+            log.warning("creating __consumer_offsets failed: %s", exc)
+            return ErrorCode.coordinator_not_available
+        if code not in (0, int(ErrorCode.topic_already_exists)):
+            log.warning("creating __consumer_offsets failed: %s (%s)", ErrorCode(code).name, message)
+            return ErrorCode.coordinator_not_available
+        return None
 
     # ---- reading log slices the leader points us at ----------------------------------------
     def read_slices(self, slices: list[tuple[str, int, int]]) -> bytes:

@@ -69,7 +69,7 @@ def wait_for(condition, timeout_s: float, what: str):
 
 
 def test_leader_node_killed_new_leader_from_isr_no_acked_loss(tmp_path):
-    cluster = BrokerProcess(tmp_path / "data", extra_args=["--nodes", "3"],
+    cluster = BrokerProcess(tmp_path / "data", extra_args=["--nodes", "3", "--racks", "r1,r2,r3"],
                             overrides={"replica.lag.time.max.ms": "10000"}).start(timeout_s=240)
     try:
         nodes = cluster.nodes()
@@ -84,6 +84,9 @@ def test_leader_node_killed_new_leader_from_isr_no_acked_loss(tmp_path):
 
         acked = produce_all(bootstrap, topic, 0, 3000)
         md = wait_for(all_in_sync, 60, "full ISRs")
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        described = admin.describe_cluster().result(timeout=10)
+        assert sorted(n.rack for n in described.nodes) == ["r1", "r2", "r3"], "racks from Ray node labels"
         for p in md.values():
             assert sorted(p.replicas) == sorted(n["broker_id"] for n in nodes), "replicas on distinct nodes"
 
@@ -115,5 +118,18 @@ def test_leader_node_killed_new_leader_from_isr_no_acked_loss(tmp_path):
             offsets = [o for o, _ in rows]
             assert offsets == list(range(len(offsets))), f"partition {partition}: offsets not contiguous"
         print(f"failover after kill -9 of broker {victim}'s node: {failover_s:.1f}s")
+
+        # A second node down: the ISR shrinks to one < min.insync.replicas=2.
+        second = next(n["broker_id"] for n in nodes if n["broker_id"] not in (victim, head))
+        cluster.kill_node(second)
+        last = f"{nodes[0]['host']}:{nodes[0]['port']}"
+        wait_for(lambda: all(p.isrs == [head] for p in partition_metadata(last, topic).values()), 60,
+                 "ISR of the last broker only")
+        errors = []
+        producer = Producer({"bootstrap.servers": last, "acks": "all", "retries": 0})
+        producer.produce(topic, key=b"x", value=b"y", partition=0,
+                         on_delivery=lambda err, msg: errors.append(err))
+        producer.flush(30)
+        assert errors and errors[0] is not None and errors[0].name() == "NOT_ENOUGH_REPLICAS", errors
     finally:
         cluster.stop()

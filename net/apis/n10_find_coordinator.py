@@ -1,0 +1,63 @@
+"""FindCoordinator (10): the broker whose node leads the group's
+__consumer_offsets partition (Kafka's partitionFor: Java hashCode of the
+group id modulo the partition count), from this edge's metadata cache.
+
+The first GROUP lookup creates __consumer_offsets through the controller, as
+Kafka creates it lazily. Batched keys from v4. TRANSACTION keys answer
+COORDINATOR_NOT_AVAILABLE (no transaction coordinator yet); SHARE (v6) keys
+INVALID_REQUEST (no share groups).
+"""
+import asyncio
+
+from kio.schema.errors import ErrorCode
+
+from net.registry import api
+from net.schema_build import ZERO_THROTTLE, build, has_field, nested, response_schema_for
+
+KEY_GROUP, KEY_TRANSACTION = 0, 1
+
+_MESSAGES = {
+    ErrorCode.coordinator_not_available: "The coordinator is not available.",
+    ErrorCode.invalid_request: "Only GROUP and TRANSACTION coordinator keys are served.",
+}
+
+
+async def find_group_coordinator(edge, group_id: str) -> tuple[ErrorCode, int, str, int]:
+    """-> (error, node id, host, port) of the coordinator of ``group_id``."""
+    from actors.group_coordinator import OFFSETS_TOPIC
+
+    failure = await edge.ensure_offsets_topic()
+    if failure is not None:
+        return failure, -1, "", -1
+    partition = edge.group_partition(group_id)
+    info = None if partition is None else edge.metadata.partition(OFFSETS_TOPIC, partition)
+    broker = None if info is None else edge.metadata.brokers.get(info.leader)
+    if broker is None:
+        return ErrorCode.coordinator_not_available, -1, "", -1
+    return ErrorCode.none, broker.broker_id, broker.host, broker.port
+
+
+async def _find(edge, key_type: int, key: str):
+    if key_type == KEY_GROUP:
+        return await find_group_coordinator(edge, key or "")
+    if key_type == KEY_TRANSACTION:
+        return ErrorCode.coordinator_not_available, -1, "", -1
+    return ErrorCode.invalid_request, -1, "", -1
+
+
+@api(10, 0, 6, tests=("tests/integration/test_groups.py::test_find_coordinator_batched_and_key_types",
+                      "tests/integration/test_groups.py::test_three_members_share_six_partitions"))
+async def handle_find_coordinator(ctx, request):
+    schema = response_schema_for(request)
+    key_type = getattr(request, "key_type", KEY_GROUP)
+    if has_field(type(request), "coordinator_keys"):
+        keys = list(request.coordinator_keys)
+        answers = await asyncio.gather(*(_find(ctx.edge, key_type, k) for k in keys))
+        coordinator_cls = nested(schema, "Coordinator")
+        return build(schema, throttle_time=ZERO_THROTTLE, coordinators=tuple(
+            build(coordinator_cls, key=key, node_id=node, host=host, port=port, error_code=error,
+                  error_message=_MESSAGES.get(error) if error else None)
+            for key, (error, node, host, port) in zip(keys, answers)))
+    error, node, host, port = await _find(ctx.edge, key_type, request.key)
+    return build(schema, throttle_time=ZERO_THROTTLE, error_code=error,
+                 error_message=_MESSAGES.get(error) if error else None, node_id=node, host=host, port=port)

@@ -1,0 +1,19 @@
+"""Heartbeat (12): keeps a member's session; REBALANCE_IN_PROGRESS tells it to rejoin."""
+from kio.schema.errors import ErrorCode
+
+from net.registry import api
+from net.schema_build import ZERO_THROTTLE, build, response_schema_for
+
+
+@api(12, 0, 4, tests=("tests/integration/test_groups.py::test_three_members_share_six_partitions",
+                      "tests/integration/test_groups.py::test_killed_member_partitions_reassigned_offsets_resume"))
+async def handle_heartbeat(ctx, request):
+    error = ErrorCode.invalid_group_id
+    if request.group_id:
+        error, answer = await ctx.edge.group_call(request.group_id, "heartbeat", request.group_id, request.member_id,
+                                                  getattr(request, "group_instance_id", None), request.generation_id)
+        if error is None:
+            error = ErrorCode(answer)
+        elif error == ErrorCode.request_timed_out:
+            error = ErrorCode.coordinator_not_available
+    return build(response_schema_for(request), throttle_time=ZERO_THROTTLE, error_code=error)

@@ -1,0 +1,41 @@
+"""ListGroups (16): the groups coordinated on this broker (every coordinator
+of an offsets partition it leads), as in Kafka: admin clients ask every
+broker. State filter from v4 (KIP-518), type filter from v5 (all groups here
+are "classic")."""
+import asyncio
+
+from kio.schema.errors import ErrorCode
+
+from net.edge_service import ActorCallFailed
+from net.registry import api
+from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for
+
+GROUP_TYPE = "classic"
+
+
+@api(16, 0, 5, tests=("tests/integration/test_groups.py::test_groups_cli_list_describe_reset_delete",
+                      "tests/integration/test_groups.py::test_describe_list_delete_groups_wire"))
+async def handle_list_groups(ctx, request):
+    edge = ctx.edge
+    schema = response_schema_for(request)
+    listed_cls = nested(schema, "ListedGroup")
+    states = list(getattr(request, "states_filter", ()) or ())
+    types = {t.lower() for t in getattr(request, "types_filter", ()) or ()}
+    error = ErrorCode.none
+    listings = []
+    if not types or GROUP_TYPE in types:
+        coordinators = await edge.local_coordinators()
+
+        async def one(handle):
+            try:
+                return await edge.call(handle.list_groups.remote(states or None))
+            except ActorCallFailed:
+                return ErrorCode.coordinator_not_available, []
+
+        for code, groups in await asyncio.gather(*(one(h) for _, h in coordinators)):
+            if code != ErrorCode.none:
+                error = ErrorCode(code)  # e.g. COORDINATOR_LOAD_IN_PROGRESS: the list is partial
+            listings.extend(groups)
+    return build(schema, throttle_time=ZERO_THROTTLE, error_code=error, groups=tuple(
+        build(listed_cls, group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.state,
+              group_type=GROUP_TYPE) for g in sorted(listings, key=lambda g: g.group_id)))

@@ -1,0 +1,259 @@
+"""Kafka v2 record batches -> Arrow RecordBatches with the Spark Kafka source's
+columns.
+
+The batch framing and decompression come from ``storage.records`` /
+``storage.record_batch`` (gzip, snappy — raw and xerial —, lz4, zstd); the
+record loop here is that module's decoder specialised to fill Arrow columns
+(one pass, single-byte varints inlined), which roughly doubles its throughput
+over building ``Record`` tuples first.
+"""
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from storage.record_batch import (
+    COMPRESSION_MASK,
+    CONTROL_MASK,
+    HEADER,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    TIMESTAMP_TYPE_MASK,
+)
+from storage.records import _read_varint, decompress
+
+HEADERS_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
+
+_BASE_FIELDS = [
+    pa.field("key", pa.binary()),
+    pa.field("value", pa.binary()),
+    pa.field("topic", pa.string()),
+    pa.field("partition", pa.int32()),
+    pa.field("offset", pa.int64()),
+    pa.field("timestamp", pa.timestamp("us", tz="UTC")),
+    pa.field("timestampType", pa.int32()),
+]
+ARROW_SCHEMA = pa.schema(_BASE_FIELDS)
+ARROW_SCHEMA_WITH_HEADERS = pa.schema(_BASE_FIELDS + [pa.field("headers", HEADERS_TYPE)])
+
+SPARK_DDL = ("key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
+             "timestampType int")
+SPARK_DDL_WITH_HEADERS = SPARK_DDL + ", headers array<struct<key:string,value:binary>>"
+
+_MAGIC_POS = 16
+
+
+def arrow_schema(include_headers: bool) -> pa.Schema:
+    return ARROW_SCHEMA_WITH_HEADERS if include_headers else ARROW_SCHEMA
+
+
+class UnsupportedFormat(Exception):
+    pass
+
+
+class ArrowBuilder:
+    """Accumulates the records of one topic-partition; ``add`` decodes fetched
+    bytes, ``take`` hands out what was gathered as a RecordBatch."""
+
+    __slots__ = ("topic", "partition", "include_headers", "keys", "values", "offsets", "timestamps", "ts_types",
+                 "headers", "bytes_gathered")
+
+    def __init__(self, topic: str, partition: int, include_headers: bool):
+        self.topic = topic
+        self.partition = partition
+        self.include_headers = include_headers
+        self._reset()
+
+    def _reset(self) -> None:
+        self.keys: list = []
+        self.values: list = []
+        self.offsets: list = []
+        self.timestamps: list = []
+        self.ts_types: list = []
+        self.headers: list = []
+        self.bytes_gathered = 0
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def add(self, buf, start: int, end: int) -> tuple[int, bool]:
+        """Decode the complete v2 batches in ``buf`` keeping offsets in [start, end).
+
+        Returns ``(next_offset, reached_end)``: the offset to fetch next (past
+        the last complete batch seen, control batches and compacted gaps
+        included) and whether ``end`` was reached. A trailing partial batch
+        (Fetch may cut one) is ignored."""
+        unpack = HEADER.unpack_from
+        read = _read_varint
+        keys_append = self.keys.append
+        values_append = self.values.append
+        offsets_append = self.offsets.append
+        ts_append = self.timestamps.append
+        headers_append = self.headers.append
+        include_headers = self.include_headers
+        pos = 0
+        total = len(buf)
+        next_offset = start
+        while total - pos >= HEADER_SIZE:
+            h = unpack(buf, pos)
+            size = h[1] + LOG_OVERHEAD
+            if pos + size > total:
+                break  # partial batch at the end of a fetch response
+            if h[3] != 2:
+                raise UnsupportedFormat(
+                    f"{self.topic}-{self.partition}: message format v{h[3]} at offset {h[0]} is not supported "
+                    "(only v2 record batches, Kafka >= 0.11)")
+            base = h[0]
+            attributes = h[5]
+            last = base + h[6]
+            if last < start:
+                pos += size
+                continue
+            if base >= end:
+                return next_offset, True
+            next_offset = last + 1
+            if attributes & CONTROL_MASK or h[12] == 0:
+                pos += size
+                if next_offset >= end:
+                    return next_offset, True
+                continue
+            codec = attributes & COMPRESSION_MASK
+            if codec:
+                data = decompress(codec, memoryview(buf)[pos + HEADER_SIZE: pos + size])
+                i = 0
+            else:
+                data = buf
+                i = pos + HEADER_SIZE
+            self.bytes_gathered += size
+            append_time = attributes & TIMESTAMP_TYPE_MASK
+            base_ts = h[7]
+            max_ts = h[8]
+            count_before = len(self.offsets)
+            for _ in range(h[12]):
+                # length varint (unused: the fields bound the record) + attributes byte
+                b0 = data[i]
+                if b0 < 0x80:
+                    i += 2
+                else:
+                    _, i = read(data, i)
+                    i += 1
+                b0 = data[i]
+                if b0 < 0x80:
+                    ts_delta = (b0 >> 1) ^ -(b0 & 1)
+                    i += 1
+                else:
+                    ts_delta, i = read(data, i)
+                b0 = data[i]
+                if b0 < 0x80:
+                    offset_delta = (b0 >> 1) ^ -(b0 & 1)
+                    i += 1
+                else:
+                    offset_delta, i = read(data, i)
+                offset = base + offset_delta
+                keep = start <= offset < end
+                b0 = data[i]
+                if b0 < 0x80:
+                    n = (b0 >> 1) ^ -(b0 & 1)
+                    i += 1
+                else:
+                    n, i = read(data, i)
+                if n < 0:
+                    key = None
+                else:
+                    key = data[i:i + n] if keep else None
+                    i += n
+                b0 = data[i]
+                if b0 < 0x80:
+                    n = (b0 >> 1) ^ -(b0 & 1)
+                    i += 1
+                else:
+                    n, i = read(data, i)
+                if n < 0:
+                    value = None
+                else:
+                    value = data[i:i + n] if keep else None
+                    i += n
+                b0 = data[i]
+                if b0 < 0x80:
+                    header_count = (b0 >> 1) ^ -(b0 & 1)
+                    i += 1
+                else:
+                    header_count, i = read(data, i)
+                headers = None
+                if header_count:
+                    headers = []
+                    for _h in range(header_count):
+                        n, i = read(data, i)
+                        hkey = data[i:i + n].decode("utf-8", "replace")
+                        i += n
+                        n, i = read(data, i)
+                        if n < 0:
+                            hval = None
+                        else:
+                            hval = data[i:i + n]
+                            i += n
+                        headers.append({"key": hkey, "value": hval})
+                if not keep:
+                    continue
+                keys_append(key)
+                values_append(value)
+                offsets_append(offset)
+                ts_append(max_ts if append_time else base_ts + ts_delta)
+                if include_headers:
+                    headers_append(headers)
+            added = len(self.offsets) - count_before
+            if added:
+                self.ts_types.append((added, 1 if append_time else 0))
+            pos += size
+            if next_offset >= end:
+                return next_offset, True
+        return next_offset, next_offset >= end
+
+    def take(self) -> pa.RecordBatch | None:
+        n = len(self.offsets)
+        if not n:
+            return None
+        if isinstance(self.values[0], (bytearray, memoryview)):
+            self.values = [None if v is None else bytes(v) for v in self.values]
+            self.keys = [None if k is None else bytes(k) for k in self.keys]
+        ts_types = []
+        for count, kind in self.ts_types:
+            ts_types.extend([kind] * count)
+        millis = pa.array(self.timestamps, pa.int64())
+        micros = pc.multiply(millis, pa.scalar(1000, pa.int64())).cast(pa.timestamp("us", tz="UTC"))
+        columns = [
+            pa.array(self.keys, pa.binary()),
+            pa.array(self.values, pa.binary()),
+            pa.repeat(pa.scalar(self.topic, pa.string()), n),
+            pa.repeat(pa.scalar(self.partition, pa.int32()), n),
+            pa.array(self.offsets, pa.int64()),
+            micros,
+            pa.array(ts_types, pa.int32()),
+        ]
+        if self.include_headers:
+            columns.append(pa.array(self.headers, HEADERS_TYPE))
+        batch = pa.RecordBatch.from_arrays(columns, schema=arrow_schema(self.include_headers))
+        self._reset()
+        return batch
+
+
+def batch_spans(buf) -> list[tuple[int, int, int, int]]:
+    """(position, size, base offset, last offset) of each complete batch in ``buf``."""
+    out = []
+    pos = 0
+    total = len(buf)
+    unpack = HEADER.unpack_from
+    while total - pos >= HEADER_SIZE:
+        h = unpack(buf, pos)
+        size = h[1] + LOG_OVERHEAD
+        if size < HEADER_SIZE or pos + size > total:
+            break
+        out.append((pos, size, h[0], h[0] + h[6]))
+        pos += size
+    return out
+
+
+def next_fetch_offset(buf, start: int) -> int:
+    """The offset after the last complete batch of ``buf`` (``start`` if none)."""
+    spans = batch_spans(buf)
+    return max(start, spans[-1][3] + 1) if spans else start

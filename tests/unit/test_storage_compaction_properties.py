@@ -92,6 +92,7 @@ ops = st.lists(
         st.tuples(st.just("delete_records"), st.floats(0, 1)),
         st.tuples(st.just("truncate"), st.floats(0, 1)),
         st.tuples(st.just("roll"), st.just(0)),
+        st.tuples(st.just("append_roll_clean"), st.integers(1, 8)),
         st.tuples(st.just("reopen"), st.sampled_from(["end", "zero"])),
     ),
     min_size=1,
@@ -126,7 +127,18 @@ def test_appends_cleanings_retention_keep_what_they_must(config, operations, see
                     ends.append(info.last_offset + 1)
                 # usually fully replicated, sometimes lagging
                 hw = ends[-1] if rnd.random() < 0.7 else rnd.choice([e for e in ends if e >= hw])
-            elif op == "clean":
+            elif op in ("clean", "append_roll_clean"):
+                if op == "append_roll_clean":
+                    for blob in make_blob(rnd, arg, 10_000 + 100 * i, compacted, keys):
+                        info = log.append_as_leader(blob, 0, now_ms=now)
+                        written += [
+                            (info.first_offset + j, r.key, r.value, r.timestamp)
+                            for j, r in enumerate(iter_records(blob))
+                        ]
+                        ends.append(info.last_offset + 1)
+                    log.roll(now_ms=now)
+                    hw = ends[-1]
+                    arg = 0
                 res = cleaner.clean_once([(log, hw)], now_ms=now + arg * 10)
                 if res is not None:
                     event("cleaned" if res.records_retained < res.records_read else "cleaned, nothing removed")

@@ -10,10 +10,10 @@ DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 
 
 def test_cluster_yaml_passes_rays_launcher_schema():
-    from ray.autoscaler._private.util import validate_config
+    from ray.autoscaler._private.util import prepare_config, validate_config
 
     config = yaml.safe_load((DEPLOY / "ray-cluster.yaml").read_text())
-    validate_config(config)  # raises on a schema violation
+    validate_config(prepare_config(config))  # fills defaults as `ray up` does, raises on violations
     assert config["provider"]["type"] == "local"
     starts = " ".join(config["head_start_ray_commands"] + config["worker_start_ray_commands"])
     assert starts.count("raykafka start --ray-address auto") == 2, "every node runs a broker"

@@ -60,6 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="start an N-node Ray cluster on this machine, one broker per node (for trying things out)")
     start.add_argument("--racks", help="with --nodes: comma-separated rack label per node (Ray node label 'rack')")
     start.add_argument("--log-level", default="INFO")
+    from cli import groups
+
+    groups.add_parser(sub)  # `raykafka groups ...` (cli/groups.py)
     return parser
 
 
@@ -77,6 +80,10 @@ def main(argv: list[str] | None = None) -> int:
         for key in config.no_effect_keys_set():
             log.warning("config %s is accepted for compatibility but has no effect", key)
         return BrokerProcess(config, Path(args.data_dir).resolve(), args).run()
+    if args.command == "groups":
+        from cli import groups
+
+        return groups.run(args)
     return 2
 
 
@@ -95,12 +102,17 @@ class BrokerProcess:
         self.edge = None
         self.broker_id = -1
         self.stop_requested = threading.Event()
+        self.revive_requested = threading.Event()
+        self.zk_connect: str | None = None
         self.cluster = None  # ray.cluster_utils.Cluster with --nodes
         self.nodes: list[dict] = []  # one per broker this process started
 
     def _install_signal_handlers(self) -> None:
         signal.signal(signal.SIGTERM, lambda *_: self.stop_requested.set())
         signal.signal(signal.SIGINT, lambda *_: self.stop_requested.set())
+        # With --nodes: SIGHUP restarts the brokers whose Ray node died, as if
+        # their machines came back (same broker id, same log dir).
+        signal.signal(signal.SIGHUP, lambda *_: self.revive_requested.set())
 
     def run(self) -> int:
         self._install_signal_handlers()
@@ -115,8 +127,13 @@ class BrokerProcess:
             self.shutdown()
             return 1
         print(f"raykafka ready on {host}:{port}", flush=True)
-        while not self.stop_requested.wait(1.0):
-            pass
+        while not self.stop_requested.wait(0.5):
+            if self.revive_requested.is_set():
+                self.revive_requested.clear()
+                try:
+                    self._revive_dead_nodes()
+                except Exception:
+                    log.exception("reviving dead nodes failed")
         log.info("stopping broker %d", self.broker_id)
         self.shutdown()
         return 0
@@ -145,16 +162,41 @@ class BrokerProcess:
                                                    configured + index if configured >= 0 else -1)
             identities.append((broker_id, log_dirs))
         self.broker_id = identities[0][0]
+        self.zk_connect, self.cluster_id = zk_connect, cluster_id
         node_ids = self._start_ray(count)
-        first = None
         for index, ((broker_id, log_dirs), node_id) in enumerate(zip(identities, node_ids)):
-            host, port = self._start_node(zk_connect, broker_id, log_dirs, node_id, index)
-            first = first or (host, port)
-        self._wait_ready(cluster_id)
-        # For operators and tests: which pids make up which broker.
+            self.nodes.append(self._start_node(zk_connect, broker_id, log_dirs, node_id, index))
+        self._wait_ready(self.nodes)
+        self._write_nodes_file()
+        return self.nodes[0]["host"], self.nodes[0]["port"]
+
+    def _write_nodes_file(self) -> None:
+        """For operators and tests: which pids make up which broker."""
         plain = [{k: v for k, v in n.items() if not k.startswith("_")} for n in self.nodes]
         (self.data_dir / "nodes.json").write_text(json.dumps(plain, indent=1))
-        return first
+
+    def _revive_dead_nodes(self) -> None:
+        import psutil
+
+        if self.cluster is None:
+            log.warning("SIGHUP: node revival needs --nodes")
+            return
+        for index, node in enumerate(list(self.nodes)):
+            pid = node.get("raylet_pid")
+            alive = pid is not None and psutil.pid_exists(pid) and \
+                psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+            if alive:
+                continue
+            log.info("reviving broker %d on a new Ray node", node["broker_id"])
+            racks = (self.args.racks or "").split(",") if self.args.racks else []
+            extra = {"labels": {"rack": racks[index]}} if racks else {}
+            ray_node = self.cluster.add_node(num_cpus=os.cpu_count() or 2,
+                                             object_store_memory=256 * 1024 * 1024, **extra)
+            self._raylet_pids[index] = _raylet_pid(ray_node)
+            fresh = self._start_node(self.zk_connect, node["broker_id"], node["log_dirs"], ray_node.node_id, index)
+            self._wait_ready([fresh])
+            self.nodes[index] = fresh
+        self._write_nodes_file()
 
     def _identify(self, zk_connect: str, log_dirs: list[str], configured: int) -> tuple[int, str]:
         """broker.id from config, else meta.properties, else /brokers/seqid (Kafka's order)."""
@@ -276,25 +318,21 @@ class BrokerProcess:
         ray.get(controller.start.remote(), timeout=READY_TIMEOUT_S)
         host, port = ray.get(edge.start.remote(), timeout=READY_TIMEOUT_S)
         edge_pid = ray.get(edge.pid.remote(), timeout=READY_TIMEOUT_S)
-        self.nodes.append({"broker_id": broker_id, "host": host, "port": port, "ray_node_id": node_id,
-                           "log_dirs": log_dirs, "edge_pid": edge_pid,
-                           "raylet_pid": self._raylet_pids[index] if self.cluster else None,
-                           "edge": edge, "controller": controller, "purgatory": purgatory})
         print(f"raykafka broker {broker_id} on {host}:{port}", flush=True)
         if index == 0:
             self.controller, self.edge = controller, edge
-        return host, port
+        return {"broker_id": broker_id, "host": host, "port": port, "ray_node_id": node_id,
+                "log_dirs": log_dirs, "edge_pid": edge_pid,
+                "raylet_pid": self._raylet_pids[index] if self.cluster else None,
+                "_edge": edge, "_controller": controller, "_purgatory": purgatory}
 
-    def _wait_ready(self, cluster_id: str) -> None:
+    def _wait_ready(self, nodes: list[dict]) -> None:
         import ray
 
-        for node in self.nodes:
-            if not ray.get(node["edge"].wait_ready.remote(READY_TIMEOUT_S), timeout=READY_TIMEOUT_S + 5):
+        for node in nodes:
+            if not ray.get(node["_edge"].wait_ready.remote(READY_TIMEOUT_S), timeout=READY_TIMEOUT_S + 5):
                 raise StartupError(f"broker {node['broker_id']}'s edge got no metadata from a controller in time")
-        for node in self.nodes:
-            for key in ("edge", "controller", "purgatory"):
-                node[f"_{key}"] = node.pop(key)
-        log.info("brokers %s of cluster %s are up", [n["broker_id"] for n in self.nodes], cluster_id)
+        log.info("brokers %s of cluster %s are up", [n["broker_id"] for n in nodes], self.cluster_id)
 
     def shutdown(self) -> None:
         try:
@@ -304,16 +342,16 @@ class BrokerProcess:
         if ray is not None and ray.is_initialized():
             started = time.monotonic()
             for node in self.nodes:
-                edge = node.get("_edge") or node.get("edge")
+                edge = node["_edge"]
                 _quietly(lambda: ray.get(edge.stop.remote(), timeout=10))
             # The active controller holds every replica handle; standbys hold none.
             for node in self.nodes:
-                controller = node.get("_controller") or node.get("controller")
+                controller = node["_controller"]
                 for broker in self.nodes:
                     _quietly(lambda: ray.get(controller.close_local_replicas.remote(broker["broker_id"]),
                                              timeout=60))
             for node in self.nodes:
-                controller = node.get("_controller") or node.get("controller")
+                controller = node["_controller"]
                 _quietly(lambda: ray.get(controller.stop.remote(), timeout=10))
             log.info("brokers %s stopped cleanly in %.1f s", [n["broker_id"] for n in self.nodes],
                      time.monotonic() - started)

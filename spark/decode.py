@@ -36,10 +36,6 @@ _BASE_FIELDS = [
 ARROW_SCHEMA = pa.schema(_BASE_FIELDS)
 ARROW_SCHEMA_WITH_HEADERS = pa.schema(_BASE_FIELDS + [pa.field("headers", HEADERS_TYPE)])
 
-SPARK_DDL = ("key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
-             "timestampType int")
-SPARK_DDL_WITH_HEADERS = SPARK_DDL + ", headers array<struct<key:string,value:binary>>"
-
 _MAGIC_POS = 16
 
 

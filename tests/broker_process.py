@@ -106,6 +106,30 @@ class BrokerProcess:
                 pass
         psutil.wait_procs(victims, timeout=15)
 
+    def revive(self, timeout_s: float = 120) -> None:
+        """SIGHUP: the CLI restarts brokers whose Ray node died (same id, same log dir)."""
+        dead = [n["broker_id"] for n in self.nodes() if not _pid_alive(n.get("raylet_pid"))]
+        self.proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            nodes = {n["broker_id"]: n for n in self.nodes()}
+            if all(_pid_alive(nodes[b].get("raylet_pid")) for b in dead):
+                self._track_tree()
+                return
+            time.sleep(0.5)
+        raise RuntimeError(f"brokers {dead} not revived in {timeout_s}s:\n" + self.log_tail())
+
+    def cpu_seconds(self) -> float:
+        """CPU time used so far by the whole broker tree (user + system)."""
+        total = 0.0
+        for p in self.tree():
+            try:
+                t = p.cpu_times()
+                total += t.user + t.system
+            except psutil.NoSuchProcess:
+                pass
+        return total
+
     def log_tail(self, lines: int = 60) -> str:
         try:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
@@ -167,6 +191,15 @@ class BrokerProcess:
             except psutil.NoSuchProcess:
                 pass
         return total / 2**20
+
+
+def _pid_alive(pid) -> bool:
+    if not pid:
+        return False
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def _alive(p: psutil.Process) -> bool:

@@ -28,18 +28,18 @@ def produce(bootstrap: str, topic: str, count: int, start: int = 0) -> dict[int,
     return acked
 
 
-def consume_all(bootstrap: str, topic: str, partitions: int) -> dict[int, list[tuple[int, bytes]]]:
+def consume_all(bootstrap: str, topic: str, partitions: int, timeout_s: float = 120) -> dict[int, list[tuple[int, bytes]]]:
+    """Everything below each partition's high watermark (read when we start)."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "dur", "enable.auto.commit": False})
+    ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in range(partitions)}
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
-    out: dict[int, list[tuple[int, bytes]]] = {}
-    idle_since = time.monotonic()
-    while time.monotonic() - idle_since < 5:
-        msgs = consumer.consume(1000, timeout=0.5)
-        if msgs:
-            idle_since = time.monotonic()
-        for m in msgs:
+    out: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(partitions)}
+    deadline = time.monotonic() + timeout_s
+    while any(out[p][-1][0] + 1 < end if out[p] else end > 0 for p, end in ends.items()):
+        assert time.monotonic() < deadline, f"consumed {[len(v) for v in out.values()]} of {ends}"
+        for m in consumer.consume(1000, timeout=0.5):
             assert m.error() is None, m.error()
-            out.setdefault(m.partition(), []).append((m.offset(), m.value()))
+            out[m.partition()].append((m.offset(), m.value()))
     consumer.close()
     return out
 

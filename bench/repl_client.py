@@ -1,0 +1,280 @@
+"""One replication-benchmark phase, run in its own process by bench.replication.
+
+    python -m bench.repl_client --bootstrap H:P[,H:P...] --topic T
+        --partitions P --replication-factor RF [--min-insync 2]
+        --acks 1|all --records N [--rate R] ...
+
+Creates the topic (AdminClient CreateTopics with RF and min.insync.replicas;
+the AdminClient stays alive until the future resolves), waits until every
+partition has a leader and a full ISR, then produces N keyed records with a
+delivery report per record and measures throughput and per-record latency.
+
+Latency of record i = time its delivery report reached the callback minus
+the time just before produce() was first called for it (the key is i, so
+the callback finds the send time). With --rate 0 the producer runs flat out:
+the latency then mostly measures librdkafka's own queue (all N records are
+queued at once), which is why bench.replication also runs a paced phase.
+
+Prints one JSON object on the last line of stdout; ``"ok": false`` with an
+``error`` when a record is missing, failed, or reported twice.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from array import array
+
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from bench.client import POOL_SIZE, lz4_ratio, make_keys, make_payloads
+from bench.procstat import CpuWindow
+
+
+def emit(result: dict) -> None:
+    sys.stdout.write(json.dumps(result) + "\n")
+    sys.stdout.flush()
+
+
+def percentile(sorted_vals, q: float) -> float | None:
+    """Nearest-rank percentile of an ascending sequence."""
+    if not sorted_vals:
+        return None
+    k = max(0, min(len(sorted_vals) - 1, math.ceil(q * len(sorted_vals)) - 1))
+    return sorted_vals[k]
+
+
+def topic_state(client, topic: str) -> dict | None:
+    md = client.list_topics(topic, timeout=10)
+    t = md.topics.get(topic)
+    if t is None or t.error is not None or not t.partitions:
+        return None
+    return {p.id: {"leader": p.leader, "replicas": list(p.replicas), "isr": list(p.isrs)}
+            for p in t.partitions.values()}
+
+
+def create_topic(a, conf: dict) -> tuple[float, dict | None, str | None]:
+    """CreateTopics, then wait for leaders and a full ISR. Returns
+    (seconds, partition state, error)."""
+    t0 = time.perf_counter()
+    admin = AdminClient(conf)
+    cfg = {"min.insync.replicas": str(a.min_insync)} if a.min_insync else {}
+    futs = admin.create_topics(
+        [NewTopic(a.topic, num_partitions=a.partitions, replication_factor=a.replication_factor,
+                  config=cfg)], operation_timeout=60, request_timeout=60)
+    try:
+        futs[a.topic].result(timeout=90)  # `admin` is alive until here
+    except Exception as e:
+        return time.perf_counter() - t0, None, f"CreateTopics failed: {e}"
+    deadline = time.monotonic() + a.ready_timeout
+    state = None
+    while time.monotonic() < deadline:
+        try:
+            state = topic_state(admin, a.topic)
+        except KafkaException:
+            state = None
+        if state and len(state) == a.partitions and all(
+                s["leader"] >= 0 and len(s["replicas"]) == a.replication_factor
+                and len(s["isr"]) == a.replication_factor for s in state.values()):
+            return time.perf_counter() - t0, state, None
+        time.sleep(0.1)
+    return time.perf_counter() - t0, state, (
+        f"topic not ready after {a.ready_timeout:.0f}s (every partition needs a leader, "
+        f"{a.replication_factor} replicas and a full ISR); last metadata: {state}")
+
+
+def high_watermarks(conf: dict, topic: str, partitions) -> int:
+    c = Consumer(conf | {"group.id": "raykafka-bench-hw", "enable.auto.commit": False})
+    try:
+        return sum(c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                   for p in partitions)
+    finally:
+        c.close()
+
+
+def run(a) -> dict:
+    conf = {"bootstrap.servers": a.bootstrap, "client.id": "raykafka-bench-repl"}
+    create_s, state, err = create_topic(a, conf)
+    res = {"topic": a.topic, "create_s": round(create_s, 2), "partition_state": state}
+    if err:
+        return res | {"ok": False, "error": err}
+
+    n, size = a.records, a.record_size
+    pool = make_payloads(size)
+    keys = make_keys(n)
+    send_t = array("d", bytes(8 * n))
+    lat = array("d", bytes(8 * n))
+    part = array("i", bytes(4 * n))
+    offs = array("q", bytes(8 * n))
+    stats = {"delivered": 0, "errors": 0, "first_error": None, "dupes": 0, "foreign": 0}
+    clock = time.perf_counter
+
+    def on_delivery(err, msg):
+        now = clock()
+        if err is not None:
+            stats["errors"] += 1
+            if stats["first_error"] is None:
+                stats["first_error"] = str(err)
+            return
+        try:
+            i = int(msg.key())
+            if lat[i]:
+                stats["dupes"] += 1
+            else:
+                lat[i] = now - send_t[i]
+                part[i] = msg.partition()
+                offs[i] = msg.offset()
+                stats["delivered"] += 1
+        except (TypeError, ValueError, IndexError):
+            stats["foreign"] += 1
+
+    p = Producer(conf | {
+        "acks": a.acks,
+        "compression.type": "lz4",
+        "linger.ms": a.linger_ms,
+        "batch.size": 1000000,
+        "message.timeout.ms": int(a.timeout * 1000),
+        "on_delivery": on_delivery,
+    })
+    p.list_topics(a.topic, timeout=30)  # connect + metadata before the clock
+    produce, poll = p.produce, p.poll
+    mask = POOL_SIZE - 1
+    topic = a.topic
+    cpu = CpuWindow(a.broker_pid).start()
+    t0 = clock()
+    i = 0
+    if a.rate <= 0:
+        for i in range(n):
+            send_t[i] = clock()
+            try:
+                produce(topic, pool[i & mask], keys[i])
+            except BufferError:  # local queue full: serve reports, retry
+                while True:
+                    poll(0.005)
+                    try:
+                        produce(topic, pool[i & mask], keys[i])
+                        break
+                    except BufferError:
+                        pass
+            if not i & 63:
+                poll(0)
+    else:
+        rate = float(a.rate)
+        while i < n:
+            due = min(n, int((clock() - t0) * rate) + 1)
+            while i < due:
+                send_t[i] = clock()
+                try:
+                    produce(topic, pool[i & mask], keys[i])
+                except BufferError:
+                    poll(0.005)
+                    continue
+                i += 1
+            poll(0)
+            wait = (i / rate) - (clock() - t0)
+            if wait > 0:
+                poll(min(wait, 0.01))
+    remaining = p.flush(a.timeout)
+    t1 = clock()
+    cpu = cpu.stop()
+    elapsed = t1 - t0
+
+    res |= {"elapsed_s": elapsed, "records": n, "bytes": n * size,
+            "mb_s": n * size / elapsed / 1e6, "records_s": n / elapsed,
+            "offered_rate": a.rate, "lz4_pool_ratio": lz4_ratio(pool), "cpu": cpu,
+            "errors": stats["errors"], "delivered": stats["delivered"],
+            "warnings": []}
+    if stats["delivered"]:
+        v = sorted(x for x in lat if x > 0)
+        ms = lambda x: None if x is None else round(x * 1000, 3)
+        res["latency_ms"] = {"p50": ms(percentile(v, 0.50)), "p99": ms(percentile(v, 0.99)),
+                             "p999": ms(percentile(v, 0.999)), "max": ms(v[-1]),
+                             "mean": ms(sum(v) / len(v)), "count": len(v)}
+    if remaining:
+        return res | {"ok": False, "error": f"{remaining} records still undelivered after "
+                      f"flush({a.timeout:.0f}s)"}
+    if stats["errors"]:
+        return res | {"ok": False, "error": f"{stats['errors']}/{n} records failed delivery "
+                      f"(first: {stats['first_error']})"}
+    if stats["delivered"] != n or stats["dupes"] or stats["foreign"]:
+        return res | {"ok": False, "error": f"{stats['delivered']}/{n} records got a delivery "
+                      f"report; {stats['dupes']} reported twice, {stats['foreign']} foreign"}
+
+    # Offsets from the delivery reports: per partition exactly 0..count-1,
+    # each once (the broker assigned N distinct, contiguous offsets).
+    per: dict[int, list[int]] = {}
+    for i in range(n):
+        per.setdefault(part[i], []).append(offs[i])
+    bad = []
+    for pid, ol in sorted(per.items()):
+        ol.sort()
+        if ol != list(range(len(ol))):
+            bad.append(f"partition {pid}: {len(ol)} records, offsets {ol[0]}..{ol[-1]}, "
+                       f"{len(ol) - len(set(ol))} duplicate")
+    res["records_per_partition"] = {pid: len(ol) for pid, ol in sorted(per.items())}
+    if bad:
+        return res | {"ok": False, "error": "delivery-report offsets are not 0..count-1 per "
+                      "partition: " + "; ".join(bad)}
+
+    # High watermarks (ListOffsets latest) must reach N. With acks=1 the
+    # leaders acknowledge before the followers fetch, so the HW may trail:
+    # wait, and report how long it took. Tansu is known to report stale
+    # high watermarks here (bench/README.md), so a shortfall is a warning;
+    # the delivery-report offsets above are the check.
+    t_hw = clock()
+    hw = -1
+    while True:
+        try:
+            hw = high_watermarks(conf, topic, sorted(state))
+        except KafkaException as e:
+            res["warnings"].append(f"ListOffsets failed: {e}")
+        if hw == n or clock() - t_hw > a.hw_timeout:
+            break
+        time.sleep(0.05)
+    res["high_watermark_sum"] = hw
+    res["hw_catchup_s"] = round(clock() - t_hw, 3) if hw == n else None
+    if hw != n:
+        res["warnings"].append(f"ListOffsets(latest) sums to {hw} after {a.hw_timeout:.0f}s, "
+                               f"expected {n} (stale/incorrect high watermarks)")
+    try:
+        after = topic_state(p, topic)
+        res["isr_after"] = {pid: s["isr"] for pid, s in (after or {}).items()}
+        shrunk = [pid for pid, s in (after or {}).items() if len(s["isr"]) < a.replication_factor]
+        if shrunk:
+            res["warnings"].append(f"ISR below {a.replication_factor} after the phase for "
+                                   f"partitions {shrunk}: {res['isr_after']}")
+    except KafkaException as e:
+        res["warnings"].append(f"metadata after the phase failed: {e}")
+    return res | {"ok": True}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="bench.repl_client")
+    ap.add_argument("--bootstrap", required=True)
+    ap.add_argument("--topic", required=True)
+    ap.add_argument("--partitions", type=int, default=3)
+    ap.add_argument("--replication-factor", type=int, default=3)
+    ap.add_argument("--min-insync", type=int, default=0, help="0: do not set min.insync.replicas")
+    ap.add_argument("--acks", default="1")
+    ap.add_argument("--records", type=int, default=100000)
+    ap.add_argument("--record-size", type=int, default=1024)
+    ap.add_argument("--rate", type=float, default=0, help="records/s; 0 = as fast as possible")
+    ap.add_argument("--linger-ms", type=float, default=5)
+    ap.add_argument("--timeout", type=float, default=60.0)
+    ap.add_argument("--ready-timeout", type=float, default=60.0)
+    ap.add_argument("--hw-timeout", type=float, default=5.0)
+    ap.add_argument("--broker-pid", type=int, default=0)
+    a = ap.parse_args(argv)
+    try:
+        res = run(a)
+    except Exception as e:  # report, never crash without a result line
+        res = {"ok": False, "error": f"{type(e).__name__}: {e}"}
+    emit(res)
+    return 0 if res.get("ok") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,437 @@
+"""Replicated produce: raykafka on a 3-node local Ray cluster vs Tansu, one command.
+
+    .venv/bin/python -m bench.replication [--records 100000] [--rate 5000]
+        [--latency-records 20000] [--partitions 3] [--nodes 3] [--repeat 1]
+        [--targets raykafka,tansu] [--no-rf1] [--no-paced]
+
+raykafka: ``raykafka start --nodes 3`` (one broker per Ray node, all on this
+machine), bootstrap = all brokers; a topic with replication.factor=3 and
+min.insync.replicas=2. Tansu: one broker with memory storage, so its topics
+have replication.factor=1 (it cannot do 3); its acks=all is acks=all on a
+single replica. The table says RF for every row.
+
+Per target and round: the broker(s) start fresh; then, each phase in its own
+client process (bench.repl_client) on a fresh topic: acks=1, then acks=all,
+each once flat out (throughput; latency then is mostly client queueing) and
+once paced at --rate records/s (latency). For raykafka the same phases also
+run on an RF=1 topic of the same 3-node cluster (the cost of replication,
+without the start-up noise of a second cluster); --no-rf1 skips them.
+
+Verification: every record gets exactly one successful delivery report, the
+high watermarks sum to N, and for raykafka RF=3 topics the three replicas'
+segment files on disk reach the same size (followers copy the leader's
+batches byte for byte). A failed check is FAIL, never a number.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.run import (
+    OTHER_CPU_WARN,
+    PYTHON,
+    REPO,
+    RESULTS,
+    RaykafkaTarget,
+    TansuTarget,
+    TargetError,
+    kill_tree,
+    machine_info,
+)
+
+_children: set[subprocess.Popen] = set()
+
+
+class RaykafkaClusterTarget(RaykafkaTarget):
+    """``raykafka start --nodes N`` on one machine; bootstrap = every broker."""
+
+    def __init__(self, workdir, start_timeout, nodes: int, cmd=None):
+        super().__init__(workdir, start_timeout, None, cmd)
+        self.nodes = nodes
+        self.data_dir: Path | None = None
+        self.brokers: list[tuple[int, str, int]] = []
+
+    def _start(self) -> str:
+        data = self.data_dir = self.workdir / f"raykafka-data-{self.starts}"
+        data.mkdir()
+        env = dict(os.environ, RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0",
+                   RAY_AUTH_MODE="disabled", PYTHONUNBUFFERED="1")
+        cmd = self._command() + ["start", "--nodes", str(self.nodes), "--data-dir", str(data),
+                                 "--override", "listeners=PLAINTEXT://127.0.0.1:0"]
+        self._spawn(cmd, r"raykafka ready on (\S+):(\d+)", env=env, cwd=REPO)
+        self._wait_pattern()
+        # The pump writes (and flushes) every line before it matches the
+        # ready line, so the per-broker lines are in the log by now.
+        text = Path(self.logs[-1]).read_text(errors="replace")
+        self.brokers = [(int(b), h, int(p)) for b, h, p in
+                        re.findall(r"raykafka broker (\d+) on (\S+):(\d+)", text)]
+        if len(self.brokers) != self.nodes:
+            raise TargetError(f"raykafka printed {len(self.brokers)} broker lines for "
+                              f"--nodes {self.nodes}:\n{self.pump.tail()}")
+        return ",".join(f"{h}:{p}" for _, h, p in self.brokers)
+
+    def log_dirs(self) -> dict[int, list[str]]:
+        """broker id -> its log dirs, from the nodes.json the CLI writes."""
+        try:
+            nodes = json.loads((self.data_dir / "nodes.json").read_text())
+            return {n["broker_id"]: n["log_dirs"] for n in nodes}
+        except (OSError, ValueError, KeyError, TypeError):
+            return {}
+
+
+def replica_sizes(log_dirs: dict[int, list[str]], topic: str, partitions: int) -> dict:
+    """partition -> {broker: bytes in its <topic>-<p>/*.log files}."""
+    out: dict[int, dict[int, int]] = {}
+    for p in range(partitions):
+        for broker, dirs in log_dirs.items():
+            for d in dirs:
+                pdir = Path(d) / f"{topic}-{p}"
+                if pdir.is_dir():
+                    size = 0
+                    for f in pdir.iterdir():
+                        if f.name.endswith(".log"):
+                            try:
+                                size += f.stat().st_size
+                            except OSError:
+                                pass
+                    out.setdefault(p, {})[broker] = size
+    return out
+
+
+def check_replicas(t: RaykafkaClusterTarget, topic: str, a, rf: int, timeout: float) -> dict:
+    """Wait until each partition has rf copies of equal, non-zero size."""
+    dirs = t.log_dirs()
+    if not dirs:
+        return {"ok": None, "note": "nodes.json missing: replica files not checked"}
+    t0 = time.monotonic()
+    while True:
+        sizes = replica_sizes(dirs, topic, a.partitions)
+        good = len(sizes) == a.partitions and all(
+            len(s) == rf and len(set(s.values())) == 1 and min(s.values()) > 0
+            for s in sizes.values())
+        if good or time.monotonic() - t0 > timeout:
+            return {"ok": good, "after_s": round(time.monotonic() - t0, 2),
+                    "sizes": {str(p): {str(b): v for b, v in s.items()} for p, s in sizes.items()}}
+        time.sleep(0.1)
+
+
+def run_client(t, bootstrap: str, topic: str, rf: int, min_insync: int, acks: str,
+               records: int, rate: float, a) -> dict:
+    cmd = [PYTHON, "-m", "bench.repl_client", "--bootstrap", bootstrap, "--topic", topic,
+           "--partitions", str(a.partitions), "--replication-factor", str(rf),
+           "--min-insync", str(min_insync), "--acks", acks, "--records", str(records),
+           "--record-size", str(a.record_size), "--rate", str(rate),
+           "--linger-ms", str(a.linger_ms), "--timeout", str(a.phase_timeout),
+           "--broker-pid", str(t.proc.pid if t.proc else 0)]
+    err_log = t.workdir / f"{topic}.stderr"
+    with open(err_log, "w") as err:
+        p = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=err,
+                             stdin=subprocess.DEVNULL, start_new_session=True)
+        _children.add(p)
+        limit = a.phase_timeout + 180  # create + ready + produce + HW wait
+        try:
+            out, _ = p.communicate(timeout=limit)
+        except subprocess.TimeoutExpired:
+            kill_tree(p, grace=2)
+            return {"ok": False, "error": f"client still running after {limit:.0f}s; killed"}
+        except BaseException:
+            kill_tree(p, grace=2)
+            raise
+        finally:
+            if p.poll() is not None:
+                _children.discard(p)
+    lines = out.decode(errors="replace").strip().splitlines()
+    try:
+        return json.loads(lines[-1])
+    except (IndexError, json.JSONDecodeError):
+        tail = err_log.read_text(errors="replace")[-2000:]
+        return {"ok": False, "error": f"client exited {p.returncode} without a result; "
+                                      f"stderr:\n{tail}"}
+
+
+def phases_for(name: str, a) -> list[dict]:
+    """(label, rf, min.insync, acks, mode) in the order they run."""
+    out = []
+    combos = []
+    if name == "raykafka":
+        combos.append(("raykafka", a.nodes if a.rf is None else a.rf, a.min_insync))
+        if not a.no_rf1:
+            combos.append(("raykafka", 1, 0))
+    else:
+        combos.append((name, 1, 0))
+    for label, rf, mis in combos:
+        for acks in ("1", "all"):
+            out.append({"target": label, "rf": rf, "min_insync": mis, "acks": acks,
+                        "mode": "max", "records": a.records, "rate": 0})
+            if not a.no_paced:
+                out.append({"target": label, "rf": rf, "min_insync": mis, "acks": acks,
+                            "mode": f"{a.rate:g}/s", "records": a.latency_records,
+                            "rate": a.rate})
+    return out
+
+
+def key_of(ph: dict) -> str:
+    return f"{ph['target']}|rf{ph['rf']}|acks={ph['acks']}|{ph['mode']}"
+
+
+def run_round(t, r: int, a, run_id: str) -> list[dict]:
+    done = []
+    t0 = time.monotonic()
+    try:
+        bootstrap = t.start()
+        up = round(time.monotonic() - t0, 1)
+        print(f"  {t.name} #{r}: up on {bootstrap} in {up}s", flush=True)
+        for i, ph in enumerate(phases_for(t.name, a)):
+            topic = (f"repl-{run_id}-{t.name}-r{r}-rf{ph['rf']}-acks{ph['acks']}-"
+                     f"{'max' if ph['rate'] == 0 else 'paced'}")
+            res = run_client(t, bootstrap, topic, ph["rf"], ph["min_insync"], ph["acks"],
+                             ph["records"], ph["rate"], a)
+            res.update(phase=ph, key=key_of(ph), round=r, startup_s=up)
+            if res.get("ok") and isinstance(t, RaykafkaClusterTarget) and ph["rf"] > 1:
+                rep = res["replica_files"] = check_replicas(t, topic, a, ph["rf"], a.replica_timeout)
+                if rep["ok"] is False:
+                    res.update(ok=False, error=f"replica segment files of {topic} still differ "
+                               f"or are missing after {rep['after_s']}s: {rep['sizes']}")
+            lat = res.get("latency_ms") or {}
+            cpu = res.get("cpu") or {}
+            print(f"  {t.name} #{r} RF={ph['rf']} acks={ph['acks']:3s} {ph['mode']:>7s} " + (
+                f"{res['mb_s']:7.1f} MB/s {res['records_s']:8.0f} rec/s  p50 {lat.get('p50')} "
+                f"p99 {lat.get('p99')} ms ({res['elapsed_s']:.2f}s; CPU% client "
+                f"{cpu.get('client_cpu_pct')} broker {cpu.get('broker_cpu_pct')} other "
+                f"{cpu.get('other_cpu_pct')})" + (
+                    f"; replicas equal after {res['replica_files']['after_s']}s"
+                    if res.get("replica_files", {}).get("ok") else "")
+                if res.get("ok") else f"FAIL: {res.get('error')}"), flush=True)
+            for w in res.get("warnings", []):
+                print(f"  {t.name} #{r}: warning: {w}", flush=True)
+            done.append(res)
+    finally:
+        t.stop()
+    return done
+
+
+def summarize(results: list[dict]) -> dict:
+    by: dict[str, list[dict]] = {}
+    for r in results:
+        by.setdefault(r["key"], []).append(r)
+    out = {}
+    for k, rs in by.items():
+        ph = rs[0]["phase"]
+        if any(not r.get("ok") for r in rs):
+            bad = [r for r in rs if not r.get("ok")]
+            out[k] = {"ok": False, "phase": ph,
+                      "error": f"{len(bad)}/{len(rs)} rounds failed: {bad[0].get('error')}"}
+            continue
+        med = lambda f: statistics.median(f(r) for r in rs)
+        s = {"ok": True, "phase": ph, "mb_s": med(lambda r: r["mb_s"]),
+             "records_s": med(lambda r: r["records_s"]),
+             "elapsed_s": med(lambda r: r["elapsed_s"]),
+             "all_mb_s": [round(r["mb_s"], 1) for r in rs],
+             "best_mb_s": max(r["mb_s"] for r in rs)}
+        for q in ("p50", "p99", "p999", "max"):
+            s[f"{q}_ms"] = med(lambda r: r["latency_ms"][q])
+        for c in ("client_cpu_pct", "broker_cpu_pct", "other_cpu_pct"):
+            vals = [r.get("cpu", {}).get(c) for r in rs]
+            s[c] = statistics.median(vals) if None not in vals else None
+        s["max_other_cpu_pct"] = max((r.get("cpu", {}).get("other_cpu_pct") or 0) for r in rs)
+        hw = [r.get("hw_catchup_s") for r in rs]
+        s["hw_catchup_s"] = None if None in hw else statistics.median(hw)
+        out[k] = s
+    return out
+
+
+def ratios(summary: dict, a) -> list[dict]:
+    """raykafka RF=3 vs tansu RF=1, and raykafka RF=3 vs raykafka RF=1."""
+    rf = a.nodes if a.rf is None else a.rf
+    out = []
+    modes = ["max"] + ([] if a.no_paced else [f"{a.rate:g}/s"])
+    for other, other_rf, label in (("tansu", 1, f"raykafka RF={rf} / tansu RF=1"),
+                                   ("raykafka", 1, f"raykafka RF={rf} / raykafka RF=1")):
+        for acks in ("1", "all"):
+            for mode in modes:
+                x = summary.get(f"raykafka|rf{rf}|acks={acks}|{mode}")
+                y = summary.get(f"{other}|rf{other_rf}|acks={acks}|{mode}")
+                if not x or not y:
+                    continue
+                ok = x["ok"] and y["ok"]
+                div = lambda k: x[k] / y[k] if ok and y[k] else None
+                out.append({"pair": label, "acks": acks, "mode": mode,
+                            "mb_s": div("mb_s"), "best_mb_s": div("best_mb_s"),
+                            "p50": div("p50_ms"), "p99": div("p99_ms")})
+    return out
+
+
+def print_report(summary: dict, rat: list[dict], a, machine: dict, notes: list[str]) -> None:
+    rf = a.nodes if a.rf is None else a.rf
+    print()
+    print(f"Workload: {a.records} records x {a.record_size} B flat out ('max') and "
+          f"{a.latency_records} records paced at {a.rate:g} records/s; keyed, {a.partitions} "
+          f"partitions, lz4, linger.ms={a.linger_ms:g}, a delivery report per record; "
+          f"median of {a.repeat} round(s); MB = 10^6 bytes of record values")
+    print(f"raykafka: {a.nodes} brokers (one per Ray node) on this machine, topic RF={rf}, "
+          f"min.insync.replicas={a.min_insync}. tansu: ONE broker, memory storage, RF=1 "
+          f"(it cannot replicate): its acks=all waits for one replica only.")
+    print(f"Machine: {machine['cpus_usable']} cores shared by the client, every broker and "
+          f"other people's work.")
+    print()
+    hdr = (f"{'target':9s} {'RF':>2s} {'acks':>4s} {'mode':>7s} {'MB/s':>7s} {'records/s':>9s} "
+           f"{'p50 ms':>8s} {'p99 ms':>8s} {'p99.9':>8s} {'CPU%cli':>7s} {'brk':>5s} "
+           f"{'other':>5s}  runs MB/s")
+    print(hdr)
+    print("-" * len(hdr))
+    f0 = lambda v: f"{v:.0f}" if isinstance(v, (int, float)) else "?"
+    for k, s in summary.items():
+        ph = s["phase"]
+        head = f"{ph['target']:9s} {ph['rf']:>2d} {ph['acks']:>4s} {ph['mode']:>7s}"
+        if not s["ok"]:
+            print(f"{head} {'FAIL':>7s}  {s['error'].splitlines()[0][:110]}")
+            continue
+        print(f"{head} {s['mb_s']:7.1f} {s['records_s']:9.0f} {s['p50_ms']:8.1f} "
+              f"{s['p99_ms']:8.1f} {s['p999_ms']:8.1f} {f0(s['client_cpu_pct']):>7s} "
+              f"{f0(s['broker_cpu_pct']):>5s} {f0(s['other_cpu_pct']):>5s}  {s['all_mb_s']}")
+    print("latency = delivery report time - send time, per record; in 'max' rows every record "
+          "is queued at once, so latency there is mostly the producer's own queue")
+    print("CPU% = % of ONE core during the timed window: cli = client process, brk = broker "
+          "process tree (all Ray nodes), other = everything else (high = disturbed)")
+    if rat:
+        print()
+        print(f"{'ratio':34s} {'acks':>4s} {'mode':>7s} {'MB/s':>6s} {'best':>6s} "
+              f"{'p50':>6s} {'p99':>6s}")
+        fr = lambda v: f"{v:6.2f}" if isinstance(v, float) else f"{'n/a':>6s}"
+        for r in rat:
+            print(f"{r['pair']:34s} {r['acks']:>4s} {r['mode']:>7s} {fr(r['mb_s'])} "
+                  f"{fr(r['best_mb_s'])} {fr(r['p50'])} {fr(r['p99'])}")
+        print("(MB/s: ratio of medians, > 1 = raykafka faster; best: ratio of best rounds; "
+              "p50/p99: latency ratios, > 1 = raykafka slower)")
+    for n in notes:
+        print(f"note: {n}")
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m bench.replication",
+                                 description=__doc__.split("\n")[0])
+    ap.add_argument("--records", type=int, default=100000, help="records per flat-out phase")
+    ap.add_argument("--latency-records", type=int, default=20000, help="records per paced phase")
+    ap.add_argument("--rate", type=float, default=5000, help="records/s in the paced phases")
+    ap.add_argument("--record-size", type=int, default=1024)
+    ap.add_argument("--partitions", type=int, default=3)
+    ap.add_argument("--nodes", type=int, default=3, help="raykafka brokers (Ray nodes)")
+    ap.add_argument("--rf", type=int, default=None, help="raykafka replication factor "
+                    "(default: --nodes)")
+    ap.add_argument("--min-insync", type=int, default=2, help="min.insync.replicas of the "
+                    "replicated raykafka topic")
+    ap.add_argument("--linger-ms", type=float, default=5)
+    ap.add_argument("--targets", default="raykafka,tansu")
+    ap.add_argument("--repeat", type=int, default=1, help="rounds (interleaved); median reported")
+    ap.add_argument("--no-rf1", action="store_true", help="skip raykafka's RF=1 baseline phases")
+    ap.add_argument("--no-paced", action="store_true", help="skip the paced latency phases")
+    ap.add_argument("--raykafka-cmd", metavar="CMD")
+    ap.add_argument("--start-timeout", type=float, default=300.0)
+    ap.add_argument("--phase-timeout", type=float, default=60.0,
+                    help="message.timeout.ms and the final flush() limit, in seconds")
+    ap.add_argument("--replica-timeout", type=float, default=20.0,
+                    help="how long RF>1 replicas may take to reach equal sizes on disk")
+    ap.add_argument("--output", type=Path)
+    a = ap.parse_args(argv)
+    a.targets = [x.strip() for x in a.targets.split(",") if x.strip()]
+    if not a.targets or any(x not in ("raykafka", "tansu") for x in a.targets):
+        ap.error("--targets: a subset of raykafka,tansu")
+    if min(a.records, a.latency_records, a.record_size, a.partitions, a.nodes, a.repeat) <= 0 \
+            or a.rate <= 0:
+        ap.error("counts, sizes and --rate must be positive")
+    rf = a.nodes if a.rf is None else a.rf
+    if not 1 <= rf <= a.nodes or not 0 <= a.min_insync <= rf:
+        ap.error("need 1 <= --rf <= --nodes and 0 <= --min-insync <= rf")
+    return a
+
+
+def _on_signal(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def main(argv=None) -> int:
+    a = parse_args(argv)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGHUP, _on_signal)
+    machine = machine_info()
+    run_id = time.strftime("%Y%m%d-%H%M%S")
+    load = os.getloadavg()
+    machine["loadavg_at_start"] = [round(x, 2) for x in load]
+    print(f"raykafka replication bench {run_id}: targets={','.join(a.targets)}; "
+          f"{machine['cpus_usable']} cores shared; load average {load[0]:.2f}", flush=True)
+    if load[0] > 0.5:
+        print(f"warning: 1-minute load average is {load[0]:.2f} before the run: other work "
+              f"shares these cores, figures will be noisy", flush=True)
+    workroot = Path(tempfile.mkdtemp(prefix=f"raykafka-repl-bench-{run_id}-"))
+    targets = []
+    for name in a.targets:
+        (workroot / name).mkdir()
+        if name == "raykafka":
+            targets.append(RaykafkaClusterTarget(workroot / name, a.start_timeout, a.nodes,
+                                                 a.raykafka_cmd))
+        else:
+            targets.append(TansuTarget(workroot / name, a.start_timeout))
+    results: list[dict] = []
+    errors: dict[str, str] = {}
+    interrupted = False
+    started = time.monotonic()
+    try:
+        for r in range(a.repeat):
+            print(f"[round {r + 1}/{a.repeat}]", flush=True)
+            for t in targets:
+                if t.name in errors:
+                    continue
+                try:
+                    results.extend(run_round(t, r, a, run_id))
+                except TargetError as e:
+                    print(f"  {t.name}: FAIL: {e}", flush=True)
+                    errors[t.name] = str(e)
+    except KeyboardInterrupt:
+        interrupted = True
+        print("\ninterrupted; stopping brokers and clients", file=sys.stderr)
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)
+        for p in list(_children):
+            kill_tree(p, grace=2)
+        for t in targets:
+            t.stop()
+
+    summary = summarize(results)
+    for name, err in errors.items():  # a target that never came up: every phase FAILs
+        for ph in phases_for(name, a):
+            summary.setdefault(key_of(ph), {"ok": False, "phase": ph, "error": err})
+    rat = ratios(summary, a)
+    notes = [n for t in targets for n in t.notes]
+    print_report(summary, rat, a, machine, notes)
+    if interrupted:
+        print("INTERRUPTED: only the phases completed before the interrupt are shown")
+    busy = max((s.get("max_other_cpu_pct") or 0 for s in summary.values() if s["ok"]), default=0)
+    if busy > OTHER_CPU_WARN:
+        print(f"warning: other processes used up to {busy:.0f}% of a core during timed windows; "
+              f"ratios are unreliable, rerun when the machine is quiet and/or with --repeat 3")
+    doc = {"run_id": run_id, "interrupted": interrupted, "machine": machine,
+           "config": {k: str(v) if isinstance(v, Path) else v for k, v in vars(a).items()},
+           "summary": summary, "ratios": rat, "results": results, "target_errors": errors,
+           "notes": notes, "wall_s": round(time.monotonic() - started, 1),
+           "workdir": str(workroot)}
+    path = a.output or RESULTS / f"replication-{run_id}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=2, default=str))
+    print(f"\nresults: {path}  (broker/client logs: {workroot}; {doc['wall_s']}s)")
+    failed = interrupted or bool(errors) or any(not s["ok"] for s in summary.values())
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

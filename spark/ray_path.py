@@ -1,0 +1,163 @@
+"""The Ray-native read path.
+
+When the Spark driver is connected to the Ray cluster the broker runs on
+(``ray.init(address=...)``, as after Ray-on-Spark's ``setup_ray_cluster``), the
+driver asks each partition's leader replica actor — named
+``<topic>-<partition>@<broker id>`` in the ``raykafka`` namespace — for the file
+slices ``(path, position, length)`` of its segment files that hold a range
+(``read(fetch_offset, max_bytes, isolation, -1)``). Spark workers then read
+those bytes straight from the segment files, with no broker hop: no Fetch
+request, no edge actor, no socket.
+
+The slices are only readable on the leader's node, and a segment can be
+deleted (retention) or rewritten (compaction) between planning and reading, so
+the worker checks every batch (magic, CRC, offsets moving forward) and falls
+back to the Kafka protocol from the first offset it could not read this way.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from typing import Iterator
+
+from crc32c import crc32c
+
+from spark.decode import ArrowBuilder
+from storage.record_batch import ATTRIBUTES_OFFSET, HEADER, HEADER_SIZE, LOG_OVERHEAD
+
+log = logging.getLogger("raykafka.spark")
+
+Slice = tuple[str, int, int]
+CHUNK_BYTES = 8 << 20
+_ALL = 1 << 62  # max_bytes for a read(): every batch up to the high watermark
+
+
+class RayPathUnavailable(RuntimeError):
+    pass
+
+
+def ray_connected() -> bool:
+    try:
+        import ray
+    except ImportError:
+        return False
+    return ray.is_initialized()
+
+
+def plan_slices(ranges, leaders: dict[tuple[str, int], int], namespace: str, isolation_level: int = 0,
+                timeout_s: float = 60.0, required: bool = False) -> list[list[Slice] | None]:
+    """File slices covering each range from its start, or None where the
+    replica actor cannot be asked (``required`` turns that into an error)."""
+    if not ray_connected():
+        if required:
+            raise RayPathUnavailable("readPath=ray needs the Spark driver connected to the broker's Ray cluster "
+                                     "(call ray.init(address=...) before reading)")
+        return [None] * len(ranges)
+    import ray
+
+    from core.naming import replica_actor_name
+
+    handles: dict[str, object] = {}
+    refs = []
+    for r in ranges:
+        leader = leaders.get((r.topic, r.partition), -1)
+        name = replica_actor_name(r.topic, r.partition, leader)
+        handle = handles.get(name)
+        if handle is None and leader >= 0:
+            try:
+                handle = handles[name] = ray.get_actor(name, namespace=namespace)
+            except ValueError:
+                handle = None
+        if handle is None:
+            if required:
+                raise RayPathUnavailable(f"readPath=ray: no replica actor {name!r} in Ray namespace {namespace!r} "
+                                         "(is this driver connected to the broker's Ray cluster?)")
+            refs.append(None)
+            continue
+        refs.append(handle.read.remote(r.start, _ALL, isolation_level, -1))
+    live = [ref for ref in refs if ref is not None]
+    try:
+        answers = iter(ray.get(live, timeout=timeout_s)) if live else iter(())
+    except Exception as exc:  # actor died, timeout: the Kafka path still works
+        if required:
+            raise RayPathUnavailable(f"readPath=ray: replica actors did not answer: {exc}") from exc
+        log.warning("Ray-native planning failed, reading over the Kafka protocol: %s", exc)
+        return [None] * len(ranges)
+    out: list[list[Slice] | None] = []
+    for ref in refs:
+        if ref is None:
+            out.append(None)
+            continue
+        error, _hw, _lso, _log_start, slices = next(answers)
+        out.append([tuple(s) for s in slices] if error == 0 else None)
+    return out
+
+
+class _Stale(Exception):
+    pass
+
+
+def read_slices(builder: ArrowBuilder, slices: list[Slice], start: int, end: int,
+                chunk_bytes: int = CHUNK_BYTES) -> Iterator:
+    """Yield RecordBatches of offsets [start, end) read from the slices; the
+    generator's return value is the offset reached (< end when the rest must be
+    read over the Kafka protocol)."""
+    offset = start
+    last_seen = -1
+    try:
+        for path, position, length in slices:
+            if offset >= end:
+                break
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                pos, stop = position, position + length
+                while pos < stop and offset < end:
+                    want = min(chunk_bytes, stop - pos)
+                    buf = os.pread(fd, want, pos)
+                    if len(buf) < HEADER_SIZE:
+                        raise _Stale(f"{path}: short read at {pos}")
+                    size = HEADER.unpack_from(buf, 0)[1] + LOG_OVERHEAD
+                    if size > len(buf):  # one batch larger than the chunk
+                        if pos + size > stop:
+                            raise _Stale(f"{path}: batch at {pos} overruns its slice")
+                        buf = os.pread(fd, size, pos)
+                        if len(buf) < size:
+                            raise _Stale(f"{path}: short read at {pos}")
+                    good, last_seen = _checked_prefix(buf, last_seen, offset, path, pos)
+                    if good < len(buf):
+                        buf = buf[:good]
+                    offset, done = builder.add(buf, offset, end)
+                    batch = builder.take()
+                    if batch is not None:
+                        yield batch
+                    pos += good
+                    if done:
+                        return offset
+            finally:
+                os.close(fd)
+    except (OSError, _Stale) as exc:
+        log.info("Ray-native read of %s-%d stopped at offset %d (%s); continuing over the Kafka protocol",
+                 builder.topic, builder.partition, offset, exc)
+    return offset
+
+
+def _checked_prefix(buf: bytes, last_seen: int, offset: int, path: str, pos: int) -> tuple[int, int]:
+    """Length of the run of whole, valid batches at the start of ``buf``."""
+    at = 0
+    total = len(buf)
+    mv = memoryview(buf)
+    while total - at >= HEADER_SIZE:
+        h = HEADER.unpack_from(buf, at)
+        size = h[1] + LOG_OVERHEAD
+        if size < HEADER_SIZE or at + size > total:
+            break
+        base, last = h[0], h[0] + h[6]
+        if h[3] != 2 or base <= last_seen or (last_seen < 0 and last < offset):
+            raise _Stale(f"{path}: unexpected batch (offsets {base}..{last}) at {pos + at}")
+        if crc32c(mv[at + ATTRIBUTES_OFFSET: at + size]) != h[4]:
+            raise _Stale(f"{path}: CRC mismatch at {pos + at}")
+        last_seen = last
+        at += size
+    if at == 0:
+        raise _Stale(f"{path}: no whole batch at {pos}")
+    return at, last_seen

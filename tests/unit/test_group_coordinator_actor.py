@@ -1,0 +1,212 @@
+"""actors/group_coordinator.py without Ray: the actor class driven on an
+asyncio loop against a real partition (cluster.partition.Partition over a
+storage.log.Log) posing as the leader replica actor. Loading from the log,
+appends in call order, elect/resign with epochs, state surviving a move."""
+from __future__ import annotations
+
+import asyncio
+import time
+
+from kio.schema.errors import ErrorCode
+
+from actors.group_coordinator import OFFSETS_TOPIC, GroupCoordinatorActor, offsets_topic_spec
+from cluster.groups import partition_for_group
+from cluster.groups.consumer_protocol import encode_assignment, encode_subscription
+from cluster.groups.records import OffsetCommitKey, OffsetCommitValue, decode_key, offset_commit_record
+from cluster.partition import Partition
+from core.config import BrokerConfig
+from storage.log import Log, LogConfig
+from storage.records import iter_records
+
+E = ErrorCode
+BROKER = 1
+PARTITIONS = 3
+
+
+class _Method:
+    def __init__(self, fn):
+        self.fn = fn
+
+    def remote(self, *args):
+        async def run():
+            await asyncio.sleep(0)
+            return self.fn(*args)
+
+        return run()
+
+
+class FakeReplica:
+    """The leader replica actor's methods the coordinator uses, over a real Partition."""
+
+    def __init__(self, partition: Partition):
+        self.partition = partition
+        self.state = _Method(partition.state)
+        self.read = _Method(partition.read)
+        self.append = _Method(lambda sets, epoch: partition.append(sets, epoch, int(time.time() * 1000)))
+
+
+def make_replica(tmp_path, p: int, epoch: int = 0) -> FakeReplica:
+    log = Log(str(tmp_path / f"{OFFSETS_TOPIC}-{p}"), LogConfig(segment_bytes=1 << 20, cleanup_policy="compact"))
+    partition = Partition(OFFSETS_TOPIC, p, BROKER, log)
+    assert partition.make_leader(1, epoch, [BROKER], [BROKER]) == 0
+    return FakeReplica(partition)
+
+
+def make_actor(p: int) -> GroupCoordinatorActor:
+    config = BrokerConfig.from_sources(overrides=[("group.initial.rebalance.delay.ms", "0")]).as_dict()
+    return GroupCoordinatorActor(p, BROKER, PARTITIONS, config)
+
+
+def group_on(p: int, prefix: str = "g") -> str:
+    return next(f"{prefix}{i}" for i in range(1000) if partition_for_group(f"{prefix}{i}", PARTITIONS) == p)
+
+
+async def wait_active(actor: GroupCoordinatorActor, timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while (await actor.state())["status"] != "active":
+        assert time.monotonic() < deadline, "coordinator did not load"
+        await asyncio.sleep(0.01)
+
+
+async def form_group(actor: GroupCoordinatorActor, group: str, topic: str = "t") -> tuple[str, int]:
+    """One member (JoinGroup v3: no KIP-394 round trip), synced; -> (member id, generation)."""
+    joined = await actor.join_group(group, "", None, "client", "/127.0.0.1", 10_000, 6000, "consumer",
+                                    [("range", encode_subscription([topic]))], 3)
+    assert joined.error == E.none, joined
+    synced = await actor.sync_group(group, joined.generation_id, joined.member_id, None, None, None,
+                                    {joined.member_id: encode_assignment({topic: [0, 1]})})
+    assert synced.error == E.none
+    return joined.member_id, joined.generation_id
+
+
+def committed_keys(replica: FakeReplica) -> list:
+    log = replica.partition.log
+    data = log.read_bytes(log.log_start_offset, 1 << 24, None, min_one_batch=True)
+    return [decode_key(bytes(r.key)) for r in iter_records(data)]
+
+
+def test_load_serve_and_move_keeps_groups_and_offsets(tmp_path):
+    p = 1
+    group = group_on(p)
+
+    async def scenario():
+        replica = make_replica(tmp_path, p)
+        first = make_actor(p)
+        assert await first.elect(0, replica) == 0
+        await wait_active(first)
+        member, generation = await form_group(first, group)
+        answer = await first.commit_offsets(group, member, None, generation, {("t", 0): (42, 3, "m", None),
+                                                                              ("t", 1): (7, -1, None, None)})
+        assert {tuple(k): v for k, v in answer.items()} == {("t", 0): E.none, ("t", 1): E.none}
+        before = await first.snapshot()
+
+        # Leadership moves: the old coordinator unloads, a new one loads the same log.
+        assert await first.resign(1) == 0
+        assert (await first.heartbeat(group, member, None, generation)) == E.not_coordinator
+        second = make_actor(p)
+        assert await second.elect(1, replica) == 0
+        replica.partition.make_leader(1, 1, [BROKER], [BROKER])
+        await wait_active(second)
+        after = await second.snapshot()
+        # The state timestamp is the one the record was written with (as in
+        # Kafka: the group turned Stable a moment after that).
+        for snap in (before, after):
+            assert abs(snap[group].pop("current_state_timestamp") - time.time() * 1000) < 60_000
+        assert after == before
+        fetched = await second.fetch_offsets(group, [("t", 0), ("t", 1), ("t", 2)])
+        assert fetched.error == E.none
+        assert {tuple(k): (v.offset, v.leader_epoch, v.metadata) for k, v in fetched.partitions.items()} == {
+            ("t", 0): (42, 3, "m"), ("t", 1): (7, -1, ""), ("t", 2): (-1, -1, "")}
+        # The loaded member keeps its session and generation.
+        assert await second.heartbeat(group, member, None, generation) == E.none
+        described = (await second.describe_groups([group]))[0]
+        assert described.state == "Stable" and [m.member_id for m in described.members] == [member]
+
+    asyncio.run(scenario())
+
+
+def test_groups_of_other_partitions_are_not_ours(tmp_path):
+    async def scenario():
+        actor = make_actor(0)
+        replica = make_replica(tmp_path, 0)
+        foreign = group_on(2)
+        # Before election: nothing is ours.
+        assert await actor.heartbeat(group_on(0), "m", None, 1) == E.not_coordinator
+        await actor.elect(0, replica)
+        await wait_active(actor)
+        assert await actor.heartbeat(foreign, "m", None, 1) == E.not_coordinator
+        assert (await actor.list_groups()) == (E.none, [])
+
+    asyncio.run(scenario())
+
+
+def test_appends_reach_the_log_in_call_order(tmp_path):
+    p = 2
+    group = group_on(p)
+
+    async def scenario():
+        replica = make_replica(tmp_path, p)
+        actor = make_actor(p)
+        await actor.elect(0, replica)
+        await wait_active(actor)
+        # Standalone commits (generation -1), issued together: many share one append call.
+        answers = await asyncio.gather(*(actor.commit_offsets(group, "", None, -1, {("t", i % 4): (i, -1, "", None)})
+                                         for i in range(40)))
+        assert all(v == E.none for a in answers for v in a.values())
+        keys = committed_keys(replica)
+        assert [k.partition for k in keys if isinstance(k, OffsetCommitKey)] == [i % 4 for i in range(40)]
+        fetched = await actor.fetch_offsets(group, None)
+        assert {k.partition: v.offset for k, v in fetched.partitions.items()} == {0: 36, 1: 37, 2: 38, 3: 39}
+        assert (await actor.state())["append_calls"] < 40
+
+    asyncio.run(scenario())
+
+
+def test_epochs_fence_and_same_leader_keeps_state(tmp_path):
+    p = 0
+    group = group_on(p)
+
+    async def scenario():
+        replica = make_replica(tmp_path, p, epoch=3)
+        actor = make_actor(p)
+        await actor.elect(3, replica)
+        await wait_active(actor)
+        member, generation = await form_group(actor, group)
+        assert await actor.elect(2, replica) == E.fenced_leader_epoch
+        # Same leader, new epoch, nobody else wrote: no reload (the loaded counter stays).
+        replica.partition.make_leader(1, 4, [BROKER], [BROKER])
+        assert await actor.elect(4, replica) == 0
+        assert (await actor.state())["status"] == "active"
+        assert await actor.heartbeat(group, member, None, generation) == E.none
+        answer = await actor.commit_offsets(group, member, None, generation, {("t", 0): (5, -1, "", None)})
+        assert list(answer.values()) == [E.none]
+        # Another writer appended while we were not looking: reload from the log.
+        other = make_actor(p)
+        other.leading, other.replica, other.leader_epoch = True, replica, 4
+        other._ensure()
+        done = asyncio.get_running_loop().create_future()
+        other._append_records([offset_commit_record(group, "t", 3, OffsetCommitValue(99))]).add_callback(
+            done.set_result)
+        assert await done == E.none
+        replica.partition.make_leader(1, 5, [BROKER], [BROKER])
+        await actor.elect(5, replica)
+        await wait_active(actor)
+        fetched = await actor.fetch_offsets(group, [("t", 0), ("t", 3)])
+        assert {k.partition: v.offset for k, v in fetched.partitions.items()} == {0: 5, 3: 99}
+        # Resign: everything answers NOT_COORDINATOR, appends fail.
+        await actor.resign(6)
+        assert await actor.heartbeat(group, member, None, generation) == E.not_coordinator
+        answer = await actor.commit_offsets(group, member, None, generation, {("t", 0): (6, -1, "", None)})
+        assert list(answer.values()) == [E.not_coordinator]
+
+    asyncio.run(scenario())
+
+
+def test_offsets_topic_spec_caps_replication_and_is_compacted():
+    config = BrokerConfig.from_sources()
+    spec = offsets_topic_spec(config, live_brokers=1)
+    assert spec["name"] == OFFSETS_TOPIC and spec["replication_factor"] == 1
+    assert spec["num_partitions"] == config["offsets.topic.num.partitions"]
+    assert spec["configs"]["cleanup.policy"] == "compact"
+    assert spec["configs"]["segment.bytes"] == str(100 * 1024 * 1024)
+    assert offsets_topic_spec(config, live_brokers=5)["replication_factor"] == 3

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
 from array import array
@@ -93,6 +94,54 @@ def high_watermarks(conf: dict, topic: str, partitions) -> int:
                    for p in partitions)
     finally:
         c.close()
+
+
+def replica_sizes(log_dirs: dict, topic: str, partitions: int) -> dict:
+    """partition -> {broker: bytes in its <log dir>/<topic>-<p>/*.log files}."""
+    out: dict[int, dict[str, int]] = {}
+    for p in range(partitions):
+        for broker, dirs in log_dirs.items():
+            for d in dirs:
+                pdir = os.path.join(d, f"{topic}-{p}")
+                try:
+                    names = os.listdir(pdir)
+                except OSError:
+                    continue
+                size = 0
+                for f in names:
+                    if f.endswith(".log"):
+                        try:
+                            size += os.stat(os.path.join(pdir, f)).st_size
+                        except OSError:
+                            pass
+                out.setdefault(p, {})[str(broker)] = size
+    return out
+
+
+def check_replicas(log_dirs: dict, topic: str, partitions: int, rf: int, timeout: float) -> dict:
+    """Wait until every partition has rf copies of equal, non-zero size on
+    disk (followers append the leader's batches byte for byte)."""
+    t0 = time.monotonic()
+    while True:
+        sizes = replica_sizes(log_dirs, topic, partitions)
+        good = len(sizes) == partitions and all(
+            len(s) == rf and len(set(s.values())) == 1 and min(s.values()) > 0
+            for s in sizes.values())
+        if good or time.monotonic() - t0 > timeout:
+            return {"ok": good, "after_s": round(time.monotonic() - t0, 2), "sizes": sizes}
+        time.sleep(0.1)
+
+
+def delete_topic(conf: dict, topic: str) -> str | None:
+    """DeleteTopics, so the next phase runs without this topic's replicas;
+    returns an error text or None."""
+    admin = AdminClient(conf)
+    try:
+        admin.delete_topics([topic], operation_timeout=30, request_timeout=30)[topic].result(
+            timeout=45)  # `admin` is alive until here
+        return None
+    except Exception as e:
+        return str(e)
 
 
 def run(a) -> dict:
@@ -225,19 +274,31 @@ def run(a) -> dict:
     # high watermarks here (bench/README.md), so a shortfall is a warning;
     # the delivery-report offsets above are the check.
     t_hw = clock()
-    hw = -1
+    hw, last_change, prev = -1, t_hw, None
     while True:
         try:
             hw = high_watermarks(conf, topic, sorted(state))
         except KafkaException as e:
             res["warnings"].append(f"ListOffsets failed: {e}")
-        if hw == n or clock() - t_hw > a.hw_timeout:
+        now = clock()
+        if hw != prev:
+            prev, last_change = hw, now
+        # give up at the limit, or once the sum has not moved for 1 s
+        if hw == n or now - t_hw > a.hw_timeout or (hw >= 0 and now - last_change > 1.0):
             break
         time.sleep(0.05)
     res["high_watermark_sum"] = hw
     res["hw_catchup_s"] = round(clock() - t_hw, 3) if hw == n else None
+    if a.replica_dirs:
+        rep = res["replica_files"] = check_replicas(
+            json.loads(a.replica_dirs), topic, a.partitions, a.replication_factor,
+            a.replica_timeout)
+        if not rep["ok"]:
+            return res | {"ok": False, "error": f"the {a.replication_factor} replicas' segment "
+                          f"files still differ or are missing {rep['after_s']}s after the "
+                          f"last ack: {rep['sizes']}"}
     if hw != n:
-        res["warnings"].append(f"ListOffsets(latest) sums to {hw} after {a.hw_timeout:.0f}s, "
+        res["warnings"].append(f"ListOffsets(latest) sums to {hw} {clock() - t_hw:.1f}s after the last ack, "
                                f"expected {n} (stale/incorrect high watermarks)")
     try:
         after = topic_state(p, topic)
@@ -267,11 +328,22 @@ def main(argv=None) -> int:
     ap.add_argument("--ready-timeout", type=float, default=60.0)
     ap.add_argument("--hw-timeout", type=float, default=5.0)
     ap.add_argument("--broker-pid", type=int, default=0)
+    ap.add_argument("--replica-dirs", help="JSON {broker: [log dirs]}: check that every "
+                    "replica's segment files reach the same size")
+    ap.add_argument("--replica-timeout", type=float, default=20.0)
+    ap.add_argument("--delete-after", action="store_true",
+                    help="delete the topic when done (outside the timed window)")
     a = ap.parse_args(argv)
     try:
         res = run(a)
     except Exception as e:  # report, never crash without a result line
         res = {"ok": False, "error": f"{type(e).__name__}: {e}"}
+    if a.delete_after:
+        t0 = time.perf_counter()
+        err = delete_topic({"bootstrap.servers": a.bootstrap}, a.topic)
+        res["delete_s"] = round(time.perf_counter() - t0, 2)
+        if err:
+            res.setdefault("warnings", []).append(f"DeleteTopics {a.topic} failed: {err}")
     emit(res)
     return 0 if res.get("ok") else 1
 

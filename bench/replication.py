@@ -88,50 +88,17 @@ class RaykafkaClusterTarget(RaykafkaTarget):
             return {}
 
 
-def replica_sizes(log_dirs: dict[int, list[str]], topic: str, partitions: int) -> dict:
-    """partition -> {broker: bytes in its <topic>-<p>/*.log files}."""
-    out: dict[int, dict[int, int]] = {}
-    for p in range(partitions):
-        for broker, dirs in log_dirs.items():
-            for d in dirs:
-                pdir = Path(d) / f"{topic}-{p}"
-                if pdir.is_dir():
-                    size = 0
-                    for f in pdir.iterdir():
-                        if f.name.endswith(".log"):
-                            try:
-                                size += f.stat().st_size
-                            except OSError:
-                                pass
-                    out.setdefault(p, {})[broker] = size
-    return out
-
-
-def check_replicas(t: RaykafkaClusterTarget, topic: str, a, rf: int, timeout: float) -> dict:
-    """Wait until each partition has rf copies of equal, non-zero size."""
-    dirs = t.log_dirs()
-    if not dirs:
-        return {"ok": None, "note": "nodes.json missing: replica files not checked"}
-    t0 = time.monotonic()
-    while True:
-        sizes = replica_sizes(dirs, topic, a.partitions)
-        good = len(sizes) == a.partitions and all(
-            len(s) == rf and len(set(s.values())) == 1 and min(s.values()) > 0
-            for s in sizes.values())
-        if good or time.monotonic() - t0 > timeout:
-            return {"ok": good, "after_s": round(time.monotonic() - t0, 2),
-                    "sizes": {str(p): {str(b): v for b, v in s.items()} for p, s in sizes.items()}}
-        time.sleep(0.1)
-
-
 def run_client(t, bootstrap: str, topic: str, rf: int, min_insync: int, acks: str,
-               records: int, rate: float, a) -> dict:
+               records: int, rate: float, a, replica_dirs: dict | None = None) -> dict:
     cmd = [PYTHON, "-m", "bench.repl_client", "--bootstrap", bootstrap, "--topic", topic,
            "--partitions", str(a.partitions), "--replication-factor", str(rf),
            "--min-insync", str(min_insync), "--acks", acks, "--records", str(records),
            "--record-size", str(a.record_size), "--rate", str(rate),
            "--linger-ms", str(a.linger_ms), "--timeout", str(a.phase_timeout),
-           "--broker-pid", str(t.proc.pid if t.proc else 0)]
+           "--broker-pid", str(t.proc.pid if t.proc else 0)] + (
+               [] if a.keep_topics else ["--delete-after"]) + (
+               ["--replica-dirs", json.dumps(replica_dirs),
+                "--replica-timeout", str(a.replica_timeout)] if replica_dirs else [])
     err_log = t.workdir / f"{topic}.stderr"
     with open(err_log, "w") as err:
         p = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=err,
@@ -193,14 +160,14 @@ def run_round(t, r: int, a, run_id: str) -> list[dict]:
         for i, ph in enumerate(phases_for(t.name, a)):
             topic = (f"repl-{run_id}-{t.name}-r{r}-rf{ph['rf']}-acks{ph['acks']}-"
                      f"{'max' if ph['rate'] == 0 else 'paced'}")
+            dirs = None
+            if isinstance(t, RaykafkaClusterTarget) and ph["rf"] > 1:
+                dirs = t.log_dirs()
+                if not dirs:
+                    t.note("nodes.json not found: replica files on disk were not checked")
             res = run_client(t, bootstrap, topic, ph["rf"], ph["min_insync"], ph["acks"],
-                             ph["records"], ph["rate"], a)
+                             ph["records"], ph["rate"], a, dirs)
             res.update(phase=ph, key=key_of(ph), round=r, startup_s=up)
-            if res.get("ok") and isinstance(t, RaykafkaClusterTarget) and ph["rf"] > 1:
-                rep = res["replica_files"] = check_replicas(t, topic, a, ph["rf"], a.replica_timeout)
-                if rep["ok"] is False:
-                    res.update(ok=False, error=f"replica segment files of {topic} still differ "
-                               f"or are missing after {rep['after_s']}s: {rep['sizes']}")
             lat = res.get("latency_ms") or {}
             cpu = res.get("cpu") or {}
             print(f"  {t.name} #{r} RF={ph['rf']} acks={ph['acks']:3s} {ph['mode']:>7s} " + (
@@ -334,6 +301,9 @@ def parse_args(argv=None):
     ap.add_argument("--repeat", type=int, default=1, help="rounds (interleaved); median reported")
     ap.add_argument("--no-rf1", action="store_true", help="skip raykafka's RF=1 baseline phases")
     ap.add_argument("--no-paced", action="store_true", help="skip the paced latency phases")
+    ap.add_argument("--keep-topics", action="store_true",
+                    help="do not delete each phase's topic after it (default: delete, so "
+                         "every phase runs with only its own topic's replicas)")
     ap.add_argument("--raykafka-cmd", metavar="CMD")
     ap.add_argument("--start-timeout", type=float, default=300.0)
     ap.add_argument("--phase-timeout", type=float, default=60.0,

@@ -16,7 +16,8 @@ same directory (so the same disk), in the same run.
   cache) and with one fsync at the end (``Log.flush()`` / ``os.fsync``).
 * read: ``Log.read(offset, 1 MiB)`` from the log start to the end, plus one
   ``os.pread`` per returned slice (what the edge does); raw: sequential 1 MiB
-  ``os.pread`` over the raw file. Page-cache hot (just written).
+  ``os.pread`` over the raw file; each file end to end --read-passes times.
+  Page-cache hot (just written).
 * compaction (if ``storage/cleaner.py`` has ``LogCleaner``): a compacted log
   with many versions per key is built with ``append_as_leader``, rolled, and
   compacted with ``LogCleaner().clean(log)``; MB/s = bytes the cleaner read
@@ -141,57 +142,62 @@ def measure_log_append(log_dir: str, blobs: list[bytes], records_per_blob: list[
             "segments": len(lg.segments), "cpu": cpu}, lg
 
 
-def measure_log_read(lg: Log, fetch_bytes: int) -> dict:
+def measure_log_read(lg: Log, fetch_bytes: int, passes: int) -> dict:
     fds: dict[str, int] = {}
     total = 0
-    off, end = lg.log_start_offset, lg.log_end_offset
+    end = lg.log_end_offset
     read, pread = lg.read, os.pread
     try:
         cpu = CpuWindow(None).start()
         t0 = time.perf_counter()
-        while off < end:
-            slices = read(off, fetch_bytes)
-            if not slices:
-                raise CheckFailed(f"Log.read({off}) returned nothing below log end {end}")
-            for s in slices:
-                fd = fds.get(s.path)
-                if fd is None:
-                    fd = fds[s.path] = os.open(s.path, os.O_RDONLY)
-                data = pread(fd, s.length, s.position)
-                if len(data) != s.length:
-                    raise CheckFailed(f"short pread of {s.path}@{s.position}")
-                total += len(data)
-            off = slices[-1].next_offset
+        for _ in range(passes):
+            off = lg.log_start_offset
+            while off < end:
+                slices = read(off, fetch_bytes)
+                if not slices:
+                    raise CheckFailed(f"Log.read({off}) returned nothing below log end {end}")
+                for s in slices:
+                    fd = fds.get(s.path)
+                    if fd is None:
+                        fd = fds[s.path] = os.open(s.path, os.O_RDONLY)
+                    data = pread(fd, s.length, s.position)
+                    if len(data) != s.length:
+                        raise CheckFailed(f"short pread of {s.path}@{s.position}")
+                    total += len(data)
+                off = slices[-1].next_offset
         t1 = time.perf_counter()
         cpu = cpu.stop()
     finally:
         for fd in fds.values():
             os.close(fd)
-    if total != lg.size_in_bytes:
-        raise CheckFailed(f"read {total} bytes, the log holds {lg.size_in_bytes}")
+    if total != lg.size_in_bytes * passes:
+        raise CheckFailed(f"read {total} bytes in {passes} passes, the log holds "
+                          f"{lg.size_in_bytes}")
     return {"elapsed_s": t1 - t0, "bytes": total, "cpu": cpu}
 
 
-def measure_raw_read(path: str, chunk: int) -> dict:
+def measure_raw_read(path: str, chunk: int, passes: int) -> dict:
     fd = os.open(path, os.O_RDONLY)
     try:
         size = os.fstat(fd).st_size
-        total = pos = 0
+        total = 0
         pread = os.pread
         cpu = CpuWindow(None).start()
         t0 = time.perf_counter()
-        while pos < size:
-            data = pread(fd, chunk, pos)
-            if not data:
-                break
-            pos += len(data)
-            total += len(data)
+        for _ in range(passes):
+            pos = 0
+            while pos < size:
+                data = pread(fd, chunk, pos)
+                if not data:
+                    break
+                pos += len(data)
+                total += len(data)
         t1 = time.perf_counter()
         cpu = cpu.stop()
     finally:
         os.close(fd)
-    if total != size:
-        raise CheckFailed(f"raw read {total} of {size} bytes")
+    if total != size * passes:
+        raise CheckFailed(f"raw read {total} of {size} x {passes} bytes")
     return {"elapsed_s": t1 - t0, "bytes": total, "cpu": cpu}
 
 
@@ -342,6 +348,8 @@ def parse_args(argv=None):
     ap.add_argument("--record-size", type=int, default=1024)
     ap.add_argument("--blob-kib", type=int, default=1024, help="produce blob size")
     ap.add_argument("--fetch-kib", type=int, default=1024, help="max_bytes per Log.read / raw pread")
+    ap.add_argument("--read-passes", type=int, default=4,
+                    help="times each file is read end to end per read measurement")
     ap.add_argument("--compact-mib", type=int, default=64, help="MiB in the log to compact")
     ap.add_argument("--compact-segment-mib", type=int, default=16)
     ap.add_argument("--keys", type=int, default=5000, help="distinct keys in the compacted log")
@@ -349,7 +357,7 @@ def parse_args(argv=None):
     ap.add_argument("--output", type=Path)
     a = ap.parse_args(argv)
     if min(a.mib, a.repeat, a.records_per_batch, a.record_size, a.blob_kib, a.fetch_kib,
-           a.compact_mib, a.compact_segment_mib, a.keys) <= 0:
+           a.compact_mib, a.compact_segment_mib, a.keys, a.read_passes) <= 0:
         ap.error("sizes and counts must be positive")
     return a
 
@@ -417,10 +425,10 @@ def main(argv=None) -> int:
                     fetch = a.fetch_kib * 1024
                     for who in order:
                         if who == "raw":
-                            res = _rate(measure_raw_read(raw_path, fetch))
+                            res = _rate(measure_raw_read(raw_path, fetch, a.read_passes))
                             runs["raw_read"].append(res)
                         else:
-                            res = _rate(measure_log_read(lg, fetch))
+                            res = _rate(measure_log_read(lg, fetch, a.read_passes))
                             runs["log_read"].append(res)
                         print(f"  #{r} {who:3s} read           {res['mb_s']:8.1f} MB/s "
                               f"({res['elapsed_s']:.3f}s; CPU% self {res['cpu']['client_cpu_pct']}"

@@ -304,17 +304,15 @@ class BrokerProcess:
         if index and listener.port:
             config["listeners"] = f"PLAINTEXT://{listener.host}:{listener.port + index}"
             config["advertised.listeners"] = None
-        purgatory = PurgatoryActorRemote.options(
-            name=purgatory_actor_name(broker_id), namespace=namespace, num_cpus=0, max_concurrency=100_000,
-            scheduling_strategy=here).remote(broker_id, namespace)
-        controller = ControllerActorRemote.options(
-            name=controller_actor_name(broker_id), namespace=namespace, num_cpus=0,
-            max_concurrency=1000, scheduling_strategy=here,
-        ).remote(broker_id, config, zk_connect, namespace)
-        edge = EdgeActorRemote.options(
-            name=edge_actor_name(broker_id), namespace=namespace, num_cpus=0,
-            max_concurrency=10_000, scheduling_strategy=here,
-        ).remote(broker_id, config, zk_connect, log_dirs, purgatory)
+        purgatory = _create_named(PurgatoryActorRemote, purgatory_actor_name(broker_id), namespace,
+                                  dict(num_cpus=0, max_concurrency=100_000, scheduling_strategy=here),
+                                  broker_id, namespace)
+        controller = _create_named(ControllerActorRemote, controller_actor_name(broker_id), namespace,
+                                   dict(num_cpus=0, max_concurrency=1000, scheduling_strategy=here),
+                                   broker_id, config, zk_connect, namespace)
+        edge = _create_named(EdgeActorRemote, edge_actor_name(broker_id), namespace,
+                             dict(num_cpus=0, max_concurrency=10_000, scheduling_strategy=here),
+                             broker_id, config, zk_connect, log_dirs, purgatory)
         ray.get(controller.start.remote(), timeout=READY_TIMEOUT_S)
         host, port = ray.get(edge.start.remote(), timeout=READY_TIMEOUT_S)
         edge_pid = ray.get(edge.pid.remote(), timeout=READY_TIMEOUT_S)
@@ -363,6 +361,26 @@ class BrokerProcess:
             _quietly(self.zookeeper.stop)
         if self.ray_temp_dir:
             shutil.rmtree(self.ray_temp_dir, ignore_errors=True)
+
+
+def _create_named(actor_class, name: str, namespace: str, options: dict, *args):
+    """Create a named actor; a name still held by the dead incarnation of a
+    restarted broker (its node just died) is reclaimed, within a bound."""
+    import ray
+    from ray.exceptions import ActorAlreadyExistsError
+
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            return actor_class.options(name=name, namespace=namespace, **options).remote(*args)
+        except (ActorAlreadyExistsError, ValueError) as exc:
+            if time.monotonic() > deadline:
+                raise StartupError(f"actor name {name} is still taken: {exc}") from None
+            try:
+                ray.kill(ray.get_actor(name, namespace=namespace), no_restart=True)
+            except Exception:
+                pass
+            time.sleep(1)
 
 
 def _raylet_pid(node) -> int | None:

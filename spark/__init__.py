@@ -13,11 +13,16 @@ from __future__ import annotations
 __all__ = ["register", "local_session", "prepare_environment"]
 
 
-def register(spark) -> None:
-    """Register the ``raykafka`` format with a SparkSession."""
-    from spark.source import RayKafkaDataSource
+def register(spark, ray_address: str | None = None) -> None:
+    """Register the ``raykafka`` format with a SparkSession.
 
-    spark.dataSource.register(RayKafkaDataSource)
+    ``ray_address`` (the broker's Ray cluster, e.g. what Ray-on-Spark's
+    ``setup_ray_cluster`` returns) becomes the default of the ``ray.address``
+    option, which the Ray-native read path needs."""
+    from spark.source import RayKafkaDataSource, with_defaults
+
+    source = with_defaults({"ray.address": ray_address}) if ray_address else RayKafkaDataSource
+    spark.dataSource.register(source)
 
 
 def local_session(*args, **kwargs):

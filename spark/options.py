@@ -35,7 +35,7 @@ _SOURCE_OPTIONS = [
     "maxOffsetsPerTrigger", "minPartitions", "maxRecordsPerPartition", "failOnDataLoss", "includeHeaders",
     "kafkaConsumer.pollTimeoutMs", "fetchOffset.numRetries", "fetchOffset.retryIntervalMs", "groupIdPrefix",
     # raykafka's own
-    "readPath", "ray.namespace", "fetchMaxBytes",
+    "readPath", "ray.address", "ray.namespace", "fetchMaxBytes",
 ]
 SPELLING = {name.lower(): name for name in _SOURCE_OPTIONS}
 
@@ -174,6 +174,7 @@ class ReadOptions:
     include_headers: bool = False
     read_path: str = "auto"
     ray_namespace: str = "raykafka"
+    ray_address: str | None = None
     client_id: str = "raykafka-spark"
     request_timeout_ms: int = 30000
     poll_timeout_ms: int = 120000
@@ -329,6 +330,7 @@ def parse_read_options(options, streaming: bool) -> ReadOptions:
         include_headers=_bool("includeheaders", opts.get("includeheaders"), False),
         read_path=read_path,
         ray_namespace=(opts.get("ray.namespace") or "raykafka").strip(),
+        ray_address=(opts.get("ray.address") or "").strip() or None,
         client_id=(opts.get("kafka.client.id") or "raykafka-spark").strip(),
         request_timeout_ms=request_timeout,
         poll_timeout_ms=_positive_int("kafkaConsumer.pollTimeoutMs", opts.get("kafkaconsumer.polltimeoutms")) or 120000,

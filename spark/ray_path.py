@@ -36,22 +36,37 @@ class RayPathUnavailable(RuntimeError):
     pass
 
 
-def ray_connected() -> bool:
+def connect(address: str | None) -> bool:
+    """Connect this process (Spark's planner, a Python worker) to the Ray
+    cluster at ``address`` (the ``ray.address`` option; else $RAY_ADDRESS);
+    False when there is none to connect to."""
     try:
         import ray
     except ImportError:
         return False
-    return ray.is_initialized()
+    if ray.is_initialized():
+        return True
+    address = address or os.environ.get("RAY_ADDRESS")
+    if not address:
+        return False
+    try:
+        ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False,
+                 configure_logging=False)
+    except Exception as exc:  # unreachable cluster, version mismatch
+        log.warning("cannot connect to Ray at %s: %s", address, exc)
+        return False
+    return True
 
 
 def plan_slices(ranges, leaders: dict[tuple[str, int], int], namespace: str, isolation_level: int = 0,
-                timeout_s: float = 60.0, required: bool = False) -> list[list[Slice] | None]:
+                timeout_s: float = 60.0, required: bool = False,
+                address: str | None = None) -> list[list[Slice] | None]:
     """File slices covering each range from its start, or None where the
     replica actor cannot be asked (``required`` turns that into an error)."""
-    if not ray_connected():
+    if not connect(address):
         if required:
-            raise RayPathUnavailable("readPath=ray needs the Spark driver connected to the broker's Ray cluster "
-                                     "(call ray.init(address=...) before reading)")
+            raise RayPathUnavailable("readPath=ray needs the address of the broker's Ray cluster: set the option "
+                                     "'ray.address' (or RAY_ADDRESS in the Spark workers' environment)")
         return [None] * len(ranges)
     import ray
 

@@ -105,6 +105,22 @@ class RayKafkaDataSource(DataSource):
         return options
 
 
+def with_defaults(defaults: dict[str, str]) -> type[RayKafkaDataSource]:
+    """A ``raykafka`` data source whose options default to ``defaults`` (e.g.
+    ``ray.address``). Defined in a function, the class is pickled by value, so
+    Spark's Python workers get the defaults with it."""
+    fixed = {str(k): str(v) for k, v in defaults.items()}
+
+    class RayKafkaDataSourceWithDefaults(RayKafkaDataSource):
+        def __init__(self, options):
+            super().__init__(options)
+            for key, value in fixed.items():
+                if key not in self.options:
+                    self.options[key] = value
+
+    return RayKafkaDataSourceWithDefaults
+
+
 # ---- planning shared by batch and streaming ----------------------------------------------------
 
 
@@ -117,7 +133,7 @@ def _input_partitions(options: ReadOptions, resolver: OffsetResolver, ranges: li
         md = resolver.client.metadata(sorted({r.topic for r in ranges})).topics
         leaders = {(t, p): leader for t, parts in md.items() for p, leader in parts.items()}
         slices = plan_slices(ranges, leaders, options.ray_namespace, options.isolation_level,
-                             required=options.read_path == "ray")
+                             required=options.read_path == "ray", address=options.ray_address)
     return [KafkaInputPartition(i, r.topic, r.partition, r.start, r.end, s)
             for i, (r, s) in enumerate(zip(ranges, slices))]
 

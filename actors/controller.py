@@ -21,7 +21,9 @@ from actors.group_coordinator import forget_broker as forget_coordinators_of
 from actors.partition_leader import ReplicaActorRemote
 from cluster.controller_context import (NO_LEADER, BrokerState, ControllerContext, PartitionState,
                                         TopicState, new_zk_topic_id, zk_topic_id_to_uuid)
-from cluster.topic_admin import TopicSpecError, described_configs, plan_topic
+from cluster.log_config import log_config_for
+from cluster.topic_admin import (TopicSpecError, apply_config_ops, describe_broker_config_entries,
+                                 describe_topic_config_entries, described_configs, plan_topic)
 from core.config import BrokerConfig, TOPIC_CONFIGS
 from core.naming import edge_actor_name, replica_actor_name
 from metadata.kafka_zk import BadVersionError, KafkaZkClient
@@ -37,28 +39,6 @@ ERR_UNKNOWN_SERVER = -1
 
 # Bound on the event queue: edge requests beyond it are refused, not buffered forever.
 MAX_QUEUED_EVENTS = 10_000
-
-
-def log_config_for(topic_configs: dict[str, str], broker: BrokerConfig) -> dict[str, Any]:
-    """storage.log.LogConfig kwargs from a topic's overrides and the broker defaults."""
-
-    def value(key: str):
-        if key in topic_configs:
-            return TOPIC_CONFIGS[key].parse(topic_configs[key])
-        return broker.topic_default(key)
-
-    never = 2**63 - 1
-    flush_messages = value("flush.messages")
-    flush_ms = value("flush.ms")
-    return {
-        "segment_bytes": value("segment.bytes"),
-        "segment_ms": value("segment.ms"),
-        "segment_index_bytes": value("segment.index.bytes"),
-        "index_interval_bytes": value("index.interval.bytes"),
-        "max_message_bytes": value("max.message.bytes"),
-        "flush_messages": None if flush_messages in (None, never) else flush_messages,
-        "flush_ms": None if flush_ms in (None, never) else flush_ms,
-    }
 
 
 class ControllerService:
@@ -86,6 +66,7 @@ class ControllerService:
         self.call_timeout_s = config["raykafka.actor.call.timeout.ms"] / 1000
         self._worker: asyncio.Task | None = None
         self.epoch_zk_version: int | None = None
+        self._last_config_change: str | None = None
 
     # ---- event queue ---------------------------------------------------------------------------
     def start(self, self_handle: Any) -> None:
@@ -144,6 +125,7 @@ class ControllerService:
         self.zk.watch_topics(lambda _names: self.from_zk_thread(self._on_topic_change))
         self.zk.watch_delete_topics(lambda _names: self.from_zk_thread(self._on_delete_topics_marked))
         self.zk.watch_isr_change_notifications(lambda _names: self.from_zk_thread(self._on_isr_change))
+        self.zk.watch_config_changes(lambda _names: self.from_zk_thread(self._on_config_change))
         self._load_brokers()
         self._load_topics()
         await self._elect_offline_partitions(list(self.ctx.all_partitions()))
@@ -266,6 +248,10 @@ class ControllerService:
     def replica_config(self) -> dict:
         c = self.config
         return {"replica.lag.time.max.ms": c["replica.lag.time.max.ms"],
+                "log.retention.check.interval.ms": c["log.retention.check.interval.ms"],
+                "log.cleaner.backoff.ms": c["log.cleaner.backoff.ms"],
+                "log.cleaner.dedupe.buffer.size": c["log.cleaner.dedupe.buffer.size"],
+                "log.cleaner.enable": c["log.cleaner.enable"],
                 "replica.fetch.max.bytes": c["replica.fetch.max.bytes"],
                 "replica.fetch.wait.max.ms": c["replica.fetch.wait.max.ms"],
                 "replica.fetch.backoff.ms": c["replica.fetch.backoff.ms"],
@@ -569,6 +555,92 @@ class ControllerService:
             log.info("deleted topic %s", name)
         await self._send_update_metadata()
 
+    # ---- topic configs: AlterConfigs / IncrementalAlterConfigs / DescribeConfigs ------------------
+    async def alter_topic_configs(self, changes: list[dict], validate_only: bool) -> list[dict]:
+        """changes: {"name", "replace": {k: v}} (AlterConfigs: the new full override set) or
+        {"name", "ops": [(key, op, value)]} (IncrementalAlterConfigs). -> [{"name", "error_code", "error_message"}]"""
+        async def event():
+            if not self.is_active:
+                return [_error(c["name"], ERR_NOT_CONTROLLER, "This is not the active controller") for c in changes]
+            results = []
+            for change in changes:
+                name = change["name"]
+                topic = self.ctx.topics.get(name)
+                if topic is None or name in self.ctx.topics_being_deleted:
+                    results.append(_error(name, ERR_UNKNOWN_TOPIC, f"Topic {name} does not exist."))
+                    continue
+                try:
+                    if "replace" in change:
+                        new = apply_config_ops({}, [(k, 0, v) for k, v in change["replace"].items()])
+                    else:
+                        new = apply_config_ops(topic.configs, change["ops"])
+                except TopicSpecError as exc:
+                    results.append(_error(name, int(exc.error), str(exc)))
+                    continue
+                if not validate_only and new != topic.configs:
+                    self.zk.set_topic_config(name, new)  # also writes /config/changes
+                    topic.configs = new
+                    await self._push_topic_config(name)
+                results.append({"name": name, "error_code": ERR_NONE, "error_message": None})
+            return results
+
+        event.__name__ = "alter_topic_configs"
+        return await self.submit(event)
+
+    async def _push_topic_config(self, name: str) -> None:
+        """Running replicas pick the change up at once (no restart)."""
+        topic = self.ctx.topics[name]
+        configs = topic.configs
+        log_config = log_config_for(configs, self.config)
+        min_isr = TOPIC_CONFIGS["min.insync.replicas"].parse(configs["min.insync.replicas"]) \
+            if "min.insync.replicas" in configs else self.config["min.insync.replicas"]
+        calls = []
+        for (t, p), replicas in self.ctx.partitions_of(name):
+            for broker_id in replicas:
+                if broker_id in self.ctx.brokers:
+                    handle = self._replica(t, p, broker_id)
+                    calls.append(((t, p, broker_id), handle.update_log_config.remote(log_config, min_isr)))
+        await self._await_all(calls, "UpdateLogConfig")
+
+    async def _on_config_change(self) -> None:
+        """/config/changes written by anyone (an admin tool writing ZooKeeper directly)."""
+        if not self.is_active:
+            return
+        for name, body in self.zk.get_config_change_notifications():
+            if self._last_config_change is not None and name <= self._last_config_change:
+                continue
+            self._last_config_change = name
+            entity = (body or {}).get("entity_path", "")
+            if entity.startswith("topics/"):
+                topic = entity.split("/", 1)[1]
+                if topic in self.ctx.topics:
+                    fresh = self.zk.get_topic_config(topic)
+                    if fresh != self.ctx.topics[topic].configs:
+                        self.ctx.topics[topic].configs = fresh
+                        await self._push_topic_config(topic)
+
+    async def describe_configs(self, resources: list[tuple[int, str]]) -> list[dict]:
+        """resources: (resource type 2=topic / 4=broker, name) -> entries or an error."""
+        async def event():
+            out = []
+            for resource_type, name in resources:
+                if resource_type == 2:
+                    topic = self.ctx.topics.get(name) if self.ctx else None
+                    if topic is None:
+                        out.append(_error(name, ERR_UNKNOWN_TOPIC, f"Topic {name} does not exist."))
+                        continue
+                    out.append({"name": name, "error_code": 0, "error_message": None,
+                                "entries": describe_topic_config_entries(topic.configs, self.config)})
+                elif resource_type in (4, 8):  # BROKER, BROKER_LOGGER
+                    out.append({"name": name, "error_code": 0, "error_message": None,
+                                "entries": describe_broker_config_entries(self.config) if resource_type == 4 else []})
+                else:
+                    out.append(_error(name, 42, f"Unsupported resource type {resource_type}"))  # INVALID_REQUEST
+            return out
+
+        event.__name__ = "describe_configs"
+        return await self.submit(event)
+
     # ---- shutdown ------------------------------------------------------------------------------
     async def close_local_replicas(self, broker_id: int) -> int:
         """Clean shutdown of one broker's replicas: flush and checkpoint each log."""
@@ -621,6 +693,12 @@ class ControllerActor:
 
     async def close_local_replicas(self, broker_id: int) -> int:
         return await self.service.close_local_replicas(broker_id)
+
+    async def alter_topic_configs(self, changes: list[dict], validate_only: bool) -> list[dict]:
+        return await self.service.alter_topic_configs(changes, validate_only)
+
+    async def describe_configs(self, resources: list) -> list[dict]:
+        return await self.service.describe_configs(resources)
 
     async def stop(self) -> None:
         if self.service is not None:

@@ -55,7 +55,8 @@ class FollowerRole:
                 result = await asyncio.wait_for(
                     leader.fetch_for_follower.remote(
                         self.broker_id, self.log.log_end_offset, p.last_fetched_epoch(), leader_epoch,
-                        config["replica.fetch.max.bytes"], config["replica.fetch.wait.max.ms"]),
+                        config["replica.fetch.max.bytes"], config["replica.fetch.wait.max.ms"],
+                        self.log.log_start_offset),
                     self.call_timeout_s)
             except asyncio.CancelledError:
                 raise

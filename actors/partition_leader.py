@@ -68,6 +68,9 @@ class ReplicaActor(FollowerRole):
         self.replica_config = {"replica.lag.time.max.ms": 30000, "replica.fetch.max.bytes": 1048576,
                                "replica.fetch.wait.max.ms": MAX_FOLLOWER_WAIT_MS,
                                "replica.fetch.backoff.ms": 1000, "actor.call.timeout.ms": 30000,
+                               "log.retention.check.interval.ms": 300000, "log.cleaner.backoff.ms": 15000,
+                               "log.cleaner.dedupe.buffer.size": 128 * 1024 * 1024,
+                               "log.cleaner.enable": True,
                                **(replica_config or {})}
         self.log_dir = choose_log_dir(log_dirs, topic, partition)
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -98,6 +101,7 @@ class ReplicaActor(FollowerRole):
         self._purgatory_interested = True
         self._isr_lock: asyncio.Lock | None = None
         self._regions: dict = {}
+        self._cleaner = None
         self.counters = {"append_calls": 0, "append_sets": 0, "append_bytes": 0, "follower_fetches": 0}
         self._init_follower()
 
@@ -116,7 +120,8 @@ class ReplicaActor(FollowerRole):
     def _ensure_background(self) -> None:
         if not self._background:
             loop = asyncio.get_running_loop()
-            self._background = [loop.create_task(self._checkpoint_loop()), loop.create_task(self._isr_loop())]
+            self._background = [loop.create_task(self._checkpoint_loop()), loop.create_task(self._isr_loop()),
+                                loop.create_task(self._log_maintenance_loop())]
 
     @property
     def call_timeout_s(self) -> float:
@@ -130,6 +135,83 @@ class ReplicaActor(FollowerRole):
                 self.log.maybe_flush(_now_ms())
             except Exception:
                 log.exception("checkpointing %s-%d failed", self.topic, self.partition_index)
+
+    async def _log_maintenance_loop(self) -> None:
+        """Kafka's LogManager and LogCleaner duties for this one log: retention,
+        delayed file deletion, compaction (in a worker thread: the log takes
+        its lock only to swap cleaned segments in)."""
+        config = self.replica_config
+        retention_every = config["log.retention.check.interval.ms"] / 1000
+        cleaner_every = config["log.cleaner.backoff.ms"] / 1000
+        next_retention = next_clean = time.monotonic()
+        loop = asyncio.get_running_loop()
+        while not self._closed:
+            await asyncio.sleep(max(0.05, min(retention_every, cleaner_every, 1.0)))
+            now = time.monotonic()
+            try:
+                if now >= next_retention:
+                    next_retention = now + retention_every
+                    await self.run_retention()
+                if now >= next_clean and config["log.cleaner.enable"] and self.log.config.compacted:
+                    next_clean = now + cleaner_every
+                    await loop.run_in_executor(None, self._clean_once)
+            except Exception:
+                log.exception("log maintenance of %s-%d failed", self.topic, self.partition_index)
+
+    async def run_retention(self) -> dict:
+        """Delete segments past retention.ms / retention.bytes (never the active one,
+        never beyond the HW) and files whose file.delete.delay.ms has passed."""
+        now = _now_ms()
+        result = self.log.apply_retention(self.partition.high_watermark, now)
+        self.log.delete_pending(now)
+        if result.log_start_changed:
+            self._write_checkpoints(flush=False)
+            self._after_change(True)
+        return {"deleted_segments": result.deleted_segments, "log_start_offset": result.log_start_offset}
+
+    def _clean_once(self):
+        from storage.cleaner import LogCleaner
+
+        if self._cleaner is None:
+            self._cleaner = LogCleaner(self.replica_config["log.cleaner.dedupe.buffer.size"])
+        return self._cleaner.clean_once([(self.log, self.partition.high_watermark)], _now_ms())
+
+    async def clean_now(self) -> dict | None:
+        """Compact now if the log is cleanable (tests, operators)."""
+        result = await asyncio.get_running_loop().run_in_executor(None, self._clean_once)
+        return None if result is None else {"end_offset": result.end_offset, "records_read": result.records_read,
+                                             "records_kept": result.records_kept}
+
+    async def update_log_config(self, log_config: dict, min_insync_replicas: int) -> None:
+        """A topic config changed (AlterConfigs): applies at once, no restart."""
+        self.log.config = LogConfig(**log_config)
+        self.partition.min_insync_replicas = min_insync_replicas
+
+    async def delete_records(self, offset: int, current_leader_epoch: int, timeout_ms: int = 30000):
+        """DeleteRecords on the leader -> (error, low watermark). Waits (bounded)
+        until every in-sync follower has moved its log start too (Kafka's
+        DelayedDeleteRecords); they learn it from their next fetch."""
+        from storage.errors import OffsetOutOfRangeError
+
+        error = self.partition.check_leader(current_leader_epoch)
+        if error:
+            return error, -1
+        try:
+            target = self.log.delete_records(offset, self.partition.high_watermark)
+        except OffsetOutOfRangeError:
+            return 1, -1  # OFFSET_OUT_OF_RANGE
+        self._write_checkpoints(flush=False)
+        self._after_change(True)
+        deadline = time.monotonic() + timeout_ms / 1000
+        while self.partition.low_watermark() < target:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not self.partition.is_leader:
+                return 7, self.partition.low_watermark()  # REQUEST_TIMED_OUT
+            try:
+                await asyncio.wait_for(self._event().wait(), remaining)
+            except asyncio.TimeoutError:
+                pass
+        return 0, self.partition.low_watermark()
 
     def _write_checkpoints(self, flush: bool) -> None:
         key = (self.topic, self.partition_index)
@@ -343,16 +425,20 @@ class ReplicaActor(FollowerRole):
 
     # ---- follower -> leader ---------------------------------------------------------------------------
     async def fetch_for_follower(self, follower_id: int, fetch_offset: int, last_fetched_epoch: int,
-                                 current_leader_epoch: int, max_bytes: int, max_wait_ms: int) -> dict:
+                                 current_leader_epoch: int, max_bytes: int, max_wait_ms: int,
+                                 follower_log_start: int = -1) -> dict:
         """A follower's long-polled fetch: waits (bounded) for data beyond its log end."""
         self._ensure_background()
         deadline = time.monotonic() + min(max_wait_ms, MAX_FOLLOWER_WAIT_MS * 4) / 1000
         p = self.partition
         while True:
+            before_low = p.low_watermark()
             result = p.fetch_for_follower(follower_id, fetch_offset, last_fetched_epoch, current_leader_epoch,
-                                          max_bytes, _now_ms())
+                                          max_bytes, _now_ms(), follower_log_start)
             if result["hw_moved"]:
                 self._after_change(True)
+            elif p.low_watermark() != before_low:
+                self._wake_waiters()  # a DeleteRecords may be waiting on followers
             if result["expand_isr"] is not None:
                 await self._alter_isr(result["expand_isr"])
                 result["high_watermark"] = p.high_watermark

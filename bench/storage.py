@@ -1,6 +1,6 @@
 """Storage engine alone: storage.log.Log versus raw file I/O, one command.
 
-    .venv/bin/python -m bench.storage [--mib 256] [--repeat 3] [--dir DIR]
+    .venv/bin/python -m bench.storage [--mib 512] [--repeat 3] [--dir DIR]
         [--records-per-batch 100] [--record-size 1024] [--blob-kib 1024]
         [--compact-mib 64] [--keys 5000] [--no-compaction]
 
@@ -340,7 +340,7 @@ ROWS = [  # (key, label, raw counterpart)
 
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(prog="python -m bench.storage", description=__doc__.split("\n")[0])
-    ap.add_argument("--mib", type=int, default=256, help="MiB appended per write measurement")
+    ap.add_argument("--mib", type=int, default=512, help="MiB appended per write measurement")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--dir", type=Path, default=None,
                     help="where the files go (default: a fresh dir under $TMPDIR or /tmp)")

@@ -31,7 +31,8 @@ AppendResult = tuple[int, int, int, int, str | None, int, int]
 class FollowerState:
     """What the leader knows of one follower (Kafka's Replica state)."""
 
-    __slots__ = ("log_end_offset", "last_caught_up_ms", "last_fetch_ms", "last_fetch_leader_end_offset")
+    __slots__ = ("log_end_offset", "last_caught_up_ms", "last_fetch_ms", "last_fetch_leader_end_offset",
+                 "log_start_offset")
 
     def __init__(self, now_ms: int, in_isr: bool):
         self.log_end_offset = -1
@@ -39,6 +40,7 @@ class FollowerState:
         self.last_caught_up_ms = now_ms if in_isr else 0
         self.last_fetch_ms = 0
         self.last_fetch_leader_end_offset = -1
+        self.log_start_offset = -1
 
 
 class Partition:
@@ -137,7 +139,8 @@ class Partition:
 
     # ---- replication: leader side -------------------------------------------------------------
     def fetch_for_follower(self, follower_id: int, fetch_offset: int, last_fetched_epoch: int,
-                           current_leader_epoch: int, max_bytes: int, now_ms: int) -> dict[str, Any]:
+                           current_leader_epoch: int, max_bytes: int, now_ms: int,
+                           follower_log_start: int = -1) -> dict[str, Any]:
         """A follower's fetch (the FETCH a Kafka follower sends, as an actor call).
 
         The fetch offset is the follower's log end offset; it moves the HW and
@@ -172,6 +175,7 @@ class Partition:
         follower.last_fetch_leader_end_offset = leo
         follower.last_fetch_ms = now_ms
         follower.log_end_offset = fetch_offset
+        follower.log_start_offset = follower_log_start
         if (follower_id not in self.isr and fetch_offset >= self.high_watermark
                 and fetch_offset >= self.leader_epoch_start_offset):
             result["expand_isr"] = tuple(sorted(set(self.isr) | {follower_id}))
@@ -180,6 +184,12 @@ class Partition:
         if fetch_offset < leo:
             result["records"] = self.log.read_bytes(fetch_offset, max_bytes, None, min_one_batch=True)
         return result
+
+    def low_watermark(self) -> int:
+        """Smallest log start offset over the replicas (DeleteRecords' answer)."""
+        starts = [self.log.log_start_offset]
+        starts += [f.log_start_offset for r, f in self.followers.items() if r in self.isr and f.log_start_offset >= 0]
+        return min(starts)
 
     def out_of_sync_replicas(self, now_ms: int, lag_time_ms: int) -> list[int]:
         """ISR followers that have not caught up within replica.lag.time.max.ms."""
@@ -195,8 +205,15 @@ class Partition:
     # ---- replication: follower side -------------------------------------------------------------
     def append_as_follower(self, records: bytes, leader_high_watermark: int, leader_log_start: int) -> int:
         """Append what the leader sent; follower HW = min(own LEO, leader HW)."""
+        if leader_log_start > self.log.log_end_offset:
+            # The leader deleted everything we have (DeleteRecords/retention): start over there.
+            self.log.truncate_fully_and_start_at(leader_log_start)
         if records:
             self.log.append_as_follower(records)
+        if leader_log_start > self.log.log_start_offset:
+            # Follow the leader's log start (DeleteRecords, retention).
+            self.log.maybe_increment_log_start_offset(min(leader_log_start, self.log.log_end_offset),
+                                                      self.log.log_end_offset)
         new_hw = min(self.log.log_end_offset, leader_high_watermark)
         if new_hw > self.high_watermark:
             self.high_watermark = new_hw

@@ -192,3 +192,97 @@ def described_configs(configs: dict[str, str], broker: BrokerConfig) -> dict[str
             value = str(value).lower()
         out[key] = {"value": None if value is None else str(value), "source": source}
     return out
+
+
+# IncrementalAlterConfigs operations (Kafka's AlterConfigOp.OpType ids).
+OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
+
+
+def apply_config_ops(current: dict[str, str], ops: list[tuple[str, int, str | None]]) -> dict[str, str]:
+    """IncrementalAlterConfigs on a topic's overrides; raises TopicSpecError
+    (INVALID_CONFIG / INVALID_REQUEST) naming the key, as Kafka does."""
+    updated = dict(current)
+    seen = set()
+    for key, op, value in ops:
+        if key in seen:
+            raise TopicSpecError(ErrorCode.invalid_request, f"Error due to duplicate config keys: {key}")
+        seen.add(key)
+        definition = TOPIC_CONFIGS.get(key)
+        if definition is None:
+            raise TopicSpecError(ErrorCode.invalid_config, f"Unknown topic config name: {key}")
+        if op == OP_SET:
+            updated[key] = value
+        elif op == OP_DELETE:
+            updated.pop(key, None)
+        elif op in (OP_APPEND, OP_SUBTRACT):
+            if definition.type != "list":
+                raise TopicSpecError(ErrorCode.invalid_config,
+                                     f"Config value append is not allowed for config key: {key}")
+            items = [i.strip() for i in (updated.get(key) or "").split(",") if i.strip()]
+            if key not in updated:
+                default = definition.default or []
+                items = list(default) if isinstance(default, list) else []
+            change = [i.strip() for i in (value or "").split(",") if i.strip()]
+            if op == OP_APPEND:
+                items += [i for i in change if i not in items]
+            else:
+                items = [i for i in items if i not in change]
+            updated[key] = ",".join(items)
+        else:
+            raise TopicSpecError(ErrorCode.invalid_request, f"Unknown config operation {op} for {key}")
+    try:
+        validate_topic_configs(updated)
+    except ConfigError as exc:
+        raise TopicSpecError(ErrorCode.invalid_config, str(exc)) from None
+    return {k: str(v) for k, v in updated.items()}
+
+
+# DescribeConfigs config types (Kafka's ConfigEntry.ConfigType ids).
+_CONFIG_TYPES = {"bool": 1, "string": 2, "int": 3, "short": 4, "long": 5, "double": 6, "list": 7,
+                 "class": 8, "password": 9}
+
+
+def describe_topic_config_entries(configs: dict[str, str], broker: BrokerConfig) -> list[dict[str, Any]]:
+    """Every topic config: value, source, synonyms (topic > static broker > default),
+    type and documentation, as DescribeConfigs answers."""
+    entries = []
+    for key, definition in sorted(TOPIC_CONFIGS.items()):
+        synonyms = []
+        if key in configs:
+            synonyms.append({"name": key, "value": configs[key], "source": SOURCE_TOPIC})
+        synonym = definition.broker_synonym
+        if synonym and broker.is_explicit(synonym):
+            synonyms.append({"name": synonym, "value": _as_text(broker[synonym]), "source": SOURCE_STATIC_BROKER})
+        synonyms.append({"name": synonym or key, "value": _as_text(definition.default), "source": SOURCE_DEFAULT})
+        top = synonyms[0]
+        value = top["value"] if top["source"] != SOURCE_DEFAULT else _as_text(broker.topic_default(key))
+        entries.append({"name": key, "value": value, "source": top["source"], "synonyms": synonyms,
+                        "read_only": False, "sensitive": False, "type": _CONFIG_TYPES.get(definition.type, 0),
+                        "doc": definition.doc or None})
+    return entries
+
+
+def describe_broker_config_entries(broker: BrokerConfig) -> list[dict[str, Any]]:
+    """Static broker configs (read-only here: dynamic broker configs are not supported)."""
+    from core.config import BROKER_CONFIGS
+
+    entries = []
+    for key, definition in sorted(BROKER_CONFIGS.items()):
+        explicit = broker.is_explicit(key)
+        value = _as_text(broker[key])
+        source = SOURCE_STATIC_BROKER if explicit else SOURCE_DEFAULT
+        synonyms = [{"name": key, "value": value, "source": source}]
+        entries.append({"name": key, "value": value, "source": source, "synonyms": synonyms, "read_only": True,
+                        "sensitive": definition.type == "password", "type": _CONFIG_TYPES.get(definition.type, 0),
+                        "doc": definition.doc or None})
+    return entries
+
+
+def _as_text(value) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, list):
+        return ",".join(value)
+    return str(value)

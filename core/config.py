@@ -141,6 +141,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("log.retention.check.interval.ms", "long", 300000, min=1),
     ConfigDef("log.cleanup.policy", "list", ["delete"], choices=("delete", "compact")),
     ConfigDef("log.cleaner.enable", "bool", True),
+    ConfigDef("log.cleaner.backoff.ms", "long", 15000, min=0),
     ConfigDef("log.cleaner.delete.retention.ms", "long", 86400000, min=0),
     ConfigDef("log.cleaner.min.compaction.lag.ms", "long", 0, min=0),
     ConfigDef("log.cleaner.max.compaction.lag.ms", "long", INT64_MAX, min=1),

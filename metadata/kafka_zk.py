@@ -981,6 +981,10 @@ class KafkaZkClient:
             raise TopicNotFoundError(f"Topic '{topic}' does not exist.")
         return self.set_entity_config(zk_paths.CONFIG_ENTITY_TOPICS, topic, config)
 
+    def watch_config_changes(self, callback: Callable[[list[str]], Any]) -> WatchHandle:
+        """callback(sorted /config/changes entry names) now and on every change."""
+        return self._watch_children(zk_paths.CONFIG_CHANGES, WatchHandle("config_changes"), sorted, callback)
+
     def get_config_change_notifications(self) -> list[tuple[str, dict[str, Any]]]:
         """(name, body) of each pending /config/changes entry, oldest first."""
         names = sorted(self._children(zk_paths.CONFIG_CHANGES) or [])

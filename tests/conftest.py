@@ -25,7 +25,10 @@ def session_dir():
 def broker(session_dir):
     """A broker for the whole session: real Ray, real embedded ZooKeeper."""
     process = BrokerProcess(session_dir / "shared-broker" / "data",
-                            overrides={"log.segment.bytes": str(8 * 1024 * 1024)})
+                            overrides={"log.segment.bytes": str(8 * 1024 * 1024),
+                                       # Fast log maintenance so retention/compaction tests run in seconds.
+                                       "log.retention.check.interval.ms": "500",
+                                       "log.cleaner.backoff.ms": "500"})
     process.start()
     yield process
     code = process.stop()

@@ -195,12 +195,12 @@ class Member:
 
     def _run_kafka_python(self) -> None:
         from kafka import KafkaConsumer
-        from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyPartitionAssignor
+        from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
         from kafka.coordinator.assignors.range import RangePartitionAssignor
         from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 
         assignor = {"range": RangePartitionAssignor, "roundrobin": RoundRobinPartitionAssignor,
-                    "cooperative-sticky": CooperativeStickyPartitionAssignor}[self.assignor]
+                    "cooperative-sticky": CooperativeStickyAssignor}[self.assignor]
         consumer = KafkaConsumer(self.topic, bootstrap_servers=self.bootstrap, group_id=self.group,
                                  group_instance_id=self.instance_id, auto_offset_reset="earliest",
                                  enable_auto_commit=False, session_timeout_ms=SESSION_MS,
@@ -247,6 +247,10 @@ class Member:
 
 def settled(members: list[Member], per_member: int, total: int, hold_s: float = 1.0) -> bool:
     """Every member owns ``per_member`` partitions, together all ``total``, unchanged for ``hold_s``."""
+    failed = [e for m in members for e in m.errors]
+    if failed:
+        raise AssertionError(f"a member failed: {failed}")
+
     def ok():
         owned = [m.owned for m in members]
         return all(len(o) == per_member for o in owned) and len(frozenset().union(*owned)) == total

@@ -1,0 +1,43 @@
+"""DeleteRecords (21): moves each partition's log start offset; answered with
+the low watermark once every in-sync replica has moved its own log start
+(DelayedDeleteRecords, held by the leader replica) or the timeout passes."""
+import asyncio
+
+from kio.schema.errors import ErrorCode
+
+from net.edge_service import ActorCallFailed
+from net.registry import api
+from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for, timedelta_ms
+
+
+async def _one(edge, topic, partition, offset, timeout_ms):
+    info = edge.metadata.partition(topic, partition)
+    if info is None:
+        return int(ErrorCode.unknown_topic_or_partition), -1
+    handle = edge.leader_handle(topic, partition)
+    if info.leader != edge.broker_id or handle is None:
+        return int(ErrorCode.not_leader_or_follower), -1
+    try:
+        return await edge.call(handle.delete_records.remote(offset, -1, timeout_ms),
+                               timeout_s=timeout_ms / 1000 + edge.call_timeout_s)
+    except ActorCallFailed as exc:
+        return int(exc.error), -1
+
+
+@api(21, 0, 2, tests=("tests/integration/test_log_management.py::test_delete_records_moves_log_start",))
+async def handle_delete_records(ctx, request):
+    timeout_ms = timedelta_ms(request.timeout)
+    answers = iter(await asyncio.gather(*(
+        _one(ctx.edge, t.name, p.partition_index, p.offset, timeout_ms)
+        for t in request.topics for p in t.partitions)))
+    schema = response_schema_for(request)
+    topic_cls, part_cls = nested(schema, "DeleteRecordsTopicResult"), nested(schema, "DeleteRecordsPartitionResult")
+    topics = []
+    for t in request.topics:
+        parts = []
+        for p in t.partitions:
+            error, low = next(answers)
+            parts.append(build(part_cls, partition_index=p.partition_index, low_watermark=low,
+                               error_code=ErrorCode(error)))
+        topics.append(build(topic_cls, name=t.name, partitions=tuple(parts)))
+    return build(schema, throttle_time=ZERO_THROTTLE, topics=tuple(topics))

@@ -1,0 +1,43 @@
+"""DescribeConfigs (32): topic configs with their sources and synonyms (topic
+override > static broker config > default), and the broker's static configs."""
+from kio.schema.errors import ErrorCode
+
+from net.edge_service import ActorCallFailed
+from net.registry import api
+from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for
+
+TOPIC, BROKER = 2, 4
+
+
+@api(32, 1, 4, tests=("tests/integration/test_log_management.py::test_describe_and_alter_configs_confluent",
+                      "tests/integration/test_log_management.py::test_describe_and_alter_configs_kafka_python"))
+async def handle_describe_configs(ctx, request):
+    edge = ctx.edge
+    schema = response_schema_for(request)
+    result_cls = nested(schema, "DescribeConfigsResult")
+    entry_cls = nested(schema, "DescribeConfigsResourceResult")
+    synonym_cls = nested(schema, "DescribeConfigsSynonym")
+    resources = []
+    for r in request.resources:
+        name = str(edge.broker_id) if r.resource_type == BROKER and r.resource_name == "" else r.resource_name
+        resources.append((r.resource_type, name))
+    try:
+        described = await edge.controller_call("describe_configs", resources)
+    except ActorCallFailed as exc:
+        described = [{"name": n, "error_code": int(exc.error), "error_message": str(exc)} for _, n in resources]
+    with_synonyms = getattr(request, "include_synonyms", False)
+    with_docs = getattr(request, "include_documentation", False)
+    results = []
+    for r, d in zip(request.resources, described):
+        wanted = set(r.configuration_keys) if r.configuration_keys else None
+        entries = tuple(
+            build(entry_cls, name=e["name"], value=None if e["sensitive"] else e["value"], read_only=e["read_only"],
+                  config_source=e["source"], is_sensitive=e["sensitive"],
+                  is_default=e["source"] == 5,
+                  synonyms=tuple(build(synonym_cls, name=s["name"], value=s["value"], source=s["source"])
+                                 for s in e["synonyms"]) if with_synonyms else (),
+                  config_type=e["type"], documentation=e["doc"] if with_docs else None)
+            for e in d.get("entries", ()) if wanted is None or e["name"] in wanted)
+        results.append(build(result_cls, error_code=ErrorCode(d["error_code"]), error_message=d.get("error_message"),
+                             resource_type=r.resource_type, resource_name=r.resource_name, configs=entries))
+    return build(schema, throttle_time=ZERO_THROTTLE, results=tuple(results))

@@ -1,0 +1,45 @@
+"""IncrementalAlterConfigs (44): SET / DELETE / APPEND / SUBTRACT per key on
+topic configs, validated (INVALID_CONFIG naming the key) and applied by the
+controller; running replicas take the change without a restart."""
+from kio.schema.errors import ErrorCode
+
+from net.edge_service import ActorCallFailed
+from net.registry import api
+from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for
+
+TOPIC, BROKER = 2, 4
+
+
+async def alter_via_controller(edge, changes, validate_only: bool):
+    """changes: [(resource, change dict)] -> [(resource, (error code, message))]"""
+    out: dict[int, tuple[int, str | None]] = {}
+    topic_changes = []
+    for i, (resource, change) in enumerate(changes):
+        if resource.resource_type == TOPIC:
+            topic_changes.append((i, change))
+        elif resource.resource_type == BROKER:
+            out[i] = (int(ErrorCode.invalid_request), "dynamic broker configs are not supported: set them in "
+                      "server.properties / --override and restart the broker")
+        else:
+            out[i] = (int(ErrorCode.invalid_request), f"unsupported resource type {resource.resource_type}")
+    if topic_changes:
+        try:
+            results = await edge.controller_call("alter_topic_configs", [c for _, c in topic_changes], validate_only)
+        except ActorCallFailed as exc:
+            results = [{"error_code": int(exc.error), "error_message": str(exc)} for _ in topic_changes]
+        for (i, _), r in zip(topic_changes, results):
+            out[i] = (r["error_code"], r.get("error_message"))
+    return [(resource, out[i]) for i, (resource, _) in enumerate(changes)]
+
+
+@api(44, 0, 1, tests=("tests/integration/test_log_management.py::test_describe_and_alter_configs_confluent",))
+async def handle_incremental_alter_configs(ctx, request):
+    changes = [(r, {"name": r.resource_name,
+                    "ops": [(c.name, c.config_operation, c.value) for c in r.configs]})
+               for r in request.resources]
+    results = await alter_via_controller(ctx.edge, changes, bool(request.validate_only))
+    schema = response_schema_for(request)
+    entry_cls = nested(schema, "AlterConfigsResourceResponse")
+    return build(schema, throttle_time=ZERO_THROTTLE, responses=tuple(
+        build(entry_cls, error_code=ErrorCode(code), error_message=message, resource_type=r.resource_type,
+              resource_name=r.resource_name) for r, (code, message) in results))

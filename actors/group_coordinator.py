@@ -88,7 +88,6 @@ class GroupCoordinatorActor:
         self._appends_started = 0
         self._known_end = -1  # log end offset as far as our loads and appends know it
         self._purgatory: Any = None
-        self._fds: dict[str, int] = {}
         self.counters = collections.Counter()
 
     # ---- setup (needs the running loop) ------------------------------------------------------
@@ -153,7 +152,6 @@ class GroupCoordinatorActor:
             log.info("group coordinator for %s-%d unloaded (leader epoch %d)", OFFSETS_TOPIC, self.partition,
                      leader_epoch)
         self._fail_queued(E.not_leader_or_follower)
-        self._close_fds()
         return 0
 
     def _start_load(self) -> None:
@@ -239,23 +237,24 @@ class GroupCoordinatorActor:
                 raise RuntimeError(f"no complete batch at offset {offset}")
         return records, target
 
-    def _read_slices(self, slices: list[tuple[str, int, int]]) -> bytes:
+    @staticmethod
+    def _read_slices(slices: list[tuple]) -> bytes:
+        """pread the (path, position, length[, base offset]) slices the leader
+        named. Files are opened per read: a compacted segment is swapped for a
+        new file at the same path, so a cached descriptor could read the old
+        one. A slice not starting with the batch the leader named was replaced
+        under us: FileNotFoundError, and the load starts over."""
         out = []
-        for path, position, length in slices:
-            fd = self._fds.get(path)
-            if fd is None:
-                fd = self._fds[path] = os.open(path, os.O_RDONLY)
-            data = os.pread(fd, length, position)
-            if len(data) != length:
-                self._close_fds()
-                raise FileNotFoundError(path)  # the segment changed under us: the load retries
+        for path, position, length, *rest in slices:
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                data = os.pread(fd, length, position)
+            finally:
+                os.close(fd)
+            if len(data) != length or (rest and (len(data) < 8 or int.from_bytes(data[:8], "big") != rest[0])):
+                raise FileNotFoundError(path)
             out.append(data)
         return b"".join(out)
-
-    def _close_fds(self) -> None:
-        for fd in self._fds.values():
-            os.close(fd)
-        self._fds.clear()
 
     # ---- appends: coordinator -> leader replica (acks=-1, in call order) ---------------------------
     def _append_records(self, records: list) -> AppendCompletion:
@@ -305,6 +304,26 @@ class GroupCoordinatorActor:
             self._sending = False
 
     async def _complete(self, items: list, results: list, previous: Optional[asyncio.Future]) -> None:
+        """Wait for the HW to pass this call's records, then complete them,
+        after the previous call's (append order). Never raises: every
+        completion is completed exactly once."""
+        try:
+            errors = await self._durability(results)
+        except Exception:
+            log.exception("append to %s-%d: waiting for durability failed", OFFSETS_TOPIC, self.partition)
+            errors = [E.request_timed_out] * len(items)
+        if previous is not None:
+            try:
+                await previous
+            except Exception:
+                pass
+        for (_batch, completion), error in zip(items, errors):
+            try:
+                completion.complete(error)
+            except Exception:
+                log.exception("group coordinator append callback failed")
+
+    async def _durability(self, results: list) -> list[ErrorCode]:
         errors = []
         need = -1
         for result in results:
@@ -320,16 +339,7 @@ class GroupCoordinatorActor:
         if need >= 0:
             status = await self._wait_for_high_watermark(need)
             errors = [status if e == E.none else e for e in errors]
-        if previous is not None:
-            try:
-                await previous
-            except Exception:
-                pass
-        for (_batch, completion), error in zip(items, errors):
-            try:
-                completion.complete(error)
-            except Exception:
-                log.exception("group coordinator append callback failed")
+        return errors
 
     async def _wait_for_high_watermark(self, offset: int) -> ErrorCode:
         """DelayedProduce in the node's purgatory until the HW passes ``offset``."""
@@ -348,9 +358,7 @@ class GroupCoordinatorActor:
                         str(exc).splitlines()[0][:300])
             self._purgatory = None
             return E.request_timed_out
-        code = statuses.get(key, statuses.get(list(key), int(E.request_timed_out))) if isinstance(statuses, dict) \
-            else int(E.request_timed_out)
-        return E(code)
+        return E(statuses.get(key, int(E.request_timed_out)))
 
     # ---- requests: edge -> coordinator ----------------------------------------------------------------
     @staticmethod

@@ -1,22 +1,31 @@
 """One replication-benchmark phase, run in its own process by bench.replication.
 
     python -m bench.repl_client --bootstrap H:P[,H:P...] --topic T
-        --partitions P --replication-factor RF [--min-insync 2]
-        --acks 1|all --records N [--rate R] ...
+        --partitions P --replication-factor RF [--min-insync 2] [--create]
+        --acks 1|all --records N [--rate R] [--expect-hw TOTAL]
+        [--replica-dirs JSON] [--delete-after] ...
 
-Creates the topic (AdminClient CreateTopics with RF and min.insync.replicas;
-the AdminClient stays alive until the future resolves), waits until every
-partition has a leader and a full ISR, then produces N keyed records with a
-delivery report per record and measures throughput and per-record latency.
+With --create: CreateTopics with RF and min.insync.replicas (the AdminClient
+stays alive until the future resolves). Always: wait until every partition
+has a leader and a full ISR; then produce N keyed records (key of record i =
+i, values from bench.client's payload pool, lz4) with a delivery report per
+record, measuring throughput and per-record latency.
 
-Latency of record i = time its delivery report reached the callback minus
-the time just before produce() was first called for it (the key is i, so
-the callback finds the send time). With --rate 0 the producer runs flat out:
-the latency then mostly measures librdkafka's own queue (all N records are
-queued at once), which is why bench.replication also runs a paced phase.
+Latency of record i = the time its delivery report reached the callback
+minus the time just before produce() was first called for it (the callback
+finds the send time through the key). With --rate 0 the producer runs flat
+out: all N records are queued at once, so the latency there mostly measures
+librdkafka's own queue; bench.replication therefore also runs paced phases.
+
+Checks: every record gets exactly one successful report; per partition the
+reported offsets are distinct and contiguous (bench.replication checks that
+each phase continues the previous one); with --replica-dirs, every replica's
+segment files reach the same size. ListOffsets high watermarks summing to
+--expect-hw is recorded, and only warned about (Tansu undercounts, see
+bench/README.md). --delete-after deletes the topic outside the timed window.
 
 Prints one JSON object on the last line of stdout; ``"ok": false`` with an
-``error`` when a record is missing, failed, or reported twice.
+``error`` when a check fails.
 """
 from __future__ import annotations
 
@@ -58,18 +67,20 @@ def topic_state(client, topic: str) -> dict | None:
 
 
 def create_topic(a, conf: dict) -> tuple[float, dict | None, str | None]:
-    """CreateTopics, then wait for leaders and a full ISR. Returns
-    (seconds, partition state, error)."""
+    """With --create: CreateTopics; then (always) wait for a leader and a full
+    ISR on every partition. Returns (seconds, partition state, error)."""
     t0 = time.perf_counter()
     admin = AdminClient(conf)
-    cfg = {"min.insync.replicas": str(a.min_insync)} if a.min_insync else {}
-    futs = admin.create_topics(
-        [NewTopic(a.topic, num_partitions=a.partitions, replication_factor=a.replication_factor,
-                  config=cfg)], operation_timeout=60, request_timeout=60)
-    try:
-        futs[a.topic].result(timeout=90)  # `admin` is alive until here
-    except Exception as e:
-        return time.perf_counter() - t0, None, f"CreateTopics failed: {e}"
+    if a.create:
+        cfg = {"min.insync.replicas": str(a.min_insync)} if a.min_insync else {}
+        futs = admin.create_topics(
+            [NewTopic(a.topic, num_partitions=a.partitions,
+                      replication_factor=a.replication_factor, config=cfg)],
+            operation_timeout=60, request_timeout=60)
+        try:
+            futs[a.topic].result(timeout=90)  # `admin` is alive until here
+        except Exception as e:
+            return time.perf_counter() - t0, None, f"CreateTopics failed: {e}"
     deadline = time.monotonic() + a.ready_timeout
     state = None
     while time.monotonic() < deadline:
@@ -147,7 +158,8 @@ def delete_topic(conf: dict, topic: str) -> str | None:
 def run(a) -> dict:
     conf = {"bootstrap.servers": a.bootstrap, "client.id": "raykafka-bench-repl"}
     create_s, state, err = create_topic(a, conf)
-    res = {"topic": a.topic, "create_s": round(create_s, 2), "partition_state": state}
+    res = {"topic": a.topic, "created": a.create, "create_s": round(create_s, 2),
+           "partition_state": state}
     if err:
         return res | {"ok": False, "error": err}
 
@@ -252,20 +264,21 @@ def run(a) -> dict:
         return res | {"ok": False, "error": f"{stats['delivered']}/{n} records got a delivery "
                       f"report; {stats['dupes']} reported twice, {stats['foreign']} foreign"}
 
-    # Offsets from the delivery reports: per partition exactly 0..count-1,
-    # each once (the broker assigned N distinct, contiguous offsets).
+    # Offsets from the delivery reports: per partition distinct and
+    # contiguous (the harness checks that each phase continues where the
+    # previous one on the same topic ended, and the first starts at 0).
     per: dict[int, list[int]] = {}
     for i in range(n):
         per.setdefault(part[i], []).append(offs[i])
     bad = []
     for pid, ol in sorted(per.items()):
         ol.sort()
-        if ol != list(range(len(ol))):
+        if ol != list(range(ol[0], ol[0] + len(ol))):
             bad.append(f"partition {pid}: {len(ol)} records, offsets {ol[0]}..{ol[-1]}, "
                        f"{len(ol) - len(set(ol))} duplicate")
-    res["records_per_partition"] = {pid: len(ol) for pid, ol in sorted(per.items())}
+    res["offset_ranges"] = {str(pid): [ol[0], ol[-1]] for pid, ol in sorted(per.items())}
     if bad:
-        return res | {"ok": False, "error": "delivery-report offsets are not 0..count-1 per "
+        return res | {"ok": False, "error": "delivery-report offsets are not contiguous per "
                       "partition: " + "; ".join(bad)}
 
     # High watermarks (ListOffsets latest) must reach N. With acks=1 the
@@ -273,6 +286,7 @@ def run(a) -> dict:
     # wait, and report how long it took. Tansu is known to report stale
     # high watermarks here (bench/README.md), so a shortfall is a warning;
     # the delivery-report offsets above are the check.
+    expect = a.expect_hw or n
     t_hw = clock()
     hw, last_change, prev = -1, t_hw, None
     while True:
@@ -284,11 +298,11 @@ def run(a) -> dict:
         if hw != prev:
             prev, last_change = hw, now
         # give up at the limit, or once the sum has not moved for 1 s
-        if hw == n or now - t_hw > a.hw_timeout or (hw >= 0 and now - last_change > 1.0):
+        if hw == expect or now - t_hw > a.hw_timeout or (hw >= 0 and now - last_change > 1.0):
             break
         time.sleep(0.05)
     res["high_watermark_sum"] = hw
-    res["hw_catchup_s"] = round(clock() - t_hw, 3) if hw == n else None
+    res["hw_catchup_s"] = round(clock() - t_hw, 3) if hw == expect else None
     if a.replica_dirs:
         rep = res["replica_files"] = check_replicas(
             json.loads(a.replica_dirs), topic, a.partitions, a.replication_factor,
@@ -297,9 +311,10 @@ def run(a) -> dict:
             return res | {"ok": False, "error": f"the {a.replication_factor} replicas' segment "
                           f"files still differ or are missing {rep['after_s']}s after the "
                           f"last ack: {rep['sizes']}"}
-    if hw != n:
-        res["warnings"].append(f"ListOffsets(latest) sums to {hw} {clock() - t_hw:.1f}s after the last ack, "
-                               f"expected {n} (stale/incorrect high watermarks)")
+    if hw != expect:
+        res["warnings"].append(f"ListOffsets(latest) sums to {hw} {clock() - t_hw:.1f}s after "
+                               f"the last ack, expected {expect} (stale/incorrect high "
+                               f"watermarks)")
     try:
         after = topic_state(p, topic)
         res["isr_after"] = {pid: s["isr"] for pid, s in (after or {}).items()}
@@ -328,6 +343,9 @@ def main(argv=None) -> int:
     ap.add_argument("--ready-timeout", type=float, default=60.0)
     ap.add_argument("--hw-timeout", type=float, default=5.0)
     ap.add_argument("--broker-pid", type=int, default=0)
+    ap.add_argument("--create", action="store_true", help="create the topic first")
+    ap.add_argument("--expect-hw", type=int, default=0,
+                    help="records the topic holds after this phase (default --records)")
     ap.add_argument("--replica-dirs", help="JSON {broker: [log dirs]}: check that every "
                     "replica's segment files reach the same size")
     ap.add_argument("--replica-timeout", type=float, default=20.0)

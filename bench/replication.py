@@ -6,19 +6,21 @@
 
 raykafka: ``raykafka start --nodes 3`` (one broker per Ray node, all on this
 machine), bootstrap = all brokers; a topic with replication.factor=3 and
-min.insync.replicas=2. Tansu: one broker with memory storage, so its topics
-have replication.factor=1 (it cannot do 3); its acks=all is acks=all on a
-single replica. The table says RF for every row.
+min.insync.replicas=2. Tansu: one broker with memory storage, so its topic
+has replication.factor=1 (it cannot do 3); its acks=all is acks=all on a
+single replica. The table gives the RF of every row.
 
-Per target and round: the broker(s) start fresh; then, each phase in its own
-client process (bench.repl_client) on a fresh topic: acks=1, then acks=all,
-each once flat out (throughput; latency then is mostly client queueing) and
-once paced at --rate records/s (latency). For raykafka the same phases also
-run on an RF=1 topic of the same 3-node cluster (the cost of replication,
-without the start-up noise of a second cluster); --no-rf1 skips them.
+Per target and round the broker(s) start fresh. Then, each phase in its own
+client process (bench.repl_client), on one topic per RF: acks=1 and then
+acks=all, each once flat out ('max': throughput; latency then is mostly
+client queueing) and once paced at --rate records/s (latency). For raykafka
+the same phases run again on an RF=1 topic of the same 3-node cluster (the
+cost of replication without the start-up noise of a second cluster; the
+RF=3 topic is deleted first); --no-rf1 skips them.
 
-Verification: every record gets exactly one successful delivery report, the
-high watermarks sum to N, and for raykafka RF=3 topics the three replicas'
+Verification: every record gets exactly one successful delivery report; the
+reported offsets are contiguous per partition and each phase continues where
+the previous one on the topic ended; for raykafka RF=3 every replica's
 segment files on disk reach the same size (followers copy the leader's
 batches byte for byte). A failed check is FAIL, never a number.
 """
@@ -89,17 +91,19 @@ class RaykafkaClusterTarget(RaykafkaTarget):
 
 
 def run_client(t, bootstrap: str, topic: str, rf: int, min_insync: int, acks: str,
-               records: int, rate: float, a, replica_dirs: dict | None = None) -> dict:
+               records: int, rate: float, a, *, create: bool, delete: bool, expect_hw: int,
+               tag: str, replica_dirs: dict | None = None) -> dict:
     cmd = [PYTHON, "-m", "bench.repl_client", "--bootstrap", bootstrap, "--topic", topic,
            "--partitions", str(a.partitions), "--replication-factor", str(rf),
            "--min-insync", str(min_insync), "--acks", acks, "--records", str(records),
            "--record-size", str(a.record_size), "--rate", str(rate),
            "--linger-ms", str(a.linger_ms), "--timeout", str(a.phase_timeout),
-           "--broker-pid", str(t.proc.pid if t.proc else 0)] + (
-               [] if a.keep_topics else ["--delete-after"]) + (
+           "--broker-pid", str(t.proc.pid if t.proc else 0),
+           "--expect-hw", str(expect_hw)] + (["--create"] if create else []) + (
+               ["--delete-after"] if delete else []) + (
                ["--replica-dirs", json.dumps(replica_dirs),
                 "--replica-timeout", str(a.replica_timeout)] if replica_dirs else [])
-    err_log = t.workdir / f"{topic}.stderr"
+    err_log = t.workdir / f"{topic}-{tag}.stderr"
     with open(err_log, "w") as err:
         p = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=err,
                              stdin=subprocess.DEVNULL, start_new_session=True)
@@ -126,21 +130,22 @@ def run_client(t, bootstrap: str, topic: str, rf: int, min_insync: int, acks: st
 
 
 def phases_for(name: str, a) -> list[dict]:
-    """(label, rf, min.insync, acks, mode) in the order they run."""
+    """The phases of one target, in the order they run. Phases with the same
+    rf share one topic (created by the first, deleted after the last)."""
     out = []
     combos = []
     if name == "raykafka":
-        combos.append(("raykafka", a.nodes if a.rf is None else a.rf, a.min_insync))
+        combos.append((a.nodes if a.rf is None else a.rf, a.min_insync))
         if not a.no_rf1:
-            combos.append(("raykafka", 1, 0))
+            combos.append((1, 0))
     else:
-        combos.append((name, 1, 0))
-    for label, rf, mis in combos:
+        combos.append((1, 0))
+    for rf, mis in combos:
         for acks in ("1", "all"):
-            out.append({"target": label, "rf": rf, "min_insync": mis, "acks": acks,
+            out.append({"target": name, "rf": rf, "min_insync": mis, "acks": acks,
                         "mode": "max", "records": a.records, "rate": 0})
             if not a.no_paced:
-                out.append({"target": label, "rf": rf, "min_insync": mis, "acks": acks,
+                out.append({"target": name, "rf": rf, "min_insync": mis, "acks": acks,
                             "mode": f"{a.rate:g}/s", "records": a.latency_records,
                             "rate": a.rate})
     return out
@@ -150,6 +155,19 @@ def key_of(ph: dict) -> str:
     return f"{ph['target']}|rf{ph['rf']}|acks={ph['acks']}|{ph['mode']}"
 
 
+def continuity_error(ranges: dict, ends: dict) -> str | None:
+    """Each phase's offsets must start where the previous phase on the same
+    topic ended (at 0 for the first): no record lost or duplicated across
+    phases. ``ends`` (partition -> next offset) is updated."""
+    bad = []
+    for pid, (lo, hi) in ranges.items():
+        want = ends.get(pid, 0)
+        if lo != want:
+            bad.append(f"partition {pid} starts at {lo}, expected {want}")
+        ends[pid] = hi + 1
+    return "; ".join(bad) or None
+
+
 def run_round(t, r: int, a, run_id: str) -> list[dict]:
     done = []
     t0 = time.monotonic()
@@ -157,17 +175,33 @@ def run_round(t, r: int, a, run_id: str) -> list[dict]:
         bootstrap = t.start()
         up = round(time.monotonic() - t0, 1)
         print(f"  {t.name} #{r}: up on {bootstrap} in {up}s", flush=True)
-        for i, ph in enumerate(phases_for(t.name, a)):
-            topic = (f"repl-{run_id}-{t.name}-r{r}-rf{ph['rf']}-acks{ph['acks']}-"
-                     f"{'max' if ph['rate'] == 0 else 'paced'}")
+        phases = phases_for(t.name, a)
+        held: dict[str, int] = {}  # topic -> records produced to it so far
+        ends: dict[str, dict] = {}  # topic -> partition -> next offset
+        for i, ph in enumerate(phases):
+            topic = f"repl-{run_id}-{t.name}-r{r}-rf{ph['rf']}"
+            create = topic not in held
+            last = i + 1 == len(phases) or phases[i + 1]["rf"] != ph["rf"]
+            held[topic] = held.get(topic, 0) + ph["records"]
             dirs = None
             if isinstance(t, RaykafkaClusterTarget) and ph["rf"] > 1:
                 dirs = t.log_dirs()
                 if not dirs:
                     t.note("nodes.json not found: replica files on disk were not checked")
+            tag = f"acks{ph['acks']}-{'max' if ph['rate'] == 0 else 'paced'}"
             res = run_client(t, bootstrap, topic, ph["rf"], ph["min_insync"], ph["acks"],
-                             ph["records"], ph["rate"], a, dirs)
+                             ph["records"], ph["rate"], a, create=create,
+                             delete=last and not a.keep_topics, expect_hw=held[topic],
+                             tag=tag, replica_dirs=dirs)
             res.update(phase=ph, key=key_of(ph), round=r, startup_s=up)
+            if res.get("ok") and ends.get(topic, {}) is not None:
+                err = continuity_error(res.get("offset_ranges") or {},
+                                       ends.setdefault(topic, {}))
+                if err:
+                    res.update(ok=False, error=f"offsets do not continue the previous phase "
+                                               f"on {topic}: {err}")
+            if not res.get("ok"):
+                ends[topic] = None  # what the topic holds is unknown from here on
             lat = res.get("latency_ms") or {}
             cpu = res.get("cpu") or {}
             print(f"  {t.name} #{r} RF={ph['rf']} acks={ph['acks']:3s} {ph['mode']:>7s} " + (
@@ -302,8 +336,8 @@ def parse_args(argv=None):
     ap.add_argument("--no-rf1", action="store_true", help="skip raykafka's RF=1 baseline phases")
     ap.add_argument("--no-paced", action="store_true", help="skip the paced latency phases")
     ap.add_argument("--keep-topics", action="store_true",
-                    help="do not delete each phase's topic after it (default: delete, so "
-                         "every phase runs with only its own topic's replicas)")
+                    help="do not delete a topic after its last phase (default: delete, "
+                         "so the RF=1 phases run without the RF=3 topic's replicas)")
     ap.add_argument("--raykafka-cmd", metavar="CMD")
     ap.add_argument("--start-timeout", type=float, default=300.0)
     ap.add_argument("--phase-timeout", type=float, default=60.0,

@@ -299,11 +299,11 @@ class BrokerProcess:
 
         namespace = self.config["raykafka.namespace"]
         here = NodeAffinitySchedulingStrategy(node_id, soft=False)
-        config = self.config.as_dict()
+        config = self.config
         listener = parse_listener(config["listeners"])
         if index and listener.port:
-            config["listeners"] = f"PLAINTEXT://{listener.host}:{listener.port + index}"
-            config["advertised.listeners"] = None
+            config = config.with_values({"listeners": f"PLAINTEXT://{listener.host}:{listener.port + index}",
+                                         "advertised.listeners": None})
         purgatory = _create_named(PurgatoryActorRemote, purgatory_actor_name(broker_id), namespace,
                                   dict(num_cpus=0, max_concurrency=100_000, scheduling_strategy=here),
                                   broker_id, namespace)

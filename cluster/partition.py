@@ -287,10 +287,12 @@ class Partition:
         if fetch_offset >= end:
             return 0, hw, lso, start, []
         try:
-            slices = self.log.read(fetch_offset, max_bytes, end, min_one_batch=True)
+            slices = self.log.read_with_inodes(fetch_offset, max_bytes, end, min_one_batch=True)
         except OffsetOutOfRangeError:
             return int(ErrorCode.offset_out_of_range), hw, lso, start, []
-        return 0, hw, lso, start, [(s.path, s.position, s.length) for s in slices]
+        # The inode (and first batch's base offset) let the reader detect a file
+        # replaced at the same path (a cleaner swap) between this answer and its read.
+        return 0, hw, lso, start, [(s.path, s.position, s.length, s.base_offset, ino) for s, ino in slices]
 
     # ---- offsets ------------------------------------------------------------------------------
     def list_offsets(self, timestamp: int, isolation_level: int, current_leader_epoch: int):

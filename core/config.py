@@ -274,10 +274,19 @@ def env_overrides(environ: Mapping[str, str], defs: Mapping[str, ConfigDef] = BR
 
 
 class BrokerConfig:
-    """Validated broker configuration: Kafka key -> typed value."""
+    """Validated broker configuration: Kafka key -> typed value. Remembers which
+    keys were set explicitly (DescribeConfigs reports them as STATIC_BROKER_CONFIG)."""
 
-    def __init__(self, values: Mapping[str, Any]):
+    def __init__(self, values: Mapping[str, Any], explicit: frozenset[str] | set[str] = frozenset()):
+        if isinstance(values, BrokerConfig):
+            explicit = set(values._explicit) | set(explicit)
+            values = values._values
         self._values = dict(values)
+        self._explicit = set(explicit)
+
+    def with_values(self, changes: Mapping[str, Any]) -> "BrokerConfig":
+        """A copy with some values replaced (e.g. one node's listener)."""
+        return BrokerConfig({**self._values, **changes}, self._explicit | set(changes))
 
     @classmethod
     def from_sources(
@@ -296,12 +305,9 @@ class BrokerConfig:
         values = {name: d.default for name, d in BROKER_CONFIGS.items()}
         for key, value in raw.items():
             values[key] = BROKER_CONFIGS[key].parse(value)
-        config = cls(values)
-        config._explicit = set(raw)
+        config = cls(values, set(raw))
         config._validate_cross_keys()
         return config
-
-    _explicit: set[str] = set()
 
     def _validate_cross_keys(self) -> None:
         for key in ("listeners", "advertised.listeners"):

@@ -9,6 +9,7 @@ import asyncio
 import collections
 import logging
 import os
+import struct
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -23,6 +24,8 @@ from net.fetch_session import FetchSessionCache
 from net.server import CloseConnection, Connection
 
 log = logging.getLogger("raykafka.edge")
+
+_BASE_OFFSET = struct.Struct(">q")
 
 API_VERSIONS_KEY = 18
 
@@ -311,38 +314,49 @@ class EdgeService:
         return None
 
     # ---- reading log slices the leader points us at ----------------------------------------
-    def read_slices(self, slices: list[tuple[str, int, int]]) -> bytes:
-        """pread the (path, position, length) slices of a local leader's segments."""
-        if len(slices) == 1:
-            return self._pread(*slices[0])
-        return b"".join(self._pread(*s) for s in slices)
+    def read_slices(self, slices: list[tuple[str, int, int, int, int]]) -> bytes:
+        """pread the (path, position, length, base offset, inode) slices of a local leader's segments.
 
-    def _pread(self, path: str, position: int, length: int) -> bytes:
-        fd = self._fds.get(path)
-        if fd is None:
+        A segment may be replaced at its path (compaction swaps a new file in)
+        or deleted (retention) between the leader's answer and this read: the
+        bytes must come from the very file (inode) the leader named, and start
+        with the batch it named; otherwise FileNotFoundError and the caller
+        asks the leader again."""
+        if len(slices) == 1:
+            return self._pread_checked(*slices[0])
+        return b"".join(self._pread_checked(*s) for s in slices)
+
+    def _pread_checked(self, path: str, position: int, length: int, base_offset: int, inode: int) -> bytes:
+        for _attempt in range(2):
+            fd, fd_inode = self._open(path)
+            if fd_inode == inode:
+                data = os.pread(fd, length, position)
+                if len(data) == length and _BASE_OFFSET.unpack_from(data, 0)[0] == base_offset:
+                    return data
+            self.forget_fd(path)  # a cached fd of a replaced file: reopen once
+        raise FileNotFoundError(path)
+
+    def _open(self, path: str) -> tuple[int, int]:
+        entry = self._fds.get(path)
+        if entry is None:
             fd = os.open(path, os.O_RDONLY)
-            self._fds[path] = fd
+            entry = self._fds[path] = (fd, os.fstat(fd).st_ino)
             while len(self._fds) > self.max_open_fds:
-                _, old = self._fds.popitem(last=False)
+                _, (old, _ino) = self._fds.popitem(last=False)
                 os.close(old)
         else:
             self._fds.move_to_end(path)
-        data = os.pread(fd, length, position)
-        if len(data) != length:
-            # The segment was truncated or deleted under us; the caller retries.
-            self.forget_fd(path)
-            raise FileNotFoundError(path)
-        return data
+        return entry
 
     def forget_fd(self, path: str) -> None:
-        fd = self._fds.pop(path, None)
-        if fd is not None:
-            os.close(fd)
+        entry = self._fds.pop(path, None)
+        if entry is not None:
+            os.close(entry[0])
 
     def close(self) -> None:
         for appender in self._appenders.values():
             appender.close()
-        for fd in self._fds.values():
+        for fd, _ino in self._fds.values():
             os.close(fd)
         self._fds.clear()
 

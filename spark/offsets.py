@@ -177,12 +177,15 @@ def plan_ranges(ranges: list[OffsetRange], min_partitions: int | None,
             pieces.extend(_split(r, parts))
         ranges = pieces
     if min_partitions and len(ranges) < min_partitions:
+        # Proportional shares, then the leftover parts to the largest remainders:
+        # at least min_partitions in all (Spark rounds each share, which can fall short).
         total = sum(r.size for r in ranges)
-        pieces = []
-        for r in ranges:
-            parts = max(1, round(r.size / total * min_partitions)) if total else 1
-            pieces.extend(_split(r, parts))
-        ranges = pieces
+        shares = [r.size / total * min_partitions for r in ranges]
+        parts = [max(1, math.floor(s)) for s in shares]
+        by_remainder = sorted(range(len(ranges)), key=lambda i: shares[i] - math.floor(shares[i]), reverse=True)
+        for i in by_remainder[:max(0, min_partitions - sum(parts))]:
+            parts[i] += 1
+        ranges = [piece for r, n in zip(ranges, parts) for piece in _split(r, n)]
     return ranges
 
 

@@ -27,7 +27,7 @@ from storage.record_batch import ATTRIBUTES_OFFSET, HEADER, HEADER_SIZE, LOG_OVE
 
 log = logging.getLogger("raykafka.spark")
 
-Slice = tuple[str, int, int]
+Slice = tuple  # (path, position, length[, base offset of the first batch[, inode]])
 CHUNK_BYTES = 8 << 20
 _ALL = 1 << 62  # max_bytes for a read(): every batch up to the high watermark
 
@@ -120,17 +120,25 @@ def read_slices(builder: ArrowBuilder, slices: list[Slice], start: int, end: int
     offset = start
     last_seen = -1
     try:
-        for path, position, length in slices:
+        for piece in slices:
             if offset >= end:
                 break
+            path, position, length = piece[0], piece[1], piece[2]
+            expected_base = piece[3] if len(piece) > 3 else None
             fd = os.open(path, os.O_RDONLY)
             try:
+                if len(piece) > 4 and piece[4] is not None and os.fstat(fd).st_ino != piece[4]:
+                    raise _Stale(f"{path}: not the file planned (replaced by compaction or retention)")
                 pos, stop = position, position + length
                 while pos < stop and offset < end:
                     want = min(chunk_bytes, stop - pos)
                     buf = os.pread(fd, want, pos)
                     if len(buf) < HEADER_SIZE:
                         raise _Stale(f"{path}: short read at {pos}")
+                    if expected_base is not None:
+                        if HEADER.unpack_from(buf, 0)[0] != expected_base:
+                            raise _Stale(f"{path}: the batch at {pos} is not the one planned (file replaced?)")
+                        expected_base = None
                     size = HEADER.unpack_from(buf, 0)[1] + LOG_OVERHEAD
                     if size > len(buf):  # one batch larger than the chunk
                         if pos + size > stop:

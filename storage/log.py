@@ -786,6 +786,13 @@ class Log:
         with self._lock:
             return [sl for _, sl in self._read_slices(offset, max_bytes, max_offset_exclusive, min_one_batch)]
 
+    def read_with_inodes(self, offset: int, max_bytes: int, max_offset_exclusive: int | None = None,
+                         min_one_batch: bool = True) -> list[tuple[FileSlice, int]]:
+        """:meth:`read`, each slice paired with its file's inode (see LogSegment.inode)."""
+        with self._lock:
+            return [(sl, seg.inode)
+                    for seg, sl in self._read_slices(offset, max_bytes, max_offset_exclusive, min_one_batch)]
+
     def read_bytes(
         self,
         offset: int,

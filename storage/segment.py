@@ -211,6 +211,15 @@ class LogSegment:
 
     # --------------------------------------------------------------- helpers
 
+    @property
+    def inode(self) -> int:
+        """The segment file's inode: a reader holding a FileSlice by path can tell
+        a file swapped in at the same path (compaction) from this one."""
+        ino = getattr(self, "_inode", None)
+        if ino is None:
+            ino = self._inode = os.fstat(self._fd_or_raise()).st_ino
+        return ino
+
     def _fd_or_raise(self) -> int:
         if self._fd is None:
             raise KafkaStorageError(f"segment {self.log_path} is closed")

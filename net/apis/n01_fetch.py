@@ -2,6 +2,8 @@
 of their segments that the edge preads; when fewer than min_bytes are ready it
 long-polls the replicas until data arrives or max_wait passes (DelayedFetch)."""
 import asyncio
+import logging
+import os
 import time
 
 from kio.schema.errors import ErrorCode
@@ -13,6 +15,19 @@ from net.schema_build import ZERO_THROTTLE, build, has_field, nested, response_s
 from net.server import CloseConnection
 
 _NO_DATA = (None, -1, -1, -1)
+# Debugging aid: verify every served batch's CRC (costs a CRC pass over fetched bytes).
+_VERIFY = os.environ.get("RAYKAFKA_VERIFY_FETCH") == "1"
+log = logging.getLogger("raykafka.fetch")
+
+
+def _batches_valid(records: bytes) -> bool:
+    from storage.record_batch import validate_batches
+
+    try:
+        validate_batches(records, None, from_client=False, allow_partial_tail=True)
+        return True
+    except Exception:
+        return False
 
 
 class _Wanted:
@@ -52,6 +67,9 @@ async def _read(edge, want: _Wanted, isolation: int) -> None:
             return
         try:
             want.records = edge.read_slices(slices)
+            if _VERIFY and not _batches_valid(want.records):
+                log.error("fetch %s-%d@%d served a corrupt batch from slices %s", want.topic, want.partition,
+                          want.offset, slices)
             return
         except FileNotFoundError:
             continue  # segment deleted or truncated between answer and read: ask again

@@ -643,7 +643,8 @@ def test_offsets_wire_versions(gbroker, six):
 
 
 def test_describe_list_delete_groups_wire(gbroker, six):
-    from kio.schema.offset_delete.v0.request import OffsetDeletePartition, OffsetDeleteTopic
+    from kio.schema.offset_delete.v0.request import OffsetDeleteRequestPartition as OffsetDeletePartition, \
+        OffsetDeleteRequestTopic as OffsetDeleteTopic
     from kio.schema.offset_commit.v8.request import OffsetCommitRequestPartition as P8, \
         OffsetCommitRequestTopic as T8
 

@@ -210,3 +210,48 @@ def test_offsets_topic_spec_caps_replication_and_is_compacted():
     assert spec["configs"]["cleanup.policy"] == "compact"
     assert spec["configs"]["segment.bytes"] == str(100 * 1024 * 1024)
     assert offsets_topic_spec(config, live_brokers=5)["replication_factor"] == 3
+
+
+class FakePurgatory:
+    """The node purgatory's delay_produce: lets the follower catch up (or not) first."""
+
+    def __init__(self, replica: FakeReplica, follower: int, catch_up: bool):
+        self.replica, self.follower, self.catch_up = replica, follower, catch_up
+        self.calls = []
+        self.delay_produce = _Method(self._delay_produce)
+
+    def _delay_produce(self, required, timeout_ms):
+        self.calls.append((list(required), timeout_ms))
+        p = self.replica.partition
+        if self.catch_up:
+            p.fetch_for_follower(self.follower, p.log.log_end_offset, -1, p.leader_epoch, 1 << 20,
+                                 int(time.time() * 1000))
+        return {(t, part): (0 if p.high_watermark >= offset else int(E.request_timed_out))
+                for t, part, offset in required}
+
+
+def test_appends_wait_for_the_high_watermark(tmp_path):
+    """acks=-1: with a follower in the ISR a commit is answered once the HW
+    passes it (the purgatory's DelayedProduce), else REQUEST_TIMED_OUT."""
+    p = 1
+    group = group_on(p)
+
+    async def scenario():
+        log = Log(str(tmp_path / f"{OFFSETS_TOPIC}-{p}"), LogConfig(segment_bytes=1 << 20, cleanup_policy="compact"))
+        partition = Partition(OFFSETS_TOPIC, p, BROKER, log)
+        assert partition.make_leader(1, 0, [BROKER, 2], [BROKER, 2]) == 0
+        replica = FakeReplica(partition)
+        actor = make_actor(p)
+        await actor.elect(0, replica)
+        await wait_active(actor)
+        actor._purgatory = FakePurgatory(replica, 2, catch_up=True)
+        answer = await actor.commit_offsets(group, "", None, -1, {("t", 0): (1, -1, "", None)})
+        assert list(answer.values()) == [E.none]
+        [(required, timeout_ms)] = actor._purgatory.calls
+        assert required == [(OFFSETS_TOPIC, p, 1)] and timeout_ms == 5000
+        actor._purgatory = FakePurgatory(replica, 2, catch_up=False)
+        answer = await actor.commit_offsets(group, "", None, -1, {("t", 0): (2, -1, "", None)})
+        assert list(answer.values()) == [E.request_timed_out]
+        assert (await actor.fetch_offsets(group, [("t", 0)])).partitions[("t", 0)].offset == 1
+
+    asyncio.run(scenario())

@@ -1,0 +1,253 @@
+"""Ray-on-Spark with a raykafka broker on it.
+
+    from spark.session import local_session
+    from spark.ray_on_spark import RayOnSpark
+
+    spark = local_session(ray=True)              # environment Ray-on-Spark needs, set before the JVM starts
+    with RayOnSpark(spark) as cluster:           # setup_ray_cluster + ray.init(address=...)
+        bootstrap = cluster.start_broker("/tmp/rk-data")    # `raykafka start --ray-address ...`
+        ... produce with any Kafka client ...
+        spark.read.format("raykafka").option("kafka.bootstrap.servers", bootstrap) \\
+             .option("subscribe", "events").load()          # Ray-native reads (readPath=auto)
+    # broker stopped, Ray-on-Spark shut down, its temp dir removed
+
+What this handles for the user (see shared notes on this machine):
+- Spark's Python workers start the Ray worker nodes, so they need the
+  interpreter's ``bin/`` on PATH and, unless Ray token auth is set up,
+  ``RAY_AUTH_MODE=disabled`` (else workers fail with InvalidAuthToken after
+  ~45 s). Those must be in the JVM's environment, i.e. set before the session
+  starts: :func:`spark.session.local_session` (``ray=True``) or
+  :func:`spark.session.prepare_environment` does it; :meth:`RayOnSpark.start`
+  checks the workers' environment and says what is missing.
+- a short private ``ray_temp_root_dir`` (Unix socket paths must stay under
+  ~107 bytes; Ray never cleans its session dirs), removed on stop;
+- ``ray.init(address=...)`` after ``setup_ray_cluster``;
+- registering the ``raykafka`` format with ``ray.address`` defaulting to the
+  cluster, so the Ray-native read path works without options.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from spark.session import PROJECT_ROOT, worker_environment
+
+log = logging.getLogger("raykafka.spark")
+
+_READY = re.compile(r"raykafka ready on (\S+):(\d+)")
+
+# Ray-on-Spark forces RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=1 on its worker nodes,
+# and in that mode `ray start --address 127.0.0.1:P` rewrites the loopback
+# address to the machine's outward-facing IP, where a loopback-bound head is not
+# listening. Any other loopback address is left alone, so on a single machine
+# the head goes on 127.0.0.2: all Ray traffic stays on 127.0.0.0/8.
+LOCAL_HEAD_IP = "127.0.0.2"
+
+
+class RayOnSparkError(RuntimeError):
+    pass
+
+
+def _check_worker_environment(spark) -> None:
+    """Run one tiny task to see the environment Spark's Python workers really get."""
+    wanted_bin = str(Path(sys.executable).parent)
+
+    def probe(_):
+        import os as _os
+        import shutil as _shutil
+
+        yield (_os.environ.get("PATH", ""), _os.environ.get("RAY_AUTH_MODE"), _shutil.which("ray") or "")
+
+    path, auth, ray_bin = spark.sparkContext.parallelize([0], 1).mapPartitions(probe).collect()[0]
+    problems = []
+    if wanted_bin not in path.split(os.pathsep) and not ray_bin:
+        problems.append(f"{wanted_bin} (with the `ray` command) is not on the workers' PATH")
+    if auth is None and not os.path.exists(os.path.expanduser("~/.ray/auth_token")):
+        problems.append("RAY_AUTH_MODE is not set for the workers (Ray token auth would reject them)")
+    if problems:
+        raise RayOnSparkError(
+            "Spark's Python workers cannot start Ray worker nodes: " + "; ".join(problems) + ". Create the "
+            "SparkSession with spark.session.local_session(ray=True), or call "
+            "spark.session.prepare_environment(ray=True) before the session starts.")
+
+
+def _is_loopback(host: str | None) -> bool:
+    import socket
+
+    try:
+        return socket.gethostbyname(host or "localhost").startswith("127.")
+    except OSError:
+        return False
+
+
+class RayOnSpark:
+    """A Ray cluster on the Spark application (Ray-on-Spark) and, optionally,
+    a raykafka broker joined to it. Stops everything it started."""
+
+    def __init__(self, spark, max_worker_nodes: int = 1, *, object_store_memory_worker_node: int = 256 << 20,
+                 object_store_memory_head_node: int = 128 << 20, setup_kwargs: dict | None = None):
+        self.spark = spark
+        self.max_worker_nodes = max_worker_nodes
+        self.setup_kwargs = dict(setup_kwargs or {})
+        self.setup_kwargs.setdefault("object_store_memory_worker_node", object_store_memory_worker_node)
+        self.setup_kwargs.setdefault("object_store_memory_head_node", object_store_memory_head_node)
+        self.address: str | None = None
+        self.temp_root: str | None = None
+        self.brokers: list[BrokerOnRay] = []
+        self._started = False
+
+    def start(self) -> str:
+        """setup_ray_cluster + ray.init; returns the Ray address."""
+        import ray
+        from ray.util.spark import setup_ray_cluster
+
+        local = self.spark.sparkContext.master.startswith("local")
+        _check_worker_environment(self.spark)
+        # The head node runs under this process: same environment as the workers.
+        for key, value in worker_environment(local=local, ray=True).items():
+            if key != "PYSPARK_PYTHON":
+                os.environ[key] = value
+        self.temp_root = tempfile.mkdtemp(prefix="rk-ros-", dir="/tmp")
+        started = time.monotonic()
+        kwargs = dict(self.setup_kwargs)
+        head_options = dict(kwargs.pop("head_node_options", None) or {})
+        head_options.setdefault("include_dashboard", False)  # ~1 GiB less; nothing here needs it
+        from ray.util.spark import cluster_init
+
+        original_host = cluster_init.get_spark_application_driver_host
+        if local and _is_loopback(original_host(self.spark)):
+            cluster_init.get_spark_application_driver_host = lambda _spark: LOCAL_HEAD_IP
+        try:
+            address, _remote = setup_ray_cluster(max_worker_nodes=self.max_worker_nodes,
+                                                 ray_temp_root_dir=self.temp_root, head_node_options=head_options,
+                                                 **kwargs)
+        except BaseException:
+            shutil.rmtree(self.temp_root, ignore_errors=True)
+            self.temp_root = None
+            raise
+        finally:
+            cluster_init.get_spark_application_driver_host = original_host
+        self._started = True
+        self.address = address
+        if not ray.is_initialized():
+            ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
+        log.info("Ray-on-Spark up at %s in %.1f s", address, time.monotonic() - started)
+        from spark import register
+
+        register(self.spark, ray_address=address)
+        return address
+
+    def start_broker(self, data_dir: str | os.PathLike, overrides: dict[str, str] | None = None,
+                     timeout_s: float = 180) -> str:
+        """Run `raykafka start --ray-address <this cluster>` as a subprocess; returns its bootstrap address."""
+        if self.address is None:
+            self.start()
+        broker = BrokerOnRay(self.address, Path(data_dir), overrides)
+        self.brokers.append(broker)
+        return broker.start(timeout_s)
+
+    def stop(self) -> None:
+        for broker in reversed(self.brokers):
+            broker.stop()
+        self.brokers.clear()
+        try:
+            import ray
+
+            if ray.is_initialized():
+                ray.shutdown()
+        except Exception as exc:
+            log.warning("ray.shutdown: %s", exc)
+        if self._started:
+            from ray.util.spark import shutdown_ray_cluster
+
+            try:
+                shutdown_ray_cluster()
+            except Exception as exc:
+                log.warning("shutdown_ray_cluster: %s", exc)
+            self._started = False
+        os.environ.pop("RAY_ADDRESS", None)
+        if self.temp_root:
+            shutil.rmtree(self.temp_root, ignore_errors=True)
+            self.temp_root = None
+
+    def __enter__(self) -> "RayOnSpark":
+        if self.address is None:
+            self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+class BrokerOnRay:
+    """`raykafka start --ray-address ADDRESS` as a child process."""
+
+    def __init__(self, ray_address: str, data_dir: Path, overrides: dict[str, str] | None = None):
+        self.ray_address = ray_address
+        self.data_dir = Path(data_dir)
+        self.overrides = {"listeners": "PLAINTEXT://127.0.0.1:0", **(overrides or {})}
+        self.proc: subprocess.Popen | None = None
+        self.bootstrap: str | None = None
+        self.log_path = self.data_dir.parent / f"{self.data_dir.name}-broker.log"
+        self._lines: queue.Queue = queue.Queue()
+
+    def command(self) -> list[str]:
+        script = Path(sys.executable).parent / "raykafka"
+        base = [str(script)] if script.exists() else [sys.executable, "-m", "cli.main"]
+        args = [*base, "start", "--ray-address", self.ray_address, "--data-dir", str(self.data_dir)]
+        for key, value in self.overrides.items():
+            args += ["--override", f"{key}={value}"]
+        return args
+
+    def start(self, timeout_s: float = 180) -> str:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ)
+        env.update(worker_environment(local=True, ray=True))
+        env["PYTHONUNBUFFERED"] = "1"
+        log_file = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(self.command(), stdout=subprocess.PIPE, stderr=log_file, env=env,
+                                     cwd=PROJECT_ROOT, start_new_session=True)
+        threading.Thread(target=self._pump, args=(self.proc.stdout, log_file), daemon=True).start()
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                line = self._lines.get(timeout=0.5)
+            except queue.Empty:
+                if self.proc.poll() is not None:
+                    raise RayOnSparkError(f"raykafka exited with {self.proc.returncode}; see {self.log_path}")
+                continue
+            match = _READY.search(line)
+            if match:
+                self.bootstrap = f"{match.group(1)}:{match.group(2)}"
+                return self.bootstrap
+        self.stop()
+        raise RayOnSparkError(f"raykafka not ready in {timeout_s} s; see {self.log_path}")
+
+    def _pump(self, stream, log_file) -> None:
+        for raw in iter(stream.readline, b""):
+            log_file.write(raw)
+            log_file.flush()
+            self._lines.put(raw.decode(errors="replace"))
+
+    def stop(self, timeout_s: float = 90) -> int | None:
+        """SIGTERM (clean shutdown: logs flushed, checkpoints written), SIGKILL after ``timeout_s``."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=30)
+        return self.proc.returncode

@@ -24,8 +24,13 @@ def test_slice_from_a_swapped_file_is_refused(tmp_path):
     swapped = tmp_path / "00000000000000000000.log.swap"
     swapped.write_bytes(batch_at(580, 32) + batch_at(605))
     os.replace(swapped, path)
+    # An fd still open on the old file serves the old, consistent bytes...
+    assert edge.read_slices([(str(path), 0, 128, 580, inode)]) == batch_at(580) + batch_at(590)
+    # ...but a reader that must open the path finds another file: ask the leader again.
+    fresh = EdgeService(BrokerConfig.from_sources(), 1, "127.0.0.1", 0)
     with pytest.raises(FileNotFoundError):
-        edge.read_slices([(str(path), 0, 128, 580, inode)])  # old inode: ask the leader again
+        fresh.read_slices([(str(path), 0, 128, 580, inode)])
+    fresh.close()
     new_inode = os.stat(path).st_ino
     assert edge.read_slices([(str(path), 0, 96, 580, new_inode)]) == batch_at(580, 32) + batch_at(605)
     with pytest.raises(FileNotFoundError):

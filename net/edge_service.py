@@ -54,6 +54,12 @@ class PartitionAppender:
 
     This keeps per-partition order (one call at a time, FIFO) and turns many
     small produce requests into few actor calls (~1.5 ms each).
+
+    Bound on added latency: none is added on purpose (no linger). A record set
+    waits only while the previous append call for its partition is in flight,
+    i.e. at most one append round trip (measured ~1-3 ms here; bounded by the
+    actor call timeout), and one call carries at most MAX_SETS_PER_CALL sets /
+    MAX_BYTES_PER_CALL bytes, so the wait cannot grow with load.
     """
 
     MAX_SETS_PER_CALL = 256

@@ -163,3 +163,26 @@ def test_offset_for_leader_epoch(broker, topic_name):
     assert ask(0, current_leader_epoch=9).error_code == ErrorCode.unknown_leader_epoch
     assert ask(0, topic=topic_name + "-x").error_code == ErrorCode.unknown_topic_or_partition
     client.close()
+
+
+def test_empty_long_poll_keeps_the_broker_near_idle(broker, topic_name):
+    """A consumer long-polling an empty partition parks in the purgatory: the
+    broker's CPU stays near its idle level (no busy loop)."""
+    create_topic(broker.bootstrap, topic_name, 1)
+    client = WireClient(broker.bootstrap)
+    _fetch(client, topic_name, 0, min_bytes=1, max_wait_ms=100)  # warm the path up
+    before = broker.cpu_seconds()
+    time.sleep(3)
+    idle = broker.cpu_seconds() - before
+    before = broker.cpu_seconds()
+    started = time.monotonic()
+    fetches = 0
+    while time.monotonic() - started < 3:
+        empty = _fetch(client, topic_name, 0, min_bytes=1, max_wait_ms=500)
+        assert not empty.records
+        fetches += 1
+    polling = broker.cpu_seconds() - before
+    client.close()
+    assert 4 <= fetches <= 8, f"each fetch should wait ~max_wait (500 ms): {fetches} in 3 s"
+    extra = polling - idle
+    assert extra < 0.45, f"long-polling cost {extra:.2f} CPU-seconds over 3 s on top of idle {idle:.2f}"

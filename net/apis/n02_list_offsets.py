@@ -4,22 +4,14 @@ import asyncio
 
 from kio.schema.errors import ErrorCode
 
-from net.edge_service import ActorCallFailed
+from net.leader_calls import call_leader
 from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for
 
 
 async def _one(edge, topic, partition, timestamp, isolation, leader_epoch):
-    info = edge.metadata.partition(topic, partition)
-    if info is None:
-        return int(ErrorCode.unknown_topic_or_partition), -1, -1, -1
-    handle = edge.leader_handle(topic, partition)
-    if info.leader != edge.broker_id or handle is None:
-        return int(ErrorCode.not_leader_or_follower), -1, -1, -1
-    try:
-        return await edge.call(handle.list_offsets.remote(timestamp, isolation, leader_epoch))
-    except ActorCallFailed as exc:
-        return int(exc.error), -1, -1, -1
+    return await call_leader(edge, topic, partition, "list_offsets", timestamp, isolation, leader_epoch,
+                             failure=lambda code: (code, -1, -1, -1))
 
 
 @api(2, 1, 11, tests=("tests/integration/test_clients.py::test_list_offsets_by_timestamp",))

@@ -5,23 +5,14 @@ import asyncio
 
 from kio.schema.errors import ErrorCode
 
-from net.edge_service import ActorCallFailed
+from net.leader_calls import call_leader
 from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for, timedelta_ms
 
 
 async def _one(edge, topic, partition, offset, timeout_ms):
-    info = edge.metadata.partition(topic, partition)
-    if info is None:
-        return int(ErrorCode.unknown_topic_or_partition), -1
-    handle = edge.leader_handle(topic, partition)
-    if info.leader != edge.broker_id or handle is None:
-        return int(ErrorCode.not_leader_or_follower), -1
-    try:
-        return await edge.call(handle.delete_records.remote(offset, -1, timeout_ms),
-                               timeout_s=timeout_ms / 1000 + edge.call_timeout_s)
-    except ActorCallFailed as exc:
-        return int(exc.error), -1
+    return await call_leader(edge, topic, partition, "delete_records", offset, -1, timeout_ms,
+                             failure=lambda code: (code, -1), timeout_s=timeout_ms / 1000 + edge.call_timeout_s)
 
 
 @api(21, 0, 2, tests=("tests/integration/test_log_management.py::test_delete_records_moves_log_start",))

@@ -266,7 +266,11 @@ class EdgeService:
                 except ValueError:
                     return None
 
-            handle = await asyncio.get_running_loop().run_in_executor(None, lookup)
+            try:
+                handle = await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(None, lookup),
+                                                self.call_timeout_s)
+            except asyncio.TimeoutError:
+                handle = None
             if handle is None:
                 return None
             self._coordinators[partition] = handle
@@ -281,12 +285,19 @@ class EdgeService:
         if handle is None:
             return ErrorCode.not_coordinator, None
         try:
-            return None, await self.call(getattr(handle, method).remote(*args), timeout_s)
-        except ActorCallFailed as exc:
-            if exc.error != ErrorCode.request_timed_out:
-                self._coordinators.pop(partition, None)
-                return ErrorCode.not_coordinator, None
+            return None, await asyncio.wait_for(getattr(handle, method).remote(*args),
+                                                timeout_s or self.call_timeout_s)
+        except asyncio.TimeoutError:
             return ErrorCode.request_timed_out, None
+        except Exception as exc:
+            if type(exc).__name__.startswith("RayTaskError"):  # a bug in the coordinator, not a move
+                log.error("group coordinator %s failed: %s", method, str(exc).splitlines()[-1][:300])
+                return ErrorCode.unknown_server_error, None
+            if not type(exc).__module__.startswith("ray"):
+                raise
+            # The coordinator actor is gone (its node died, or it moved): rediscover.
+            self._coordinators.pop(partition, None)
+            return ErrorCode.not_coordinator, None
 
     async def local_coordinators(self) -> list:
         """Handles of every coordinator of an offsets partition this broker leads."""

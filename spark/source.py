@@ -169,7 +169,8 @@ class RayKafkaBatchReader(DataSourceReader):
             resolver.close()
 
     def read(self, partition: KafkaInputPartition) -> Iterator:
-        yield from read_partition(partition, self.options)
+        if isinstance(partition, KafkaInputPartition):  # Spark reads one placeholder when there are none
+            yield from read_partition(partition, self.options)
 
 
 class RayKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -260,7 +261,8 @@ class RayKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _input_partitions(self.options, self.resolver, ranges)
 
     def read(self, partition: KafkaInputPartition) -> Iterator:
-        yield from read_partition(partition, self.options)
+        if isinstance(partition, KafkaInputPartition):  # Spark reads one placeholder when there are none
+            yield from read_partition(partition, self.options)
 
     def commit(self, end: dict) -> None:
         # Offsets live in Spark's checkpoint; nothing is committed to Kafka.

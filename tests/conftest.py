@@ -28,7 +28,9 @@ def broker(session_dir):
                             overrides={"log.segment.bytes": str(8 * 1024 * 1024),
                                        # Fast log maintenance so retention/compaction tests run in seconds.
                                        "log.retention.check.interval.ms": "500",
-                                       "log.cleaner.backoff.ms": "500"})
+                                       "log.cleaner.backoff.ms": "500",
+                                       # One offsets partition: fewer actor processes for the shared broker.
+                                       "offsets.topic.num.partitions": "1"})
     process.start()
     yield process
     code = process.stop()

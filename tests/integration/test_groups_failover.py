@@ -117,3 +117,28 @@ def test_coordinator_moves_when_its_node_dies(tmp_path):
         print(f"coordinator moved from broker {victim} to {moved_to}; member caught up {moved_s:.1f}s after kill -9")
     finally:
         cluster.stop()
+
+
+def test_committed_offsets_survive_a_broker_restart(tmp_path):
+    """A clean restart: the controller's election re-creates each offsets
+    partition's coordinator, which loads the groups and offsets from the log."""
+    data = tmp_path / "data"
+    overrides = {"group.initial.rebalance.delay.ms": "0", "offsets.topic.num.partitions": "1"}
+    broker = BrokerProcess(data, log_name="groups-restart.log", overrides=overrides).start()
+    group = "survivor"
+    try:
+        create_topic(broker.bootstrap, "kept", 2)
+        consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group, "enable.auto.commit": False})
+        consumer.commit(offsets=[TopicPartition("kept", 0, 11), TopicPartition("kept", 1, 22)], asynchronous=False)
+        consumer.close()
+    finally:
+        assert broker.stop() == 0
+    broker = BrokerProcess(data, log_name="groups-restart.log", overrides=overrides).start()
+    try:
+        check = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group, "enable.auto.commit": False})
+        offsets = wait_for(lambda: check.committed([TopicPartition("kept", 0), TopicPartition("kept", 1)], timeout=10),
+                           60, "the coordinator to load")
+        assert [tp.offset for tp in offsets] == [11, 22]
+        check.close()
+    finally:
+        assert broker.stop() == 0

@@ -165,6 +165,15 @@ def test_ray_slices_read_checked_and_stop_on_a_replaced_file(tmp_path):
     assert rows == list(range(5, 55)) and reached >= 55
     # The file was replaced under the plan (compaction, retention): the reader
     # stops where the checks fail and reports how far it got.
+    inode = os.stat(seg).st_ino
+    gen = read_slices(ArrowBuilder("t", 0, False), [(str(seg), 0, len(blob), 0, inode + 1)], 5, 55)
+    with pytest.raises(StopIteration) as stop:
+        next(gen)
+    assert stop.value.value == 5
+    gen = read_slices(ArrowBuilder("t", 0, False), [(str(seg), 0, len(blob), 10, inode)], 5, 55)
+    with pytest.raises(StopIteration) as stop:
+        next(gen)
+    assert stop.value.value == 5
     seg.write_bytes(os.urandom(len(blob)))
     gen = read_slices(ArrowBuilder("t", 0, False), [(str(seg), 0, len(blob), 0)], 5, 55)
     with pytest.raises(StopIteration) as stop:

@@ -1,0 +1,63 @@
+"""Ray-on-Spark, end to end: a Spark session, `setup_ray_cluster`, a raykafka
+broker started on that Ray cluster (`raykafka start --ray-address`), records
+produced by a Kafka client, read into DataFrames over both read paths, and
+everything torn down again."""
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+pytest.importorskip("pyspark")
+pytest.importorskip("pyarrow")
+
+from confluent_kafka import Producer  # noqa: E402
+
+from tests.kafka_admin import create_topic  # noqa: E402
+
+
+def test_ray_on_spark_broker_read_into_dataframes(tmp_path):
+    import ray
+
+    from spark.ray_on_spark import RayOnSpark
+    from spark.session import local_session
+
+    started = time.monotonic()
+    spark = local_session(app_name="raykafka-ray-on-spark", ray=True)
+    try:
+        with RayOnSpark(spark) as cluster:
+            assert ray.is_initialized()
+            bootstrap = cluster.start_broker(tmp_path / "data")
+            broker = cluster.brokers[0]
+            topic = "ray-on-spark"
+            create_topic(bootstrap, topic, 2)
+            producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "compression.type": "lz4"})
+            for i in range(2000):
+                producer.produce(topic, b"value-%d" % i, b"key-%d" % i, partition=i % 2)
+            assert producer.flush(60) == 0
+
+            # The broker's replicas are actors of the Ray-on-Spark cluster.
+            names = [a for a in ray.util.list_named_actors(all_namespaces=True) if a["namespace"] == "raykafka"]
+            assert any(a["name"].startswith(f"{topic}-0@") for a in names), names
+
+            def load(path: str):
+                return (spark.read.format("raykafka").option("kafka.bootstrap.servers", bootstrap)
+                        .option("subscribe", topic).option("readPath", path).load())
+
+            expected = sorted((p, o) for p in range(2) for o in range(1000))
+            for path in ("ray", "kafka"):  # ray: the replicas' segment files, no broker hop
+                rows = load(path).selectExpr("partition", "offset", "CAST(key AS STRING) k",
+                                             "CAST(value AS STRING) v").collect()
+                assert sorted((r["partition"], r["offset"]) for r in rows) == expected, path
+                assert all(r["k"] == f"key-{r['v'][6:]}" for r in rows), path
+                assert sorted(int(r["v"][6:]) for r in rows) == list(range(2000)), path
+            temp_root = cluster.temp_root
+            proc = broker.proc
+        # torn down: broker stopped cleanly, Ray-on-Spark gone, its temp dir removed
+        assert proc.returncode == 0
+        assert not ray.is_initialized()
+        assert temp_root and not os.path.exists(temp_root)
+    finally:
+        spark.stop()
+    assert time.monotonic() - started < 240

@@ -197,7 +197,8 @@ def _subscription(opts: dict[str, str]) -> Subscription:
     given = [k for k in ("subscribe", "subscribepattern", "assign") if opts.get(k) not in (None, "")]
     if len(given) > 1:
         names = " and ".join(spelling(k) for k in given)
-        raise OptionError(spelling(given[1]), f"only one of subscribe, subscribePattern, assign can be given; got {names}")
+        raise OptionError(spelling(given[1]),
+                          f"only one of subscribe, subscribePattern, assign can be given; got {names}")
     if not given:
         raise OptionError("subscribe", "one of subscribe, subscribePattern or assign is required")
     key = given[0]

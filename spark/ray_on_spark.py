@@ -3,24 +3,28 @@
     from spark.session import local_session
     from spark.ray_on_spark import RayOnSpark
 
-    spark = local_session(ray=True)              # environment Ray-on-Spark needs, set before the JVM starts
+    spark = local_session()                      # or any local SparkSession
     with RayOnSpark(spark) as cluster:           # setup_ray_cluster + ray.init(address=...)
         bootstrap = cluster.start_broker("/tmp/rk-data")    # `raykafka start --ray-address ...`
         ... produce with any Kafka client ...
-        spark.read.format("raykafka").option("kafka.bootstrap.servers", bootstrap) \\
+        spark.read.format("raykafka").option("kafka.bootstrap.servers", bootstrap) \
              .option("subscribe", "events").load()          # Ray-native reads (readPath=auto)
     # broker stopped, Ray-on-Spark shut down, its temp dir removed
 
-What this handles for the user (see shared notes on this machine):
-- Spark's Python workers start the Ray worker nodes, so they need the
-  interpreter's ``bin/`` on PATH and, unless Ray token auth is set up,
-  ``RAY_AUTH_MODE=disabled`` (else workers fail with InvalidAuthToken after
-  ~45 s). Those must be in the JVM's environment, i.e. set before the session
-  starts: :func:`spark.session.local_session` (``ray=True``) or
-  :func:`spark.session.prepare_environment` does it; :meth:`RayOnSpark.start`
-  checks the workers' environment and says what is missing.
-- a short private ``ray_temp_root_dir`` (Unix socket paths must stay under
-  ~107 bytes; Ray never cleans its session dirs), removed on stop;
+What this handles so the user does not have to (measured on this machine):
+- Ray nodes are started from Spark tasks and need the interpreter's ``bin/``
+  on PATH (``ray start`` is found by name) and, unless Ray token auth is set
+  up, ``RAY_AUTH_MODE=disabled`` (else they fail with InvalidAuthToken after
+  ~45 s). In local mode a Ray-on-Spark start hook (:class:`LocalStartHook`)
+  passes these to every node's start command, whatever environment the Spark
+  session was started with; on a cluster the workers' environment is checked
+  and the error says what is missing.
+- Ray-on-Spark forces multi-node mode on its worker nodes, which rewrites a
+  127.0.0.1 head address to the machine's outward-facing IP; on one machine
+  the head goes on 127.0.0.2 instead, so Ray traffic stays on loopback.
+- no dashboard (~1 GiB), small object stores, a short private
+  ``ray_temp_root_dir`` (Unix socket paths must stay under ~107 bytes; Ray
+  never cleans its session dirs), removed on stop;
 - ``ray.init(address=...)`` after ``setup_ray_cluster``;
 - registering the ``raykafka`` format with ``ray.address`` defaulting to the
   cluster, so the Ray-native read path works without options.
@@ -81,6 +85,29 @@ def _check_worker_environment(spark) -> None:
             "spark.session.prepare_environment(ray=True) before the session starts.")
 
 
+try:
+    from ray.util.spark.start_hook_base import RayOnSparkStartHook as _StartHookBase
+except ImportError:  # ray without its Spark support: RayOnSpark.start fails later with Ray's own message
+    _StartHookBase = object
+
+
+class LocalStartHook(_StartHookBase):
+    """Ray-on-Spark start hook for a single machine: the environment every Ray
+    node needs goes with the node's start command, whatever environment the
+    Spark session was created with (Ray-on-Spark passes
+    ``custom_environment_variables`` to each `ray start`)."""
+
+    def __init__(self, is_global: bool = False):
+        self.is_global = is_global
+
+    def get_default_temp_root_dir(self):
+        return "/tmp"
+
+    def custom_environment_variables(self):
+        env = worker_environment(local=True, ray=True)
+        return {key: env[key] for key in ("PATH", "RAY_AUTH_MODE", "RAY_USAGE_STATS_ENABLED", "PYTHONPATH")}
+
+
 def _is_loopback(host: str | None) -> bool:
     import socket
 
@@ -105,6 +132,7 @@ class RayOnSpark:
         self.temp_root: str | None = None
         self.brokers: list[BrokerOnRay] = []
         self._started = False
+        self._saved_env: dict[str, str | None] = {}
 
     def start(self) -> str:
         """setup_ray_cluster + ray.init; returns the Ray address."""
@@ -112,10 +140,13 @@ class RayOnSpark:
         from ray.util.spark import setup_ray_cluster
 
         local = self.spark.sparkContext.master.startswith("local")
-        _check_worker_environment(self.spark)
-        # The head node runs under this process: same environment as the workers.
+        if not local:
+            _check_worker_environment(self.spark)
+        # The head node runs under this process: same environment as the workers
+        # (restored by stop()).
         for key, value in worker_environment(local=local, ray=True).items():
             if key != "PYSPARK_PYTHON":
+                self._saved_env.setdefault(key, os.environ.get(key))
                 os.environ[key] = value
         self.temp_root = tempfile.mkdtemp(prefix="rk-ros-", dir="/tmp")
         started = time.monotonic()
@@ -125,8 +156,11 @@ class RayOnSpark:
         from ray.util.spark import cluster_init
 
         original_host = cluster_init.get_spark_application_driver_host
-        if local and _is_loopback(original_host(self.spark)):
-            cluster_init.get_spark_application_driver_host = lambda _spark: LOCAL_HEAD_IP
+        original_hook = os.environ.get(cluster_init.RAY_ON_SPARK_START_HOOK)
+        if local:
+            os.environ[cluster_init.RAY_ON_SPARK_START_HOOK] = f"{__name__}.LocalStartHook"
+            if _is_loopback(original_host(self.spark)):
+                cluster_init.get_spark_application_driver_host = lambda _spark: LOCAL_HEAD_IP
         try:
             address, _remote = setup_ray_cluster(max_worker_nodes=self.max_worker_nodes,
                                                  ray_temp_root_dir=self.temp_root, head_node_options=head_options,
@@ -137,6 +171,10 @@ class RayOnSpark:
             raise
         finally:
             cluster_init.get_spark_application_driver_host = original_host
+            if original_hook is None:
+                os.environ.pop(cluster_init.RAY_ON_SPARK_START_HOOK, None)
+            else:
+                os.environ[cluster_init.RAY_ON_SPARK_START_HOOK] = original_hook
         self._started = True
         self.address = address
         if not ray.is_initialized():
@@ -176,6 +214,12 @@ class RayOnSpark:
                 log.warning("shutdown_ray_cluster: %s", exc)
             self._started = False
         os.environ.pop("RAY_ADDRESS", None)
+        for key, value in self._saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        self._saved_env.clear()
         if self.temp_root:
             shutil.rmtree(self.temp_root, ignore_errors=True)
             self.temp_root = None

@@ -1,18 +1,22 @@
 """The Ray-native read path.
 
-When the Spark driver is connected to the Ray cluster the broker runs on
-(``ray.init(address=...)``, as after Ray-on-Spark's ``setup_ray_cluster``), the
-driver asks each partition's leader replica actor — named
-``<topic>-<partition>@<broker id>`` in the ``raykafka`` namespace — for the file
-slices ``(path, position, length)`` of its segment files that hold a range
-(``read(fetch_offset, max_bytes, isolation, -1)``). Spark workers then read
-those bytes straight from the segment files, with no broker hop: no Fetch
-request, no edge actor, no socket.
+When the broker runs on a Ray cluster that the Spark application can reach
+(Ray-on-Spark: ``spark.ray_on_spark``), Spark's planner — a Python worker on
+the driver — connects to that cluster (the ``ray.address`` option, which
+``spark.register(spark, ray_address=...)`` and ``RayOnSpark`` set by default)
+and asks each partition's leader replica actor — named
+``<topic>-<partition>@<broker id>`` in the ``raykafka`` namespace — for the
+file slices of its segment files that hold the range
+(``read(fetch_offset, max_bytes, isolation, -1)`` -> ``(error, hw, lso,
+log_start, [(path, position, length, base offset, inode), ...])``). The Spark
+tasks then read those bytes straight from the segment files: no Fetch request,
+no edge actor, no socket, no broker CPU.
 
 The slices are only readable on the leader's node, and a segment can be
-deleted (retention) or rewritten (compaction) between planning and reading, so
-the worker checks every batch (magic, CRC, offsets moving forward) and falls
-back to the Kafka protocol from the first offset it could not read this way.
+deleted (retention) or replaced (compaction) between planning and reading, so
+the task checks the file (inode, first batch's base offset) and every batch
+(magic, CRC, offsets moving forward), and reads over the Kafka protocol from
+the first offset it could not read this way.
 """
 from __future__ import annotations
 
@@ -49,6 +53,9 @@ def connect(address: str | None) -> bool:
     address = address or os.environ.get("RAY_ADDRESS")
     if not address:
         return False
+    if not _reachable(address):
+        log.warning("Ray at %s is not reachable; reading over the Kafka protocol", address)
+        return False
     try:
         ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False,
                  configure_logging=False)
@@ -56,6 +63,20 @@ def connect(address: str | None) -> bool:
         log.warning("cannot connect to Ray at %s: %s", address, exc)
         return False
     return True
+
+
+def _reachable(address: str, timeout_s: float = 2.0) -> bool:
+    """A quick TCP check of the GCS address: ray.init would retry for a minute."""
+    import socket
+
+    host, _, port = address.rpartition(":")
+    if address.startswith(("ray://", "auto")) or not port.isdigit():
+        return True
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
 
 
 def plan_slices(ranges, leaders: dict[tuple[str, int], int], namespace: str, isolation_level: int = 0,

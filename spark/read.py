@@ -12,7 +12,7 @@ from pyspark.sql.datasource import InputPartition
 from spark.decode import ArrowBuilder, next_fetch_offset
 from spark.offsets import report_data_loss
 from spark.options import EARLIEST, LATEST, ReadOptions
-from spark.wire import OFFSET_OUT_OF_RANGE, RETRIABLE, KafkaError, KafkaWireClient, error_name
+from spark.wire import OFFSET_OUT_OF_RANGE, RETRIABLE, UNKNOWN_TOPIC, KafkaError, KafkaWireClient, error_name
 
 log = logging.getLogger("raykafka.spark")
 
@@ -56,6 +56,7 @@ def _fetch_range(builder: ArrowBuilder, topic: str, partition: int, offset: int,
     isolation = options.isolation_level
     deadline = None
     pending: tuple[int, int] | None = None  # (leader, offset) of a fetch in flight
+    out_of_range = 0
     try:
         while offset < end:
             result = None
@@ -69,8 +70,19 @@ def _fetch_range(builder: ArrowBuilder, topic: str, partition: int, offset: int,
                 client.discard_pending()
             pending = None
             if result is None or result.error in RETRIABLE:
-                result = client.fetch(topic, partition, offset, max_bytes, wait_ms, isolation)
+                try:
+                    result = client.fetch(topic, partition, offset, max_bytes, wait_ms, isolation)
+                except KafkaError as exc:
+                    if exc.code != UNKNOWN_TOPIC:
+                        raise
+                    report_data_loss(options, f"Cannot fetch offsets [{offset}, {end}) of {topic}-{partition}: "
+                                              "the partition no longer exists (topic deleted?)")
+                    return
             if result.error == OFFSET_OUT_OF_RANGE:
+                out_of_range += 1
+                if out_of_range > 20:
+                    raise KafkaError(f"Fetch of {topic}-{partition} at offset {offset} keeps failing with "
+                                     "OFFSET_OUT_OF_RANGE although the offset is in range", result.error)
                 offset = _out_of_range(client, topic, partition, offset, end, options)
                 continue
             if result.error:
@@ -96,6 +108,9 @@ def _fetch_range(builder: ArrowBuilder, topic: str, partition: int, offset: int,
                     return
                 if offset > before:
                     deadline = None
+                    continue
+                if max_bytes < (1 << 30):
+                    max_bytes *= 2  # only part of one batch came back: it is larger than the fetch size
                     continue
             if result.high_watermark <= offset:
                 # The log ends before the range does: truncated, or the range was planned past its end.

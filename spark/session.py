@@ -65,6 +65,7 @@ def local_session(master: str = "local[2]", app_name: str = "raykafka", conf: di
 
     builder = (SparkSession.builder.master(master).appName(app_name)
                .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.shuffle.partitions", "4")
                .config("spark.driver.memory", "1g")
                .config("spark.python.worker.reuse", "true"))

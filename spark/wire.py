@@ -171,7 +171,8 @@ class KafkaWireClient:
             if broker_id not in md.brokers:
                 md = self.metadata()
             if broker_id not in md.brokers:
-                raise KafkaError(f"broker {broker_id} is not in the cluster metadata", int(ErrorCode.leader_not_available))
+                raise KafkaError(f"broker {broker_id} is not in the cluster metadata",
+                                 int(ErrorCode.leader_not_available))
             host, port = md.brokers[broker_id]
             conn = self._by_id[broker_id] = _Connection(host, port, self.timeout_s, self.client_id)
         return conn
@@ -240,7 +241,9 @@ class KafkaWireClient:
         md = self.metadata_cache
         if refresh or md is None or partition not in md.topics.get(topic, {}):
             md = self.metadata([topic])
-        leader = md.topics.get(topic, {}).get(partition, -1)
+        if partition not in md.topics.get(topic, {}):
+            raise KafkaError(f"{topic}-{partition} does not exist", UNKNOWN_TOPIC)
+        leader = md.topics[topic][partition]
         if leader < 0:
             raise KafkaError(f"{topic}-{partition} has no leader", int(ErrorCode.leader_not_available))
         return leader
@@ -256,13 +259,17 @@ class KafkaWireClient:
         for attempt in range(self.retries):
             if not todo:
                 return result
-            refresh = attempt > 0
+            if attempt > 0:
+                self.metadata(sorted({t for t, _ in todo}))
             by_leader: dict[int, dict[str, list[tuple[int, int]]]] = {}
-            for (topic, partition), ts in todo.items():
-                leader = self.leader(topic, partition, refresh=refresh)
-                refresh = False
-                by_leader.setdefault(leader, {}).setdefault(topic, []).append((partition, ts))
             failures: list[str] = []
+            for (topic, partition), ts in todo.items():
+                try:
+                    leader = self.leader(topic, partition)
+                except KafkaError as exc:  # not in the metadata (yet): retried below
+                    failures.append(str(exc))
+                    continue
+                by_leader.setdefault(leader, {}).setdefault(topic, []).append((partition, ts))
             for leader, topics in by_leader.items():
                 request_topics = tuple(
                     topic_cls(name=t, partitions=tuple(part_cls(partition_index=p, current_leader_epoch=-1,
@@ -321,25 +328,25 @@ class KafkaWireClient:
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int = 8 << 20, max_wait_ms: int = 500,
               isolation_level: int = 0) -> FetchResult:
         """One Fetch, retried on connection loss and leader changes."""
-        last = None
+        last, last_code = None, None
         for attempt in range(self.retries):
             leader = None
             try:
                 leader = self.send_fetch(topic, partition, offset, max_bytes, max_wait_ms, isolation_level)
                 result = self.receive_fetch(leader)
             except (OSError, KafkaError) as exc:
-                last = str(exc)
+                last, last_code = str(exc), getattr(exc, "code", None)
                 self._drop(leader)
                 self.metadata_cache = None
                 time.sleep(self.retry_backoff_s * (attempt + 1))
                 continue
             if result.error in RETRIABLE:
-                last = error_name(result.error)
+                last, last_code = error_name(result.error), result.error
                 self.metadata_cache = None
                 time.sleep(self.retry_backoff_s * (attempt + 1))
                 continue
             return result
-        raise KafkaError(f"Fetch of {topic}-{partition} at offset {offset} failed: {last}")
+        raise KafkaError(f"Fetch of {topic}-{partition} at offset {offset} failed: {last}", last_code)
 
     def discard_pending(self) -> None:
         """Drop connections with requests in flight (an abandoned pipelined fetch)."""

@@ -4,10 +4,11 @@
 Columns as Spark's Kafka sink: ``value`` (string or binary, required), ``key``
 (string or binary), ``topic`` (string; the ``topic`` option wins when both are
 given), ``partition`` (int; null lets the partitioner choose), ``headers``
-(array<struct<key:string,value:binary>>). Other columns are an error, as are
-wrong types. ``kafka.*`` options go to the producer with the prefix removed;
-keyed records are partitioned by murmur2 like the Java producer's default
-unless ``kafka.partitioner`` says otherwise. Delivery is at least once.
+(array<struct<key:string,value:binary>>). Other columns are ignored (as
+Spark's sink does); a missing value column or a wrong type is an error.
+``kafka.*`` options go to the producer with the prefix removed; keyed records
+are partitioned by murmur2 like the Java producer's default unless
+``kafka.partitioner`` says otherwise. Delivery is at least once.
 """
 from __future__ import annotations
 
@@ -27,11 +28,8 @@ class SchemaError(ValueError):
 
 
 def check_write_schema(schema: StructType, options: WriteOptions) -> None:
-    names = {f.name.lower(): f for f in schema.fields}
-    extra = sorted(set(names) - _ALLOWED)
-    if extra:
-        raise SchemaError(f"raykafka sink: column(s) {extra} are not Kafka record fields; select topic, key, value, "
-                          "partition and headers only")
+    # Other columns are ignored, as Spark's Kafka sink does.
+    names = {f.name.lower(): f for f in schema.fields if f.name.lower() in _ALLOWED}
     if "value" not in names:
         raise SchemaError("raykafka sink: required attribute 'value' not found")
     for col in ("key", "value"):
@@ -53,9 +51,23 @@ def check_write_schema(schema: StructType, options: WriteOptions) -> None:
         raise OptionError("topic", "is required when the DataFrame has no 'topic' column")
 
 
+# Java producer settings librdkafka spells differently (or has no use for).
+_JAVA_ONLY = {
+    "buffer.memory": lambda v: {"queue.buffering.max.kbytes": max(1, int(v) // 1024)},
+    "max.request.size": lambda v: {"message.max.bytes": int(v)},
+    "max.block.ms": lambda v: {},
+    "key.serializer": lambda v: {},
+    "value.serializer": lambda v: {},
+}
+
+
 def producer_config(options: WriteOptions) -> dict:
     config = {"partitioner": "murmur2_random", "linger.ms": 5, "client.id": "raykafka-spark"}
-    config.update(options.producer_config)
+    for key, value in options.producer_config.items():
+        if key in _JAVA_ONLY:
+            config.update(_JAVA_ONLY[key](value))
+        else:
+            config[key] = value
     return config
 
 
@@ -64,8 +76,11 @@ def validate_producer_config(options: WriteOptions) -> None:
     driver so a bad kafka.* option fails the query before any task runs."""
     from confluent_kafka import KafkaException, Producer
 
+    config = producer_config(options)
+    config.pop("bootstrap.servers", None)  # check the settings only: no connections, no log noise
+    config["log_level"] = 0
     try:
-        Producer(producer_config(options))
+        Producer(config)
     except KafkaException as exc:
         message = exc.args[0].str() if exc.args and hasattr(exc.args[0], "str") else str(exc)
         bad = next((k for k in options.producer_config if f'"{k}"' in message or k in message), None)
@@ -92,7 +107,8 @@ def write_batches(batches: Iterator, options: WriteOptions) -> KafkaCommitMessag
     count = 0
     fixed_topic = options.topic
     for batch in batches:
-        columns = {name.lower(): batch.column(i).to_pylist() for i, name in enumerate(batch.schema.names)}
+        columns = {name.lower(): batch.column(i).to_pylist() for i, name in enumerate(batch.schema.names)
+                   if name.lower() in _ALLOWED}
         n = batch.num_rows
         values = columns["value"]
         keys = columns.get("key") or [None] * n

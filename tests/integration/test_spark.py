@@ -11,8 +11,8 @@ import uuid
 
 import pytest
 
-pytest.importorskip("pyspark")
-pytest.importorskip("pyarrow")
+import pyspark  # noqa: F401  (installed by ./dev; a missing pyspark must fail, not skip)
+import pyarrow  # noqa: F401
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition  # noqa: E402
 
@@ -25,9 +25,7 @@ BASE_TS = 1_700_000_000_000
 def session():
     from spark.session import local_session
 
-    # ray=True: the JVM (and so every later session in this pytest process, e.g.
-    # test_spark_ray's) starts with the environment Ray-on-Spark needs.
-    s = local_session(app_name="raykafka-tests", ray=True,
+    s = local_session(app_name="raykafka-tests",
                       conf={"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2"})
     yield s
     s.stop()

@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-pytest.importorskip("pyspark")
-pa = pytest.importorskip("pyarrow")
+import pyspark  # noqa: F401  (installed by ./dev; a missing pyspark must fail, not skip)
+import pyarrow as pa
 
 from spark.decode import ArrowBuilder, arrow_schema  # noqa: E402
 from spark.offsets import OffsetRange, plan_ranges, rate_limit  # noqa: E402
@@ -183,3 +183,19 @@ def test_ray_slices_read_checked_and_stop_on_a_replaced_file(tmp_path):
     with pytest.raises(StopIteration) as stop:
         next(gen)
     assert stop.value.value == 5
+
+
+def test_decoder_multi_byte_varints():
+    # long values and keys, timestamps far from (and before) the batch's base
+    records = [SimpleRecord(b"k" * 200, bytes([i]) * (70_000 if i % 2 else 300),
+                            (("h" * 100, b"v" * 500),), 1_700_000_000_000 + (-1) ** i * i * 10**7)
+               for i in range(6)]
+    blob = build_batch(records, COMPRESSION_ZSTD, base_offset=1000)
+    builder = ArrowBuilder("t", 0, include_headers=True)
+    assert builder.add(blob, 1000, 2000) == (1006, False)
+    rows = builder.take().to_pylist()
+    assert [r["offset"] for r in rows] == list(range(1000, 1006))
+    for i, r in enumerate(rows):
+        assert r["value"] == records[i].value and r["key"] == b"k" * 200
+        assert r["headers"] == [{"key": "h" * 100, "value": b"v" * 500}]
+        assert round(r["timestamp"].timestamp() * 1000) == records[i].timestamp

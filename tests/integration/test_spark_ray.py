@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-pytest.importorskip("pyspark")
-pytest.importorskip("pyarrow")
+import pyspark  # noqa: F401  (installed by ./dev; a missing pyspark must fail, not skip)
+import pyarrow  # noqa: F401
 
 from confluent_kafka import Producer  # noqa: E402
 
@@ -24,7 +24,8 @@ def test_ray_on_spark_broker_read_into_dataframes(tmp_path):
     from spark.session import local_session
 
     started = time.monotonic()
-    spark = local_session(app_name="raykafka-ray-on-spark", ray=True)
+    # A plain local session: RayOnSpark brings what Ray-on-Spark needs itself.
+    spark = local_session(app_name="raykafka-ray-on-spark")
     try:
         with RayOnSpark(spark) as cluster:
             assert ray.is_initialized()
@@ -58,6 +59,7 @@ def test_ray_on_spark_broker_read_into_dataframes(tmp_path):
         assert proc.returncode == 0
         assert not ray.is_initialized()
         assert temp_root and not os.path.exists(temp_root)
+        assert "RAY_ADDRESS" not in os.environ
     finally:
         spark.stop()
     assert time.monotonic() - started < 240

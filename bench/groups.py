@@ -103,6 +103,8 @@ def main(argv=None) -> int:
     ap.add_argument("--start-timeout", type=float, default=240)
     a = ap.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="raykafka-bench-groups-"))
+    for sub in ("raykafka", "tansu"):
+        (work / sub).mkdir()
     results = {}
     for name, make in (("raykafka", lambda: RaykafkaTarget(work / "raykafka", a.start_timeout)),
                        ("tansu", lambda: TansuTarget(work / "tansu", a.start_timeout))):

@@ -64,3 +64,33 @@ class SharedRegion:
                 os.unlink(self.path)
             except FileNotFoundError:
                 pass
+
+
+def remove_orphans(prefix: str = "raykafka-") -> int:
+    """Unlink regions left by edges that died without closing them (kill -9):
+    their names start with `<prefix><pid>-` and that pid no longer runs.
+    tmpfs pages are RAM, so a crashed broker must not leak them for good."""
+    directory = SHM_DIR if os.path.isdir(SHM_DIR) else "/tmp"
+    removed = 0
+    for name in os.listdir(directory):
+        if not name.startswith(prefix):
+            continue
+        pid_text = name[len(prefix):].split("-", 1)[0]
+        if not pid_text.isdigit() or _pid_alive(int(pid_text)):
+            continue
+        try:
+            os.unlink(os.path.join(directory, name))
+            removed += 1
+        except FileNotFoundError:
+            pass
+    return removed
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

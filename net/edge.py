@@ -45,6 +45,11 @@ class EdgeActor:
             idle_timeout_s=config["connections.max.idle.ms"] / 1000,
             max_queued_bytes=config["queued.max.request.bytes"],
         )
+        from core.shared_region import remove_orphans
+
+        removed = remove_orphans()
+        if removed:
+            log.info("removed %d shared-memory regions left by crashed edges", removed)
         # The service needs the advertised port, known only after binding port 0.
         self.service = EdgeService(config, self.broker_id, "", 0)
         self.service.purgatory = self.purgatory

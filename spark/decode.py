@@ -12,6 +12,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from storage.records import _read_varint  # the multi-byte case; single bytes are decoded inline
 from storage.record_batch import (
     COMPRESSION_MASK,
     CONTROL_MASK,
@@ -41,22 +42,6 @@ _MAGIC_POS = 16
 
 def arrow_schema(include_headers: bool) -> pa.Schema:
     return ARROW_SCHEMA_WITH_HEADERS if include_headers else ARROW_SCHEMA
-
-
-def _read_varint(buf, i: int) -> tuple[int, int]:
-    """Zig-zag varint at ``buf[i]`` -> (value, next index); the multi-byte case
-    of the record loop (single bytes are decoded inline)."""
-    result = 0
-    shift = 0
-    while True:
-        b = buf[i]
-        i += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return (result >> 1) ^ -(result & 1), i
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint longer than 10 bytes")
 
 
 class UnsupportedFormat(Exception):

@@ -410,8 +410,11 @@ class ReplicaActor(FollowerRole):
                 self._regions.pop(next(iter(self._regions))).close()
             self._regions[region_path] = region
         buf = region.buf
-        # One copy out of the region: the log rewrites offsets in that copy.
-        sets = [(bytearray(buf[offset:offset + length]), acks, timeout) for offset, length, acks, timeout in placed]
+        # No copy out of the region: the log stamps offsets and leader epochs
+        # into these bytes in place and writes them straight from the mapping.
+        # The edge keeps the space reserved until this call answers, and
+        # append() has no await, so no other call can unmap the region meanwhile.
+        sets = [(buf[offset:offset + length], acks, timeout) for offset, length, acks, timeout in placed]
         return await self.append(sets, leader_epoch)
 
     async def read(self, fetch_offset: int, max_bytes: int, isolation_level: int, current_leader_epoch: int):

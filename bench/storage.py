@@ -10,9 +10,13 @@ same directory (so the same disk), in the same run.
 
 * append: ``Log.append_as_leader(blob, ...)`` for ~1 MiB produce blobs (v2
   batches made by ``storage.records.build_batch``, lz4, 1 KiB keyed
-  records), passed as ``bytes`` as the broker does (cluster/partition.py), so
-  the one copy into a bytearray is included. Raw: ``os.write`` of the same
-  blobs to a file opened O_APPEND like a segment. Both without fsync (page
+  records), each in a writable buffer as the broker hands it over (a slice
+  of the edge's shared-memory region, actors/partition_leader.py
+  ``append_shared``), so the log validates (CRC-32C of every batch), stamps
+  offsets and epochs in place and writes; the edge's one copy from the
+  socket into the region happens in every broker and is outside both sides.
+  Raw: ``os.write`` of the same buffers to a file opened O_APPEND like a
+  segment. Both without fsync (page
   cache) and with one fsync at the end (``Log.flush()`` / ``os.fsync``).
 * read: ``Log.read(offset, 1 MiB)`` from the log start to the end, plus one
   ``os.pread`` per returned slice (what the edge does); raw: sequential 1 MiB
@@ -433,6 +437,8 @@ def main(argv=None) -> int:
     t = time.perf_counter()
     blobs, keys = build_blobs(N_DISTINCT_BLOBS, a.blob_kib * 1024, a.records_per_batch,
                               a.record_size, lambda seq: b"%010d" % seq)
+    # Writable, like the shared-memory slices the replica appends from.
+    blobs = [bytearray(b) for b in blobs]
     recs_per_blob = [len(k) for k in keys]
     blob_size = statistics.mean(len(b) for b in blobs)
     n_blobs = max(1, round(a.mib * 1024 * 1024 / blob_size))

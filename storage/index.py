@@ -100,6 +100,11 @@ class _Index:
                 written += os.write(fd, data[written:])
             data.clear()
 
+    def write_pending_beyond(self, nbytes: int) -> None:
+        """Write buffered entries once more than ``nbytes`` have accumulated."""
+        if len(self._pending) > nbytes:
+            self.write_pending()
+
     def flush(self) -> None:
         self.write_pending()
         if self._fd is not None:

@@ -466,14 +466,21 @@ class Log:
     ) -> AppendInfo:
         """Validate a produce payload, assign offsets from the log end and append.
 
-        ``records`` is copied once into a bytearray (a bytearray argument is
-        used, and modified, in place).  ``from_client=False`` is for records
+        A writable buffer (a bytearray, or a memoryview of one or of the
+        edge's shared-memory region) is used and modified in place: offsets
+        and leader epochs are written into it, so the append copies nothing.
+        Read-only input (``bytes``) is copied once.  ``from_client=False`` is for records
         the broker writes itself (transaction markers), which may be control
         batches.  Raises InvalidRecordsError with Kafka's error code.
         """
         if now_ms is None:
             now_ms = _now_ms()
-        buf = records if isinstance(records, bytearray) else bytearray(records)
+        if isinstance(records, bytearray):
+            buf = records
+        elif isinstance(records, memoryview) and not records.readonly and records.c_contiguous:
+            buf = records.cast("B") if records.format != "B" else records
+        else:
+            buf = bytearray(records)
         view = memoryview(buf)
         cfg = self.config
         headers = validate_batches(view, cfg.max_message_bytes, from_client=from_client)

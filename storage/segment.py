@@ -56,6 +56,8 @@ _SCAN_CHUNK = 4096
 # CRC-checked in pieces instead of being held in memory whole.
 _RECOVERY_CHUNK = 4 * 1024 * 1024
 _NO_TIMESTAMP = -1
+# Buffered index bytes written per batch of entries (a page of offset entries).
+INDEX_WRITE_BYTES = 4096
 
 
 def segment_file_prefix(base_offset: int) -> str:
@@ -391,12 +393,16 @@ class LogSegment:
                 p += size
             self._bytes_since_index = since
             self._max_ts, self._offset_of_max_ts = max_ts, off_max
+            # Index entries reach their files in pages, not per append: a sparse
+            # index missing its newest entries is still a valid index (lookups
+            # land a little earlier), flush()/roll/close write everything, and
+            # recovery rebuilds the indexes of unflushed segments anyway.
             if index_offsets:
                 index.append_many(index_offsets, index_positions)
-                index.write_pending()
+                index.write_pending_beyond(INDEX_WRITE_BYTES)
             if time_entries:
                 time_index.append_many(time_entries)
-                time_index.write_pending()
+                time_index.write_pending_beyond(INDEX_WRITE_BYTES)
         self._next_offset = largest_offset + 1
 
     def on_become_inactive(self) -> None:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from cluster.leader_election import offline_partition_leader
+
 NO_LEADER = -1
 
 
@@ -63,13 +65,8 @@ class ControllerContext:
     def elect_offline_leader(self, replicas: list[int], isr: list[int], unclean: bool) -> int:
         """Kafka's OfflinePartitionLeaderElectionStrategy: first live assigned
         replica that is in the ISR; unclean only if allowed."""
-        live = [r for r in replicas if r in self.brokers]
-        for replica in live:
-            if replica in isr:
-                return replica
-        if unclean and live:
-            return live[0]
-        return NO_LEADER
+        result = offline_partition_leader(replicas, isr, self.brokers.keys(), unclean)
+        return NO_LEADER if result.leader is None else result.leader
 
     def metadata_snapshot(self, controller_id: int) -> dict[str, Any]:
         brokers = [

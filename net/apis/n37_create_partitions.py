@@ -1,0 +1,45 @@
+"""CreatePartitions (37): the controller checks each topic's new count (it
+must grow: INVALID_PARTITIONS otherwise) and any manual assignment, writes
+the new partitions and answers once they have leaders. The edge only refuses
+what Kafka refuses before the controller sees it: a topic named twice."""
+from kio.schema.errors import ErrorCode
+
+from net.edge_service import ActorCallFailed
+from net.registry import api
+from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for, timedelta_ms
+
+
+@api(37, 0, 3, tests=(
+    "tests/unit/test_admin_partition_apis.py::test_create_partitions_forwards_specs_every_version",
+    "tests/unit/test_admin_partition_apis.py::test_create_partitions_duplicate_topic_is_invalid_request",
+    "tests/unit/test_admin_partition_apis.py::test_create_partitions_controller_unreachable",
+))
+async def handle_create_partitions(ctx, request):
+    edge = ctx.edge
+    schema = response_schema_for(request)
+    result_cls = nested(schema, "CreatePartitionsTopicResult")
+    counts: dict[str, int] = {}
+    for t in request.topics:
+        counts[t.name] = counts.get(t.name, 0) + 1
+    duplicates = {name for name, count in counts.items() if count > 1}
+    specs = [{
+        "name": t.name,
+        "count": t.count,
+        # One broker list per new partition, in partition order; null = the controller places them.
+        "assignments": None if t.assignments is None else [list(a.broker_ids) for a in t.assignments],
+    } for t in request.topics if t.name not in duplicates]
+    results: list[dict] = []
+    if specs:
+        timeout_ms = timedelta_ms(request.timeout)
+        try:
+            results = await edge.controller_call("create_partitions", specs, bool(request.validate_only),
+                                                 timeout_s=max(timeout_ms / 1000, 0) + edge.call_timeout_s)
+        except ActorCallFailed as exc:
+            results = [{"name": s["name"], "error_code": int(exc.error), "error_message": str(exc)} for s in specs]
+    for name in sorted(duplicates):
+        # Kafka answers a duplicated topic once, with INVALID_REQUEST, and applies none of its entries.
+        results.append({"name": name, "error_code": int(ErrorCode.invalid_request),
+                        "error_message": "Duplicate topic in request."})
+    return build(schema, throttle_time=ZERO_THROTTLE, results=tuple(
+        build(result_cls, name=r["name"], error_code=ErrorCode(r["error_code"]),
+              error_message=r.get("error_message")) for r in results))

@@ -1,0 +1,66 @@
+"""ElectLeaders (43): the controller runs a preferred (0) or unclean (1)
+election per partition and answers per partition, ELECTION_NOT_NEEDED where
+the wanted leader already leads. v0 has no election type: it means preferred."""
+from kio.schema.errors import ErrorCode
+
+from net.edge_service import ActorCallFailed
+from net.registry import api
+from net.schema_build import ZERO_THROTTLE, build, has_field, nested, response_schema_for, timedelta_ms
+
+PREFERRED, UNCLEAN = 0, 1
+
+
+def requested_partitions(request) -> list[tuple[str, int]] | None:
+    """(topic, partition) in request order without repeats; None = every partition.
+    The Java client sends a set; a repeat would name one election twice."""
+    if request.topic_partitions is None:
+        return None
+    seen: dict[tuple[str, int], None] = {}
+    for t in request.topic_partitions:
+        for p in t.partitions:
+            seen.setdefault((t.topic, p), None)
+    return list(seen)
+
+
+def failed(partitions: list[tuple[str, int]] | None, code: int, message: str) -> dict:
+    """Kafka's error answer: the top-level code, repeated on every requested partition."""
+    return {"error_code": code, "results": [
+        {"topic": t, "partition": p, "error_code": code, "error_message": message} for t, p in partitions or ()]}
+
+
+@api(43, 0, 2, tests=(
+    "tests/unit/test_admin_partition_apis.py::test_elect_leaders_groups_results_per_topic_every_version",
+    "tests/unit/test_admin_partition_apis.py::test_elect_leaders_all_partitions_hides_election_not_needed",
+    "tests/unit/test_admin_partition_apis.py::test_elect_leaders_unknown_election_type_is_invalid_request",
+    "tests/unit/test_admin_partition_apis.py::test_elect_leaders_controller_unreachable",
+))
+async def handle_elect_leaders(ctx, request):
+    edge = ctx.edge
+    schema = response_schema_for(request)
+    topic_cls = nested(schema, "ReplicaElectionResult")
+    partition_cls = nested(schema, "PartitionResult")
+    election_type = request.election_type if has_field(type(request), "election_type") else PREFERRED
+    partitions = requested_partitions(request)
+    if election_type not in (PREFERRED, UNCLEAN):
+        outcome = failed(partitions, int(ErrorCode.invalid_request), f"Unknown election type {election_type}")
+    elif partitions == []:
+        outcome = {"error_code": 0, "results": []}
+    else:
+        timeout_ms = timedelta_ms(request.timeout)
+        try:
+            outcome = await edge.controller_call("elect_leaders", election_type, partitions, timeout_ms,
+                                                 timeout_s=max(timeout_ms / 1000, 0) + edge.call_timeout_s)
+        except ActorCallFailed as exc:
+            outcome = failed(partitions, int(exc.error), str(exc))
+    results = outcome["results"]
+    if partitions is None:
+        # An election over every partition lists only the partitions that moved or failed.
+        results = [r for r in results if r["error_code"] != ErrorCode.election_not_needed]
+    by_topic: dict[str, list] = {}
+    for r in results:
+        by_topic.setdefault(r["topic"], []).append(build(
+            partition_cls, partition_id=r["partition"], error_code=ErrorCode(r["error_code"]),
+            error_message=r.get("error_message")))
+    return build(schema, throttle_time=ZERO_THROTTLE, error_code=ErrorCode(outcome["error_code"]),
+                 replica_election_results=tuple(
+                     build(topic_cls, topic=topic, partition_result=tuple(ps)) for topic, ps in by_topic.items()))

@@ -1,0 +1,39 @@
+"""ListPartitionReassignments (46): the controller lists the moves in
+progress (current replicas, adding, removing) for the partitions asked about,
+or for every partition when the topic list is null; partitions not being
+moved, and unknown topics, are left out of the answer."""
+from kio.schema.errors import ErrorCode
+
+from net.edge_service import ActorCallFailed
+from net.registry import api
+from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for, timedelta_ms
+
+
+@api(46, 0, 0, tests=(
+    "tests/unit/test_admin_partition_apis.py::test_list_reassignments_groups_ongoing_moves_per_topic",
+    "tests/unit/test_admin_partition_apis.py::test_list_reassignments_controller_unreachable",
+))
+async def handle_list_partition_reassignments(ctx, request):
+    edge = ctx.edge
+    schema = response_schema_for(request)
+    topic_cls = nested(schema, "OngoingTopicReassignment")
+    partition_cls = nested(schema, "OngoingPartitionReassignment")
+    partitions = None if request.topics is None else [
+        (t.name, p) for t in request.topics for p in t.partition_indexes]
+    timeout_ms = timedelta_ms(request.timeout)
+    try:
+        answer = await edge.controller_call("list_partition_reassignments", partitions, timeout_ms,
+                                            timeout_s=max(timeout_ms / 1000, 0) + edge.call_timeout_s)
+    except ActorCallFailed as exc:
+        # Kafka's error answer echoes every partition asked about, with no replicas, beside the top-level code.
+        answer = {"error_code": int(exc.error), "error_message": str(exc), "results": [
+            {"topic": t, "partition": p, "replicas": [], "adding_replicas": [], "removing_replicas": []}
+            for t, p in partitions or ()]}
+    by_topic: dict[str, list] = {}
+    for r in answer["results"]:
+        by_topic.setdefault(r["topic"], []).append(build(
+            partition_cls, partition_index=r["partition"], replicas=tuple(r["replicas"]),
+            adding_replicas=tuple(r["adding_replicas"]), removing_replicas=tuple(r["removing_replicas"])))
+    return build(schema, throttle_time=ZERO_THROTTLE, error_code=ErrorCode(answer["error_code"]),
+                 error_message=answer.get("error_message"),
+                 topics=tuple(build(topic_cls, name=name, partitions=tuple(ps)) for name, ps in by_topic.items()))

@@ -18,14 +18,19 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors.group_coordinator import OFFSETS_TOPIC, offsets_topic_spec, sync_group_coordinators
 from actors.group_coordinator import forget_broker as forget_coordinators_of
+from actors.controller_operations import PartitionOperations
 from actors.partition_leader import ReplicaActorRemote
 from cluster.controller_context import (NO_LEADER, BrokerState, ControllerContext, PartitionState,
                                         TopicState, new_zk_topic_id, zk_topic_id_to_uuid)
-from cluster.log_config import log_config_for
+from cluster.leader_election import offline_partition_leader
+from cluster.log_config import log_config_for, throttled_replicas_for
+from cluster.partition_state_machine import PartitionStateName as PS
+from cluster.reassignment import ReplicaAssignment
+from cluster.replica_state_machine import ReplicaState as RS
 from cluster.topic_admin import (TopicSpecError, apply_config_ops, describe_broker_config_entries,
                                  describe_topic_config_entries, described_configs, plan_topic)
-from core.config import BrokerConfig, TOPIC_CONFIGS
-from core.naming import edge_actor_name, replica_actor_name
+from core.config import BROKER_CONFIGS, BrokerConfig, ConfigError, TOPIC_CONFIGS
+from core.naming import controller_actor_name, edge_actor_name, replica_actor_name
 from metadata.kafka_zk import BadVersionError, KafkaZkClient
 from metadata.kafka_zk import PartitionState as ZkPartitionState
 
@@ -36,12 +41,19 @@ ERR_UNKNOWN_TOPIC = 3
 ERR_NOT_CONTROLLER = 41
 ERR_TOPIC_DELETION_DISABLED = 73
 ERR_UNKNOWN_SERVER = -1
+ERR_INVALID_CONFIG = 40
+ERR_INVALID_REQUEST = 42
 
+# The broker configs that can change at runtime (Kafka's dynamic broker configs we support).
+DYNAMIC_BROKER_CONFIGS = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
+
+# A topic whose replica could not be deleted (StopReplica failed) is tried again after this.
+TOPIC_DELETION_RETRY_BACKOFF_S = 2.0
 # Bound on the event queue: edge requests beyond it are refused, not buffered forever.
 MAX_QUEUED_EVENTS = 10_000
 
 
-class ControllerService:
+class ControllerService(PartitionOperations):
     """Controller logic with its I/O (ZooKeeper client, Ray handles) injected."""
 
     def __init__(self, broker_id: int, config: BrokerConfig, zk: KafkaZkClient, namespace: str,
@@ -65,7 +77,12 @@ class ControllerService:
         self.self_handle: Any = None
         self.call_timeout_s = config["raykafka.actor.call.timeout.ms"] / 1000
         self._worker: asyncio.Task | None = None
+        self.stopped = False
         self.epoch_zk_version: int | None = None
+        self._controller_watch: asyncio.Task | None = None
+        self._controller_watch_key: tuple[int, int] | None = None
+        # /config/brokers/<id or <default>> overrides (dynamic broker configs).
+        self._broker_overrides: dict[str, dict[str, str]] = {}
         self._last_config_change: str | None = None
 
     # ---- event queue ---------------------------------------------------------------------------
@@ -106,7 +123,15 @@ class ControllerService:
 
     @property
     def is_active(self) -> bool:
-        return self.ctx is not None
+        return self.ctx is not None and not self.stopped
+
+    def stop(self) -> None:
+        """Stop taking events (watches fire as the ZooKeeper session closes), then close it."""
+        self.stopped = True
+        for task in (self._worker, self._controller_watch, getattr(self, "_rebalance_task", None)):
+            if task is not None:
+                task.cancel()
+        self.zk.close()
 
     # ---- election ----------------------------------------------------------------------------
     async def _elect(self) -> None:
@@ -115,8 +140,10 @@ class ControllerService:
                 return
             log.warning("broker %d lost the controller role", self.broker_id)
             self.ctx = None
+        started = time.monotonic()
         epoch = self.zk.try_become_controller(self.broker_id)
         if epoch is None:
+            self._watch_active_controller()
             return
         self.epoch_zk_version = self.zk.controller_epoch()[1]
         log.info("broker %d is the active controller, epoch %d", self.broker_id, epoch)
@@ -126,14 +153,81 @@ class ControllerService:
         self.zk.watch_delete_topics(lambda _names: self.from_zk_thread(self._on_delete_topics_marked))
         self.zk.watch_isr_change_notifications(lambda _names: self.from_zk_thread(self._on_isr_change))
         self.zk.watch_config_changes(lambda _names: self.from_zk_thread(self._on_config_change))
+        self.zk.watch_partition_reassignment(lambda _body: self.from_zk_thread(self._on_reassign_partitions_znode))
+        self.zk.watch_preferred_replica_election(
+            lambda _body: self.from_zk_thread(self._on_preferred_replica_election))
         self._load_brokers()
         self._load_topics()
+        self._load_broker_overrides()
+        self._initialize_state_machines()
         await self._elect_offline_partitions(list(self.ctx.all_partitions()))
         await self._send_leader_and_isr([tp for tp, _ in self.ctx.all_partitions()])
         await self._send_update_metadata()
         marked = self.zk.get_topics_marked_for_deletion()
         if marked:
             await self._delete_topics(marked)
+        # Reassignments a previous controller left in flight resume where they were.
+        await self._check_reassignments(list(self.ctx.reassignments))
+        self._start_auto_rebalance()
+        log.info("controller %d ready (epoch %d) in %.0f ms", self.broker_id, epoch,
+                 (time.monotonic() - started) * 1000)
+
+    def _initialize_state_machines(self) -> None:
+        ctx = self.ctx
+        ctx.replica_sm.initialize(
+            (((topic, p, b), b in ctx.brokers) for (topic, p), replicas in ctx.all_partitions() for b in replicas),
+            set(ctx.topics_being_deleted))
+        ctx.partition_sm.initialize(
+            ((tp, tp in ctx.states, tp in ctx.states and ctx.states[tp].leader in ctx.brokers)
+             for tp, _ in ctx.all_partitions()))
+
+    def _watch_active_controller(self) -> None:
+        """Standby candidates watch the active controller's actor through Ray. When Ray
+        reports it dead (its process or node is gone), /controller is removed at once
+        instead of after the ZooKeeper session timeout, so a new controller is elected
+        in about Ray's node-death detection time. Safe against a controller that is
+        only unreachable: its ZooKeeper writes and its requests to replicas and edges
+        are fenced by the controller epoch the new controller increments."""
+        try:
+            found = self.zk.controller_znode()
+        except Exception:
+            log.exception("cannot read /controller")
+            return
+        if found is None:
+            return
+        controller_id, owner, _version = found
+        if controller_id == self.broker_id or self._controller_watch_key == (controller_id, owner):
+            return
+        if self._controller_watch is not None:
+            self._controller_watch.cancel()
+        self._controller_watch_key = (controller_id, owner)
+        try:
+            handle = ray.get_actor(controller_actor_name(controller_id), namespace=self.namespace)
+        except ValueError:
+            return
+
+        async def watch():
+            try:
+                await handle.park.remote()
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                pass
+            log.warning("the active controller (broker %d) died (Ray death watch)", controller_id)
+
+            async def take_over():
+                current = self.zk.controller_znode()
+                if current is not None and current[0] == controller_id and current[1] == owner:
+                    if self.zk.delete_controller_if(owner, controller_id):
+                        log.info("removed dead controller %d's /controller znode", controller_id)
+                self._controller_watch_key = None
+                await self._elect()
+
+            take_over.__name__ = f"controller_died({controller_id})"
+            self.enqueue(take_over)
+
+        self._controller_watch = self.loop.create_task(watch())
 
     def _live_registrations(self) -> dict[int, dict]:
         current = self.zk.get_brokers()
@@ -164,6 +258,10 @@ class ControllerService:
         topic = TopicState(name, assignment.topic_id, dict(assignment.partitions),
                            self.zk.get_topic_config(name), internal=name.startswith("__"))
         self.ctx.topics[name] = topic
+        for p, replicas in topic.assignment.items():
+            adding, removing = assignment.adding_replicas.get(p, []), assignment.removing_replicas.get(p, [])
+            if adding or removing:
+                self.ctx.reassignments[(name, p)] = ReplicaAssignment(list(replicas), list(adding), list(removing))
         for p in topic.assignment:
             found = self.zk.get_partition_state(name, p)
             if found is not None:
@@ -181,17 +279,29 @@ class ControllerService:
                 live = [r for r in replicas if r in ctx.brokers]
                 leader = live[0] if live else NO_LEADER
                 new = PartitionState(leader, 0, live or list(replicas), ctx.epoch)
+                ctx.partition_sm.transition([(topic, p)], PS.NEW_PARTITION)
+                ctx.replica_sm.transition([(topic, p, r) for r in replicas], RS.NEW_REPLICA)
                 new.zk_version = self.zk.create_partition_state(
                     topic, p, new.leader, new.leader_epoch, new.isr, ctx.epoch,
                     expected_controller_epoch_zk_version=self.epoch_zk_version)
                 ctx.states[(topic, p)] = new
+                ctx.partition_sm.transition([(topic, p)], PS.ONLINE_PARTITION if leader != NO_LEADER
+                                            else PS.OFFLINE_PARTITION)
+                ctx.replica_sm.transition([(topic, p, r) for r in live], RS.ONLINE_REPLICA)
                 continue
-            if state.leader in ctx.brokers:
+            if state.leader in ctx.brokers and state.leader not in ctx.shutting_down:
                 continue
+            ctx.partition_sm.transition([(topic, p)], PS.OFFLINE_PARTITION)
             unclean = self._topic_flag(topic, "unclean.leader.election.enable")
-            leader = ctx.elect_offline_leader(replicas, state.isr, unclean)
+            outcome = offline_partition_leader(replicas, state.isr, set(ctx.brokers) - ctx.shutting_down, unclean)
+            leader = NO_LEADER if outcome.leader is None else outcome.leader
             if leader == NO_LEADER and state.leader == NO_LEADER:
                 continue
+            if leader == NO_LEADER:
+                log.warning("%s-%d is offline: no live replica in ISR %s (unclean election %s)", topic, p,
+                            state.isr, "enabled" if unclean else "disabled")
+            else:
+                ctx.partition_sm.transition([(topic, p)], PS.ONLINE_PARTITION)
             # Dead replicas leave the ISR; with no live replica the last ISR is kept (Kafka).
             isr = [r for r in state.isr if r in ctx.brokers] if leader != NO_LEADER else state.isr
             if leader != NO_LEADER and leader not in isr:
@@ -241,13 +351,21 @@ class ControllerService:
                 lifetime="detached", get_if_exists=True, num_cpus=0, max_concurrency=10_000,
                 scheduling_strategy=strategy,
             ).remote(topic, p, broker_id, broker.log_dirs, log_config_for(configs, self.config), min_isr,
-                     self.zk_connect, self.namespace, self.replica_config())
+                     self.zk_connect, self.namespace, self.replica_config(broker_id, configs))
             self.replica_handles[key] = handle
         return handle
 
-    def replica_config(self) -> dict:
+    def replica_config(self, broker_id: int, topic_configs: dict) -> dict:
         c = self.config
-        return {"replica.lag.time.max.ms": c["replica.lag.time.max.ms"],
+        leader_rate, follower_rate = self._throttle_rates(broker_id)
+        lists = throttled_replicas_for(topic_configs)
+        return {"leader.replication.throttled.rate": leader_rate,
+                "follower.replication.throttled.rate": follower_rate,
+                "leader.replication.throttled.replicas": lists["leader_throttled_replicas"],
+                "follower.replication.throttled.replicas": lists["follower_throttled_replicas"],
+                "replication.quota.window.num": c["replication.quota.window.num"],
+                "replication.quota.window.size.seconds": c["replication.quota.window.size.seconds"],
+                "replica.lag.time.max.ms": c["replica.lag.time.max.ms"],
                 "log.retention.check.interval.ms": c["log.retention.check.interval.ms"],
                 "log.cleaner.backoff.ms": c["log.cleaner.backoff.ms"],
                 "log.cleaner.dedupe.buffer.size": c["log.cleaner.dedupe.buffer.size"],
@@ -370,6 +488,7 @@ class ControllerService:
         for broker_id in dead_ids:
             log.info("broker %d is gone", broker_id)
             del ctx.brokers[broker_id]
+            ctx.shutting_down.discard(broker_id)
             self.edge_handles.pop(broker_id, None)
             for key in [k for k in self.replica_handles if k[2] == broker_id]:
                 del self.replica_handles[key]
@@ -382,10 +501,19 @@ class ControllerService:
             return
         touched = [(tp, r) for tp, r in ctx.all_partitions()
                    if set(r) & (set(new_ids) | set(dead_ids))]
+        ctx.replica_sm.transition([(t, p, b) for (t, p), r in touched for b in r if b in dead_ids],
+                                  RS.OFFLINE_REPLICA)
         await self._elect_offline_partitions(touched)
         self._remove_dead_from_isr(touched)
         await self._send_leader_and_isr([tp for tp, _ in touched])
+        ctx.replica_sm.transition([(t, p, b) for (t, p), r in touched for b in r if b in new_ids],
+                                  RS.ONLINE_REPLICA)
         await self._send_update_metadata()
+        if new_ids:
+            await self._retry_replica_deletions(new_ids)
+            retry = [t for t in ctx.topics_being_deleted if t in ctx.topics]
+            if retry:
+                await self._delete_topics(retry)
 
     def _remove_dead_from_isr(self, partitions) -> None:
         """Replica state machine, OnlineReplica -> OfflineReplica: a dead follower
@@ -419,6 +547,7 @@ class ControllerService:
                                                              state.controller_epoch, version)
         await self._send_update_metadata()
         self.zk.delete_isr_change_notifications([n.name for n in notes])
+        await self._check_reassignments([tp for tp in changed if tp in self.ctx.reassignments])
 
     async def _on_topic_change(self) -> None:
         """Topics written to ZooKeeper by someone else (e.g. an admin tool)."""
@@ -528,32 +657,70 @@ class ControllerService:
         return await self.submit(event)
 
     async def _delete_topics(self, names: list[str]) -> None:
-        """Replica state machine, deletion path: OfflineReplica -> ReplicaDeletionStarted ->
-        ReplicaDeletionSuccessful -> NonExistentReplica, then the znodes go."""
+        """Kafka's TopicDeletionManager over the replica state machine: each replica
+        OfflineReplica -> ReplicaDeletionStarted -> ReplicaDeletionSuccessful ->
+        NonExistentReplica; a replica whose broker is down or whose StopReplica
+        failed becomes ReplicaDeletionIneligible and is retried (when its broker
+        returns, or after a backoff). The znodes go only once every replica is gone."""
         ctx = self.ctx
         names = [n for n in names if n in ctx.topics]
+        if not names:
+            return
         ctx.topics_being_deleted.update(names)
         await self._send_update_metadata()  # edges stop routing to them first
-        calls = []
+        calls, waiting = [], []
         for name in names:
             for (topic, p), replicas in ctx.partitions_of(name):
+                ctx.partition_sm.transition([(topic, p)], PS.OFFLINE_PARTITION)
                 for broker_id in replicas:
+                    replica = (topic, p, broker_id)
+                    if ctx.replica_sm.state(replica) in (RS.REPLICA_DELETION_SUCCESSFUL,):
+                        continue
+                    ctx.replica_sm.transition([replica], RS.OFFLINE_REPLICA)
                     if broker_id in ctx.brokers:
+                        ctx.replica_sm.transition([replica], RS.REPLICA_DELETION_STARTED)
                         handle = self._replica(topic, p, broker_id)
-                        calls.append(((topic, p, broker_id), handle.stop_replica.remote(ctx.epoch, True)))
-        await self._await_all(calls, "StopReplica(delete)")
-        for (topic, p, broker_id), _ in calls:
-            handle = self.replica_handles.pop((topic, p, broker_id), None)
-            if handle is not None:
-                ray.kill(handle)
+                        calls.append((replica, handle.stop_replica.remote(ctx.epoch, True)))
+                    else:
+                        ctx.replica_sm.transition([replica], RS.REPLICA_DELETION_INELIGIBLE)
+                        waiting.append(replica)
+        outcomes = await self._await_calls(calls)
+        failed = False
+        for replica, outcome in outcomes.items():
+            if outcome == 0:
+                ctx.replica_sm.transition([replica], RS.REPLICA_DELETION_SUCCESSFUL)
+                handle = self.replica_handles.pop(replica, None)
+                if handle is not None:
+                    ray.kill(handle)
+            else:
+                failed = True
+                ctx.replica_sm.transition([replica], RS.REPLICA_DELETION_INELIGIBLE)
+        if waiting:
+            log.info("deletion of %s waits for brokers %s to return", names, sorted({r[2] for r in waiting}))
+        done = []
         for name in names:
+            if not ctx.replica_sm.is_topic_deletion_successful(name):
+                continue
             self.zk.delete_topic(name)
             for p in ctx.topics[name].assignment:
                 ctx.states.pop((name, p), None)
+                ctx.reassignments.pop((name, p), None)
+                ctx.partition_sm.transition([(name, p)], PS.NON_EXISTENT_PARTITION)
+            ctx.replica_sm.forget_topic(name)
             del ctx.topics[name]
             ctx.topics_being_deleted.discard(name)
+            done.append(name)
             log.info("deleted topic %s", name)
-        await self._send_update_metadata()
+        if done:
+            await self._send_update_metadata()
+        if failed:
+            retry = [n for n in names if n in ctx.topics_being_deleted]
+
+            async def later():
+                await asyncio.sleep(TOPIC_DELETION_RETRY_BACKOFF_S)
+                self.enqueue(lambda: self._delete_topics(retry) if self.is_active else asyncio.sleep(0))
+
+            self.loop.create_task(later())
 
     # ---- topic configs: AlterConfigs / IncrementalAlterConfigs / DescribeConfigs ------------------
     async def alter_topic_configs(self, changes: list[dict], validate_only: bool) -> list[dict]:
@@ -600,7 +767,87 @@ class ControllerService:
                 if broker_id in self.ctx.brokers:
                     handle = self._replica(t, p, broker_id)
                     calls.append(((t, p, broker_id), handle.update_log_config.remote(log_config, min_isr)))
+                    calls.append(((t, p, broker_id), handle.update_replication_throttle.remote(
+                        None, None, **throttled_replicas_for(configs))))
         await self._await_all(calls, "UpdateLogConfig")
+
+    # ---- replication throttle rates: dynamic broker configs (KIP-73) ------------------------------
+    def _throttle_rates(self, broker_id: int) -> tuple[int, int]:
+        """Effective rates for one broker: its /config/brokers/<id> entry, else
+        /config/brokers/<default>, else the static configuration."""
+        overrides = self._broker_overrides
+
+        def rate(key: str) -> int:
+            for entity in (str(broker_id), "<default>"):
+                value = overrides.get(entity, {}).get(key)
+                if value is not None:
+                    return BROKER_CONFIGS[key].parse(value)
+            return self.config[key]
+
+        return rate("leader.replication.throttled.rate"), rate("follower.replication.throttled.rate")
+
+    def _load_broker_overrides(self) -> None:
+        self._broker_overrides = {"<default>": self.zk.get_broker_config("<default>")}
+        for broker_id in self.ctx.brokers:
+            self._broker_overrides[str(broker_id)] = self.zk.get_broker_config(broker_id)
+
+    async def _push_throttle_rates(self) -> None:
+        calls = []
+        for (topic, p, broker_id), handle in list(self.replica_handles.items()):
+            if broker_id in self.ctx.brokers:
+                leader_rate, follower_rate = self._throttle_rates(broker_id)
+                calls.append(((topic, p, broker_id),
+                              handle.update_replication_throttle.remote(leader_rate, follower_rate)))
+        await self._await_all(calls, "UpdateReplicationThrottle")
+
+    async def alter_broker_configs(self, changes: list[dict], validate_only: bool) -> list[dict]:
+        """Dynamic broker configs (only the replication throttle rates are dynamic here).
+        changes: {"name": "" (cluster default) or a broker id, "replace": {..}} or {"name", "ops": [..]}."""
+        async def event():
+            if not self.is_active:
+                return [_error(c["name"], ERR_NOT_CONTROLLER, "This is not the active controller") for c in changes]
+            results, touched = [], False
+            for change in changes:
+                name = change["name"]
+                try:
+                    entity = "<default>" if name in ("", "<default>") else int(name)
+                except ValueError:
+                    results.append(_error(name, ERR_INVALID_REQUEST, f"Invalid broker id {name!r}"))
+                    continue
+                current = dict(self._broker_overrides.get(str(entity), {}))
+                new = {} if "replace" in change else dict(current)
+                ops = [(k, 0, v) for k, v in change["replace"].items()] if "replace" in change else change["ops"]
+                problem = None
+                for key, op, value in ops:
+                    if key not in DYNAMIC_BROKER_CONFIGS:
+                        problem = (ERR_INVALID_REQUEST, f"Cannot update these configs dynamically: {key}")
+                        break
+                    if op == 0:  # SET
+                        try:
+                            BROKER_CONFIGS[key].parse(value)
+                        except ConfigError as exc:
+                            problem = (ERR_INVALID_CONFIG, str(exc))
+                            break
+                        new[key] = str(value)
+                    elif op == 1:  # DELETE
+                        new.pop(key, None)
+                    else:
+                        problem = (ERR_INVALID_CONFIG, f"{key}: APPEND/SUBTRACT apply to list configs only")
+                        break
+                if problem is not None:
+                    results.append(_error(name, *problem))
+                    continue
+                if not validate_only and new != current:
+                    self.zk.set_broker_config(entity, new)
+                    self._broker_overrides[str(entity)] = new
+                    touched = True
+                results.append({"name": name, "error_code": ERR_NONE, "error_message": None})
+            if touched:
+                await self._push_throttle_rates()
+            return results
+
+        event.__name__ = "alter_broker_configs"
+        return await self.submit(event)
 
     async def _on_config_change(self) -> None:
         """/config/changes written by anyone (an admin tool writing ZooKeeper directly)."""
@@ -611,6 +858,9 @@ class ControllerService:
                 continue
             self._last_config_change = name
             entity = (body or {}).get("entity_path", "")
+            if entity.startswith("brokers/"):
+                self._load_broker_overrides()
+                await self._push_throttle_rates()
             if entity.startswith("topics/"):
                 topic = entity.split("/", 1)[1]
                 if topic in self.ctx.topics:
@@ -700,9 +950,37 @@ class ControllerActor:
     async def describe_configs(self, resources: list) -> list[dict]:
         return await self.service.describe_configs(resources)
 
+    async def create_partitions(self, specs: list[dict], validate_only: bool) -> list[dict]:
+        return await self.service.create_partitions(specs, validate_only)
+
+    async def elect_leaders(self, election_type: int, partitions: list | None, timeout_ms: int = 0) -> dict:
+        return await self.service.elect_leaders(election_type, partitions, timeout_ms)
+
+    async def alter_partition_reassignments(self, reassignments: list, timeout_ms: int = 0) -> dict:
+        return await self.service.alter_partition_reassignments(reassignments, timeout_ms)
+
+    async def list_partition_reassignments(self, partitions: list | None, timeout_ms: int = 0) -> dict:
+        return await self.service.list_partition_reassignments(partitions, timeout_ms)
+
+    async def controlled_shutdown(self, broker_id: int) -> dict:
+        return await self.service.controlled_shutdown(broker_id)
+
+    async def alter_broker_configs(self, changes: list[dict], validate_only: bool) -> list[dict]:
+        return await self.service.alter_broker_configs(changes, validate_only)
+
+    async def status(self) -> dict:
+        """For operators and tests: is this candidate active, and at which epoch."""
+        s = self.service
+        active = s is not None and s.is_active
+        return {"broker_id": self.broker_id, "active": active, "epoch": s.ctx.epoch if active else None}
+
+    async def park(self) -> None:
+        """Never answers: standby candidates await it as a death watch on this actor."""
+        await asyncio.Event().wait()
+
     async def stop(self) -> None:
         if self.service is not None:
-            self.service.zk.close()
+            self.service.stop()
 
 
 ControllerActorRemote = ray.remote(ControllerActor)

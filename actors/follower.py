@@ -15,6 +15,8 @@ import logging
 
 from kio.schema.errors import ErrorCode
 
+from cluster.replication_quota import DEFAULT_WINDOW_NUM, DEFAULT_WINDOW_SIZE_S, UNLIMITED_RATE, ReplicaThrottle
+
 log = logging.getLogger("raykafka.follower")
 
 
@@ -24,6 +26,22 @@ class FollowerRole:
     def _init_follower(self) -> None:
         self._fetcher: asyncio.Task | None = None
         self._fetcher_generation = 0
+        # Replication quotas for both roles (the leader role reads it in
+        # fetch_for_follower). Starting values may come with replica_config
+        # (Kafka's key names); changes arrive via update_replication_throttle.
+        config = self.replica_config
+        self.replication_throttle = ReplicaThrottle(
+            self.partition_index, self.broker_id,
+            window_num=config.get("replication.quota.window.num", DEFAULT_WINDOW_NUM),
+            window_size_s=config.get("replication.quota.window.size.seconds", DEFAULT_WINDOW_SIZE_S))
+        try:
+            self.replication_throttle.update(
+                config.get("leader.replication.throttled.rate", UNLIMITED_RATE),
+                config.get("follower.replication.throttled.rate", UNLIMITED_RATE),
+                config.get("leader.replication.throttled.replicas"),
+                config.get("follower.replication.throttled.replicas"))
+        except ValueError as exc:
+            log.warning("%s-%d starts unthrottled: %s", self.topic, self.partition_index, exc)
 
     def _stop_fetcher(self) -> None:
         self._fetcher_generation += 1
@@ -48,9 +66,19 @@ class FollowerRole:
 
     async def _fetch_from_leader(self, leader, leader_id: int, leader_epoch: int, generation: int) -> None:
         config = self.replica_config
-        backoff_s = config["replica.fetch.backoff.ms"] / 1000
+        backoff_ms = config["replica.fetch.backoff.ms"]
+        backoff_s = backoff_ms / 1000
         p = self.partition
+        throttle = self.replication_throttle
+        # Kafka's PartitionFetchState lag: unknown until the first answer, then
+        # "caught up" once our log end reaches the leader's high watermark.
+        caught_up = False
         while generation == self._fetcher_generation and not self._closed:
+            if throttle.follower_should_hold_back(caught_up):
+                # Kafka leaves a throttled partition out of the fetch while the
+                # follower quota is exceeded and backs off.
+                await asyncio.sleep(throttle.follower_backoff_ms(backoff_ms) / 1000)
+                continue
             try:
                 result = await asyncio.wait_for(
                     leader.fetch_for_follower.remote(
@@ -84,6 +112,8 @@ class FollowerRole:
                 continue
             try:
                 p.append_as_follower(result["records"], result["high_watermark"], result["log_start_offset"])
+                throttle.record_follower(len(result["records"]))
+                caught_up = self.log.log_end_offset >= result["high_watermark"]
             except Exception:
                 log.exception("%s-%d follower append failed", self.topic, self.partition_index)
                 await asyncio.sleep(backoff_s)

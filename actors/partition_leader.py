@@ -430,11 +430,18 @@ class ReplicaActor(FollowerRole):
     async def fetch_for_follower(self, follower_id: int, fetch_offset: int, last_fetched_epoch: int,
                                  current_leader_epoch: int, max_bytes: int, max_wait_ms: int,
                                  follower_log_start: int = -1) -> dict:
-        """A follower's long-polled fetch: waits (bounded) for data beyond its log end."""
+        """A follower's long-polled fetch: waits (bounded) for data beyond its log end.
+
+        Replication quota (KIP-73): while this leader replica is throttled and the
+        leader quota is exceeded, a follower outside the ISR gets no records and
+        its fetch waits as if there were none; bytes served count toward the quota."""
         self._ensure_background()
         deadline = time.monotonic() + min(max_wait_ms, MAX_FOLLOWER_WAIT_MS * 4) / 1000
         p = self.partition
+        throttle = self.replication_throttle
         while True:
+            # Kafka decides on the ISR as it was before this fetch may expand it.
+            follower_in_isr = follower_id in p.isr
             before_low = p.low_watermark()
             result = p.fetch_for_follower(follower_id, fetch_offset, last_fetched_epoch, current_leader_epoch,
                                           max_bytes, _now_ms(), follower_log_start)
@@ -445,13 +452,36 @@ class ReplicaActor(FollowerRole):
             if result["expand_isr"] is not None:
                 await self._alter_isr(result["expand_isr"])
                 result["high_watermark"] = p.high_watermark
+            held_back = bool(result["records"]) and throttle.leader_should_hold_back(follower_in_isr)
+            if held_back:
+                result["records"] = b""
             remaining = deadline - time.monotonic()
             if result["error"] or result["records"] or result["diverging"] or remaining <= 0 or self._closed:
+                throttle.record_leader(len(result["records"]))
                 return result
+            if held_back:
+                # Appends cannot lift the quota, only time can: wait for it rather than for data.
+                await asyncio.sleep(min(remaining, max(0.01, throttle.leader_quota.throttle_time_ms() / 1000)))
+                continue
             try:
                 await asyncio.wait_for(self._event().wait(), remaining)
             except asyncio.TimeoutError:
                 pass
+
+    async def update_replication_throttle(self, leader_rate: int | None, follower_rate: int | None,
+                                          leader_throttled_replicas: str | None = None,
+                                          follower_throttled_replicas: str | None = None) -> int:
+        """Replication quotas changed: the broker's leader/follower.replication.throttled.rate
+        (None keeps one) and, when given, the topic's two throttled-replica lists
+        (the keyword arguments cluster.log_config.throttled_replicas_for returns).
+        Returns 0, or INVALID_CONFIG for a malformed list (nothing is changed then)."""
+        try:
+            self.replication_throttle.update(leader_rate, follower_rate, leader_throttled_replicas,
+                                             follower_throttled_replicas)
+        except ValueError as exc:
+            log.warning("%s-%d: replication throttle not changed: %s", self.topic, self.partition_index, exc)
+            return 40  # INVALID_CONFIG
+        return 0
 
 
 ReplicaActorRemote = ray.remote(ReplicaActor)

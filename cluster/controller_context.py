@@ -8,6 +8,9 @@ import dataclasses
 from typing import Any
 
 from cluster.leader_election import offline_partition_leader
+from cluster.partition_state_machine import PartitionStateMachine
+from cluster.reassignment import ReplicaAssignment
+from cluster.replica_state_machine import ReplicaStateMachine
 
 NO_LEADER = -1
 
@@ -48,6 +51,15 @@ class ControllerContext:
         self.topics: dict[str, TopicState] = {}
         self.states: dict[tuple[str, int], PartitionState] = {}
         self.topics_being_deleted: set[str] = set()
+        # Kafka's two controller state machines, rebuilt on every failover.
+        self.replica_sm = ReplicaStateMachine()
+        self.partition_sm = PartitionStateMachine()
+        # Partitions in the middle of a reassignment (KIP-455), by (topic, partition).
+        self.reassignments: dict[tuple[str, int], ReplicaAssignment] = {}
+        # Brokers in controlled shutdown: no new leaderships go to them.
+        self.shutting_down: set[int] = set()
+        # Replicas to delete once their broker is reachable (ReplicaDeletionIneligible).
+        self.pending_replica_deletions: set[tuple[str, int, int]] = set()
 
     @property
     def live_broker_ids(self) -> list[int]:

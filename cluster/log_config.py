@@ -41,3 +41,19 @@ def log_config_for(topic_configs: dict[str, str], broker: BrokerConfig) -> dict[
         "max_compaction_lag_ms": value("max.compaction.lag.ms"),
         "compression_type": value("compression.type"),
     }
+
+
+def throttled_replicas_for(topic_configs: dict[str, str]) -> dict[str, str]:
+    """The topic's two replication-throttle lists, validated and normalised
+    ("" = none, "*" = all, else "partition:broker,..."), as the keyword
+    arguments of the replica actor's update_replication_throttle. They are not
+    part of log_config_for: storage.log.LogConfig does not take them."""
+
+    def listed(key: str) -> str:
+        raw = topic_configs.get(key)
+        return "" if raw is None else ",".join(TOPIC_CONFIGS[key].parse(raw))
+
+    return {
+        "leader_throttled_replicas": listed("leader.replication.throttled.replicas"),
+        "follower_throttled_replicas": listed("follower.replication.throttled.replicas"),
+    }

@@ -69,6 +69,9 @@ class ConfigDef:
     # Accepted for compatibility with existing server.properties files, but
     # has no effect here; a warning is logged when it is set.
     no_effect: bool = False
+    # Checks a parsed value beyond min/max/choices (Kafka's ConfigDef.Validator);
+    # raises ValueError with the reason.
+    validator: Callable[[Any], None] | None = None
 
     def parse(self, raw: Any) -> Any:
         if raw is None:
@@ -96,12 +99,32 @@ class ConfigDef:
                     raise ConfigError(
                         self.name, f"value {item!r} is not one of {', '.join(self.choices)}"
                     )
+        if self.validator is not None:
+            try:
+                self.validator(value)
+            except ValueError as exc:
+                raise ConfigError(self.name, str(exc)) from None
 
 
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
 
 _COMPRESSION = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
+
+_THROTTLED_REPLICA = re.compile(r"[0-9]+:[0-9]+")
+
+
+def validate_throttled_replicas(items: list[str]) -> None:
+    """Kafka's ThrottledReplicaListValidator: the literal "*" (every replica of
+    the topic) or a list of "partitionId:brokerId" entries ([] = none)."""
+    if "".join(items).strip() == "*":
+        return
+    for item in items:
+        if not _THROTTLED_REPLICA.fullmatch(item.strip()):
+            raise ValueError(
+                "must be the literal '*' or a list of replicas in the following format: "
+                "[partitionId]:[brokerId],[partitionId]:[brokerId],..."
+            )
 
 
 def _defs(*items: ConfigDef) -> dict[str, ConfigDef]:
@@ -205,6 +228,27 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("transaction.state.log.min.isr", "int", 2, min=1),
     ConfigDef("group.initial.rebalance.delay.ms", "int", 3000, min=0),
     ConfigDef("controlled.shutdown.enable", "bool", True),
+    ConfigDef("controlled.shutdown.max.retries", "int", 3,
+              "Attempts at a controlled shutdown before the broker stops uncleanly"),
+    ConfigDef("controlled.shutdown.retry.backoff.ms", "long", 5000,
+              "Wait between controlled shutdown attempts"),
+    # ---- leader balance (controller) ------------------------------------------------------------
+    ConfigDef("auto.leader.rebalance.enable", "bool", True,
+              "Move leadership back to preferred replicas when a broker's imbalance passes the threshold"),
+    ConfigDef("leader.imbalance.per.broker.percentage", "int", 10,
+              "Percent of a broker's partitions led by others above which the controller rebalances"),
+    ConfigDef("leader.imbalance.check.interval.seconds", "long", 300, "How often the controller checks", min=1),
+    # ---- replication quotas (KIP-73) -------------------------------------------------------------
+    # Kafka sets the two rates dynamically (/config/brokers/<id>); a value here is
+    # this broker's static default. They apply only to the replicas listed in a
+    # topic's leader/follower.replication.throttled.replicas.
+    ConfigDef("leader.replication.throttled.rate", "long", INT64_MAX,
+              "Bytes/s a leader serves to lagging throttled replicas", min=0),
+    ConfigDef("follower.replication.throttled.rate", "long", INT64_MAX,
+              "Bytes/s a follower fetches for its lagging throttled replicas", min=0),
+    ConfigDef("replication.quota.window.num", "int", 11, "Samples kept for the replication quota rate", min=1),
+    ConfigDef("replication.quota.window.size.seconds", "int", 1, "Span of one replication quota sample",
+              min=1),
     # raykafka's own keys (no Kafka equivalent)
     ConfigDef("raykafka.namespace", "string", "raykafka", "Ray namespace holding this cluster's named actors"),
     ConfigDef("raykafka.actor.call.timeout.ms", "int", 30000, "Bound on every cross-actor await", min=1),
@@ -239,8 +283,10 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("segment.jitter.ms", "long", 0, min=0, broker_synonym="log.roll.jitter.ms"),
     ConfigDef("segment.ms", "long", 604800000, min=1, broker_synonym="log.roll.ms"),
     ConfigDef("unclean.leader.election.enable", "bool", False, broker_synonym="unclean.leader.election.enable"),
-    ConfigDef("leader.replication.throttled.replicas", "list", [], no_effect=True),
-    ConfigDef("follower.replication.throttled.replicas", "list", [], no_effect=True),
+    # Replicas held to the leader's / follower's replication.throttled.rate while
+    # they lag: "partitionId:brokerId,..." or "*" (all replicas of the topic).
+    ConfigDef("leader.replication.throttled.replicas", "list", [], validator=validate_throttled_replicas),
+    ConfigDef("follower.replication.throttled.replicas", "list", [], validator=validate_throttled_replicas),
 )
 
 

@@ -16,6 +16,7 @@ Rules the whole module keeps:
 from __future__ import annotations
 
 import base64
+import collections
 import dataclasses
 import json
 import logging
@@ -47,6 +48,8 @@ CONTROLLER_ZNODE_VERSION = 1
 ISR_CHANGE_NOTIFICATION_VERSION = 1
 CONFIG_ZNODE_VERSION = 1
 CONFIG_CHANGE_NOTIFICATION_VERSION = 2
+REASSIGN_PARTITIONS_VERSION = 1
+PREFERRED_REPLICA_ELECTION_VERSION = 1
 # Kafka's KafkaController.InitialControllerEpoch: the first elected controller gets 1.
 INITIAL_CONTROLLER_EPOCH = 0
 # LeaderRecoveryState.RECOVERED; only RECOVERING (1) is written to the znode.
@@ -131,6 +134,11 @@ class InvalidReplicaAssignmentError(ZkError, ValueError):
 
 class PartitionStateExistsError(ZkNodeExistsError):
     pass
+
+
+class PreferredReplicaElectionInProgressError(ZkNodeExistsError):
+    """/admin/preferred_replica_election exists: the controller has not finished
+    the previous election (Kafka's tool refuses to start another)."""
 
 
 def _translate(error: BaseException, what: str) -> ZkError:
@@ -981,6 +989,22 @@ class KafkaZkClient:
             raise TopicNotFoundError(f"Topic '{topic}' does not exist.")
         return self.set_entity_config(zk_paths.CONFIG_ENTITY_TOPICS, topic, config)
 
+    def get_broker_config(self, broker: int | str) -> dict[str, str]:
+        """/config/brokers/<id> overrides ({} when none); broker may be "<default>",
+        the cluster-wide defaults that a broker's own entry overrides."""
+        return self.get_entity_config(zk_paths.CONFIG_ENTITY_BROKERS, zk_paths.broker_config_entity_name(broker))
+
+    def set_broker_config(self, broker: int | str, config: Mapping[str, str]) -> str:
+        """Replace a broker's (or "<default>") dynamic overrides, e.g.
+        leader.replication.throttled.rate, and write the change notification.
+        Values are stored as given (strings, as Kafka stores them); callers
+        validate them against the broker config definitions."""
+        for key, value in config.items():
+            if not isinstance(key, str) or not isinstance(value, str):
+                raise ValueError(f"broker config entries must be str -> str, got {key!r}: {value!r}")
+        return self.set_entity_config(zk_paths.CONFIG_ENTITY_BROKERS, zk_paths.broker_config_entity_name(broker),
+                                      config)
+
     def watch_config_changes(self, callback: Callable[[list[str]], Any]) -> WatchHandle:
         """callback(sorted /config/changes entry names) now and on every change."""
         return self._watch_children(zk_paths.CONFIG_CHANGES, WatchHandle("config_changes"), sorted, callback)
@@ -1192,6 +1216,66 @@ class KafkaZkClient:
         except BadVersionError:
             return False
 
+    def controller_znode(self) -> tuple[int, int, int] | None:
+        """(controller broker id, ephemeralOwner session id, zk version) of
+        /controller, None when no controller is elected."""
+        found = self._get(zk_paths.CONTROLLER)
+        if found is None:
+            return None
+        data, stat = found
+        return _controller_id_from(data), stat.ephemeralOwner, stat.version
+
+    def delete_controller_if(self, owner_session_id: int, broker_id: int) -> bool:
+        """Delete /controller only if it is still the znode that `broker_id`'s
+        session `owner_session_id` created; True if this call deleted it.
+
+        Why: Ray reports an actor's process dead at once, while ZooKeeper keeps
+        the dead controller's ephemeral /controller until its session times out
+        (zookeeper.session.timeout.ms). Deleting it then lets the surviving
+        brokers elect a new controller without that wait. Kafka itself waits.
+
+        Why this is safe:
+        - Only that exact znode goes. ZooKeeper cannot check an ephemeralOwner in
+          a transaction, and every /controller has zk version 0, so the version
+          alone cannot tell one election's znode from the next. But every
+          election creates /controller and bumps /controller_epoch in one
+          transaction, and no election commits while a /controller exists. So
+          we read /controller, then /controller_epoch, then /controller again:
+          if it is the same znode both times (same czxid), the epoch version read
+          belongs to its election, and a transaction "check /controller_epoch at
+          that version; delete /controller at its version" deletes that znode
+          or nothing (a newer controller moved the epoch version on).
+        - Controller fencing is unchanged: a zombie controller (the process was
+          not dead after all) still writes through /controller_epoch version
+          checks, which fail once a successor is elected, and it learns it lost
+          /controller from its watch.
+        A ZkConnectionError means the outcome is unknown; calling again answers
+        False if the znode is gone either way."""
+        first = self._get(zk_paths.CONTROLLER)
+        if first is None:
+            return False
+        data, stat = first
+        if stat.ephemeralOwner != owner_session_id or _controller_id_from(data) != broker_id:
+            return False
+        epoch = self._exists(zk_paths.CONTROLLER_EPOCH)
+        again = self._exists(zk_paths.CONTROLLER)
+        if epoch is None or again is None or again.czxid != stat.czxid:
+            return False
+
+        def build(transaction: Any) -> None:
+            transaction.check(zk_paths.CONTROLLER_EPOCH, epoch.version)
+            transaction.delete(zk_paths.CONTROLLER, stat.version)
+
+        results = self._commit("delete /controller", build)
+        failure = self._first_failure(results)
+        if failure is None:
+            log.info("deleted /controller of broker %d (session 0x%x)", broker_id, owner_session_id)
+            return True
+        _index, error = failure
+        if isinstance(error, (kazoo_errors.BadVersionError, kazoo_errors.NoNodeError)):
+            return False
+        raise _translate(error, "delete /controller")
+
     def _watch_data(self, path: str, handle: WatchHandle, convert: Callable[[bytes | None], Any],
                     callback: Callable[[Any], Any]) -> WatchHandle:
         events = self._events
@@ -1236,6 +1320,114 @@ class KafkaZkClient:
             raise _translate(outcome["error"], what) from outcome["error"]
         self._kazoo_watches.append(outcome["watch"])
         return handle
+
+    # ------------------------------------------------------- admin requests
+
+    def get_partition_reassignment(self) -> dict[tuple[str, int], list[int]]:
+        """/admin/reassign_partitions as {(topic, partition): target replicas}; {} when absent."""
+        found = self._get(zk_paths.REASSIGN_PARTITIONS)
+        return {} if found is None else (_decode_reassignment(found[0]) or {})
+
+    def set_partition_reassignment(self, reassignment: Mapping[tuple[str, int], Sequence[int]], *,
+                                   expected_controller_epoch_zk_version: int | None = None) -> None:
+        """Create or overwrite /admin/reassign_partitions (Kafka's
+        setOrCreatePartitionReassignment). An empty one deletes the znode, as
+        Kafka's controller does once the last reassignment completes. With
+        expected_controller_epoch_zk_version the write is fenced (ControllerMovedError)."""
+        if not reassignment:
+            self.delete_partition_reassignment(
+                expected_controller_epoch_zk_version=expected_controller_epoch_zk_version)
+            return
+        data = _encode_reassignment(reassignment)
+        path = zk_paths.REASSIGN_PARTITIONS
+        if expected_controller_epoch_zk_version is None:
+            self._set_or_create(path, data)
+            return
+        self._create_if_absent(zk_paths.ADMIN)
+        for _ in range(5):
+            try:
+                self._fenced(f"set {path}", expected_controller_epoch_zk_version,
+                             lambda transaction: transaction.set_data(path, data))
+                return
+            except ZkNoNodeError:
+                pass
+            try:
+                self._fenced(f"create {path}", expected_controller_epoch_zk_version,
+                             lambda transaction: transaction.create(path, data))
+                return
+            except ZkNodeExistsError:
+                pass  # created by someone else in between: set it
+        raise ZkError(f"set or create {path}: raced with concurrent deletes")
+
+    def delete_partition_reassignment(self, *, expected_controller_epoch_zk_version: int | None = None) -> bool:
+        """Delete /admin/reassign_partitions; False if it was absent."""
+        return self._delete_admin_request(zk_paths.REASSIGN_PARTITIONS, expected_controller_epoch_zk_version)
+
+    def watch_partition_reassignment(
+        self, callback: Callable[[dict[tuple[str, int], list[int]] | None], Any]
+    ) -> WatchHandle:
+        """callback(reassignment, or None while the znode is absent) now and when
+        it is created, changed or deleted, on the event thread. Kafka's controller
+        acts on its creation."""
+        return self._watch_data(
+            zk_paths.REASSIGN_PARTITIONS, WatchHandle("reassign_partitions"),
+            lambda data: None if data is None else (_decode_reassignment(data) or {}), callback,
+        )
+
+    def get_preferred_replica_election(self) -> list[tuple[str, int]]:
+        """Partitions of the pending /admin/preferred_replica_election; [] when absent."""
+        found = self._get(zk_paths.PREFERRED_REPLICA_ELECTION)
+        return [] if found is None else (_decode_election(found[0]) or [])
+
+    def create_preferred_replica_election(self, partitions: Iterable[tuple[str, int]]) -> None:
+        """Ask the controller to move leadership of `partitions` to their preferred
+        replica, as Kafka's kafka-preferred-replica-election tool does. Raises
+        PreferredReplicaElectionInProgressError while a previous one is pending."""
+        partitions = [(topic, partition) for topic, partition in partitions]
+        if not partitions:
+            raise ValueError("a preferred replica election needs at least one partition")
+        for topic, partition in partitions:
+            _check_topic_partition(topic, partition)
+        duplicates = sorted(tp for tp, count in collections.Counter(partitions).items() if count > 1)
+        if duplicates:
+            raise ValueError(f"Preferred replica election data contains duplicate partitions: {duplicates}")
+        data = encode_json({
+            "version": PREFERRED_REPLICA_ELECTION_VERSION,
+            "partitions": [{"topic": topic, "partition": partition} for topic, partition in partitions],
+        })
+        try:
+            self._create(zk_paths.PREFERRED_REPLICA_ELECTION, data, makepath=True)
+        except ZkNodeExistsError:
+            pending = ",".join(f"{topic}-{partition}" for topic, partition in self.get_preferred_replica_election())
+            raise PreferredReplicaElectionInProgressError(
+                f"Preferred replica leader election currently in progress for {pending}. Aborting operation"
+            ) from None
+
+    def delete_preferred_replica_election(self, *,
+                                          expected_controller_epoch_zk_version: int | None = None) -> bool:
+        """Delete /admin/preferred_replica_election (the controller, once done); False if absent."""
+        return self._delete_admin_request(zk_paths.PREFERRED_REPLICA_ELECTION,
+                                          expected_controller_epoch_zk_version)
+
+    def watch_preferred_replica_election(
+        self, callback: Callable[[list[tuple[str, int]] | None], Any]
+    ) -> WatchHandle:
+        """callback(partitions, or None while the znode is absent) now and on every
+        change, on the event thread."""
+        return self._watch_data(
+            zk_paths.PREFERRED_REPLICA_ELECTION, WatchHandle("preferred_replica_election"),
+            lambda data: None if data is None else (_decode_election(data) or []), callback,
+        )
+
+    def _delete_admin_request(self, path: str, expected_controller_epoch_zk_version: int | None) -> bool:
+        if expected_controller_epoch_zk_version is None:
+            return self._delete(path)
+        try:
+            self._fenced(f"delete {path}", expected_controller_epoch_zk_version,
+                         lambda transaction: transaction.delete(path))
+            return True
+        except ZkNoNodeError:
+            return False
 
     # ----------------------------------------------------- ISR notifications
 
@@ -1287,3 +1479,43 @@ def _controller_id_from(data: bytes | None) -> int | None:
     if text.lstrip("-").isdigit():
         return int(text)
     return int(decode_json(data)["brokerid"])
+
+
+def _check_topic_partition(topic: Any, partition: Any) -> None:
+    if not isinstance(topic, str) or not topic:
+        raise InvalidReplicaAssignmentError(f"invalid topic {topic!r}")
+    if isinstance(partition, bool) or not isinstance(partition, int) or partition < 0:
+        raise InvalidReplicaAssignmentError(f"invalid partition {partition!r} of topic {topic!r}")
+
+
+def _encode_reassignment(reassignment: Mapping[tuple[str, int], Sequence[int]]) -> bytes:
+    """Kafka's ReassignPartitionsZNode (the legacy, pre-KIP-455 request format)."""
+    entries = []
+    for (topic, partition), replicas in sorted(reassignment.items()):
+        _check_topic_partition(topic, partition)
+        replicas = list(replicas)
+        if not replicas:
+            raise InvalidReplicaAssignmentError(f"{topic}-{partition}: empty replica list")
+        if any(isinstance(r, bool) or not isinstance(r, int) or r < 0 for r in replicas):
+            raise InvalidReplicaAssignmentError(f"{topic}-{partition}: invalid broker ids {replicas}")
+        if len(set(replicas)) != len(replicas):
+            raise InvalidReplicaAssignmentError(f"{topic}-{partition}: a broker is listed twice in {replicas}")
+        entries.append({"topic": topic, "partition": partition, "replicas": replicas})
+    return encode_json({"version": REASSIGN_PARTITIONS_VERSION, "partitions": entries})
+
+
+def _decode_reassignment(data: bytes | None) -> dict[tuple[str, int], list[int]] | None:
+    body = decode_json(data)
+    if body is None:
+        return None
+    return {
+        (item["topic"], int(item["partition"])): [int(replica) for replica in item["replicas"]]
+        for item in body.get("partitions", [])
+    }
+
+
+def _decode_election(data: bytes | None) -> list[tuple[str, int]] | None:
+    body = decode_json(data)
+    if body is None:
+        return None
+    return [(item["topic"], int(item["partition"])) for item in body.get("partitions", [])]

@@ -136,10 +136,22 @@ def topic_config_path(topic: str) -> str:
     return config_entity_path(CONFIG_ENTITY_TOPICS, topic)
 
 
+def broker_config_entity_name(broker_id: int | str) -> str:
+    """The /config/brokers child for a broker: its id, or "<default>" for the
+    cluster-wide default (the only names Kafka's ConfigCommand accepts)."""
+    if isinstance(broker_id, str):
+        if broker_id == CONFIG_DEFAULT_ENTITY:
+            return broker_id
+        if not broker_id.isdigit():
+            raise ValueError(
+                f"broker config entity must be a broker id or {CONFIG_DEFAULT_ENTITY!r}, got {broker_id!r}"
+            )
+        return str(int(broker_id))
+    return str(_checked_int("broker id", broker_id))
+
+
 def broker_config_path(broker_id: int | str) -> str:
-    # str so that the cluster-wide default entity "<default>" can be addressed.
-    name = broker_id if isinstance(broker_id, str) else str(_checked_int("broker id", broker_id))
-    return config_entity_path(CONFIG_ENTITY_BROKERS, name)
+    return config_entity_path(CONFIG_ENTITY_BROKERS, broker_config_entity_name(broker_id))
 
 
 def user_config_path(sanitized_user: str) -> str:

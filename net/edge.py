@@ -100,6 +100,36 @@ class EdgeActor:
         within milliseconds when this edge (its node) dies."""
         await asyncio.Event().wait()
 
+    async def live_broker_ids(self) -> list[int]:
+        return sorted(self.service.metadata.brokers) if self.service is not None else []
+
+    async def controlled_shutdown(self, max_retries: int, backoff_ms: int) -> dict:
+        """Kafka's broker side of ControlledShutdown: ask the controller to move this
+        broker's leaders and take it out of the ISRs, retried while it still leads
+        partitions or the controller cannot be reached, at most max_retries + 1 times.
+        -> {"attempts", "remaining": [(topic, p)], "error": str | None}"""
+        from net.edge_service import ActorCallFailed
+
+        attempt, remaining, error = 0, [], None
+        while True:
+            attempt += 1
+            try:
+                answer = await self.service.controller_call("controlled_shutdown", self.broker_id)
+                error = None if answer["error_code"] == 0 else f"controller answered {answer['error_code']}"
+                remaining = [tuple(tp) for tp in answer["remaining"]]
+            except ActorCallFailed as exc:
+                error = str(exc)
+            if error is None and not remaining:
+                break
+            log.warning("controlled shutdown attempt %d of broker %d: %s", attempt, self.broker_id,
+                        error or f"still leads {len(remaining)} partitions")
+            if attempt > max_retries:
+                break
+            await asyncio.sleep(backoff_ms / 1000)
+        log.info("controlled shutdown of broker %d %s after %d attempt(s)", self.broker_id,
+                 "succeeded" if error is None and not remaining else "gave up", attempt)
+        return {"attempts": attempt, "remaining": remaining, "error": error}
+
     async def stats(self) -> dict:
         return {"connections": self.server.connection_count, **self.server.stats,
                 "metadata_version": self.service.metadata.version}

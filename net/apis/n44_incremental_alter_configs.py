@@ -13,21 +13,24 @@ TOPIC, BROKER = 2, 4
 async def alter_via_controller(edge, changes, validate_only: bool):
     """changes: [(resource, change dict)] -> [(resource, (error code, message))]"""
     out: dict[int, tuple[int, str | None]] = {}
-    topic_changes = []
+    by_method: dict[str, list] = {"alter_topic_configs": [], "alter_broker_configs": []}
     for i, (resource, change) in enumerate(changes):
         if resource.resource_type == TOPIC:
-            topic_changes.append((i, change))
+            by_method["alter_topic_configs"].append((i, change))
         elif resource.resource_type == BROKER:
-            out[i] = (int(ErrorCode.invalid_request), "dynamic broker configs are not supported: set them in "
-                      "server.properties / --override and restart the broker")
+            # Dynamic broker configs: the replication throttle rates (the controller
+            # refuses the rest with Kafka's "Cannot update these configs dynamically").
+            by_method["alter_broker_configs"].append((i, change))
         else:
             out[i] = (int(ErrorCode.invalid_request), f"unsupported resource type {resource.resource_type}")
-    if topic_changes:
+    for method, items in by_method.items():
+        if not items:
+            continue
         try:
-            results = await edge.controller_call("alter_topic_configs", [c for _, c in topic_changes], validate_only)
+            results = await edge.controller_call(method, [c for _, c in items], validate_only)
         except ActorCallFailed as exc:
-            results = [{"error_code": int(exc.error), "error_message": str(exc)} for _ in topic_changes]
-        for (i, _), r in zip(topic_changes, results):
+            results = [{"error_code": int(exc.error), "error_message": str(exc)} for _ in items]
+        for (i, _), r in zip(items, results):
             out[i] = (r["error_code"], r.get("error_message"))
     return [(resource, out[i]) for i, (resource, _) in enumerate(changes)]
 

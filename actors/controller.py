@@ -289,7 +289,7 @@ class ControllerService(PartitionOperations):
                                             else PS.OFFLINE_PARTITION)
                 ctx.replica_sm.transition([(topic, p, r) for r in live], RS.ONLINE_REPLICA)
                 continue
-            if state.leader in ctx.brokers and state.leader not in ctx.shutting_down:
+            if state.leader in ctx.brokers:
                 continue
             ctx.partition_sm.transition([(topic, p)], PS.OFFLINE_PARTITION)
             unclean = self._topic_flag(topic, "unclean.leader.election.enable")
@@ -458,6 +458,10 @@ class ControllerService(PartitionOperations):
             return
         edge = self._edge(broker_id)
         if edge is None:
+            # Registered in ZooKeeper but its edge actor is gone: the node died and its
+            # session has not expired yet (e.g. seen by a controller elected after the
+            # crash). Treat it as dead now rather than after the session timeout.
+            self.enqueue(lambda: self._on_edge_died(broker_id))
             return
 
         async def watch():

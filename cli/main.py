@@ -63,6 +63,11 @@ def build_parser() -> argparse.ArgumentParser:
     from cli import groups
 
     groups.add_parser(sub)  # `raykafka groups ...` (cli/groups.py)
+    from cli import elect_leaders, reassign, topics
+
+    topics.add_parser(sub)  # `raykafka topics ...` (cli/topics.py)
+    reassign.add_parser(sub)  # `raykafka reassign ...` (cli/reassign.py)
+    elect_leaders.add_parser(sub)  # `raykafka elect-leaders ...` (cli/elect_leaders.py)
     return parser
 
 
@@ -84,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
         from cli import groups
 
         return groups.run(args)
+    if getattr(args, "run_admin_command", None) is not None:  # topics, reassign, elect-leaders
+        return args.run_admin_command(args)
     return 2
 
 
@@ -172,7 +179,14 @@ class BrokerProcess:
 
     def _write_nodes_file(self) -> None:
         """For operators and tests: which pids make up which broker."""
-        plain = [{k: v for k, v in n.items() if not k.startswith("_")} for n in self.nodes]
+        import ray
+
+        # What a broker joining this cluster from another process needs:
+        # `raykafka start --ray-address <ray_address> --override zookeeper.connect=<zk_connect>`.
+        ray_address = self.cluster.address if self.cluster is not None else \
+            ray.get_runtime_context().gcs_address
+        plain = [{**{k: v for k, v in n.items() if not k.startswith("_")}, "pid": os.getpid(),
+                  "zk_connect": self.zk_connect, "ray_address": ray_address} for n in self.nodes]
         (self.data_dir / "nodes.json").write_text(json.dumps(plain, indent=1))
 
     def _revive_dead_nodes(self) -> None:
@@ -332,6 +346,66 @@ class BrokerProcess:
                 raise StartupError(f"broker {node['broker_id']}'s edge got no metadata from a controller in time")
         log.info("brokers %s of cluster %s are up", [n["broker_id"] for n in nodes], self.cluster_id)
 
+    def _controlled_shutdown(self) -> None:
+        """Kafka's controlled shutdown, when brokers outside this process stay up:
+        the controller moves this process's leaders to them first (retried per
+        controlled.shutdown.max.retries / .retry.backoff.ms), so clients see a
+        leader change instead of an outage. Skipped when everything stops."""
+        import ray
+
+        if not self.config["controlled.shutdown.enable"] or not self.nodes:
+            return
+        mine = {n["broker_id"] for n in self.nodes}
+        try:
+            live = set(ray.get(self.nodes[0]["_edge"].live_broker_ids.remote(), timeout=10))
+        except Exception as exc:
+            log.warning("controlled shutdown skipped: %r", exc)
+            return
+        if not live - mine:
+            return
+        retries = self.config["controlled.shutdown.max.retries"]
+        backoff_ms = self.config["controlled.shutdown.retry.backoff.ms"]
+        started = time.monotonic()
+        for node in self.nodes:
+            edge = node["_edge"]
+            budget = (retries + 1) * (backoff_ms / 1000 + self.config["raykafka.actor.call.timeout.ms"] / 1000)
+            outcome = None
+            try:
+                outcome = ray.get(edge.controlled_shutdown.remote(retries, backoff_ms), timeout=budget + 5)
+            except Exception as exc:
+                log.warning("controlled shutdown of broker %d failed: %r", node["broker_id"], exc)
+            if outcome is not None and outcome["remaining"]:
+                log.warning("broker %d still leads %d partitions after controlled shutdown: %s", node["broker_id"],
+                            len(outcome["remaining"]), outcome["remaining"][:10])
+        log.info("controlled shutdown of brokers %s took %.0f ms", sorted(mine),
+                 (time.monotonic() - started) * 1000)
+
+    def _close_broker_actors(self, broker_id: int) -> None:
+        """Flush, checkpoint and close this broker's replicas. They are detached
+        actors: when this process shares a Ray cluster it did not start, they are
+        killed too, or they would outlive their broker."""
+        import ray
+
+        namespace = self.config["raykafka.namespace"]
+        handles = []
+        for name in _named_actors_of_broker(namespace, broker_id):
+            try:
+                handles.append(ray.get_actor(name, namespace=namespace))
+            except ValueError:
+                continue
+        closing = []
+        for handle in handles:
+            try:
+                closing.append(handle.close.remote())  # replicas; group coordinators have no close()
+            except AttributeError:
+                pass
+        for ref in closing:
+            _quietly(lambda: ray.get(ref, timeout=60))
+        if not self.started_ray:
+            for handle in handles:
+                _quietly(lambda: ray.kill(handle))
+        log.info("closed %d actors of broker %d", len(handles), broker_id)
+
     def shutdown(self) -> None:
         try:
             import ray
@@ -339,15 +413,13 @@ class BrokerProcess:
             ray = None
         if ray is not None and ray.is_initialized():
             started = time.monotonic()
+            self._controlled_shutdown()
             for node in self.nodes:
                 edge = node["_edge"]
                 _quietly(lambda: ray.get(edge.stop.remote(), timeout=10))
-            # The active controller holds every replica handle; standbys hold none.
             for node in self.nodes:
-                controller = node["_controller"]
-                for broker in self.nodes:
-                    _quietly(lambda: ray.get(controller.close_local_replicas.remote(broker["broker_id"]),
-                                             timeout=60))
+                broker_id = node["broker_id"]
+                _quietly(lambda: self._close_broker_actors(broker_id))
             for node in self.nodes:
                 controller = node["_controller"]
                 _quietly(lambda: ray.get(controller.stop.remote(), timeout=10))
@@ -361,6 +433,19 @@ class BrokerProcess:
             _quietly(self.zookeeper.stop)
         if self.ray_temp_dir:
             shutil.rmtree(self.ray_temp_dir, ignore_errors=True)
+
+
+def _named_actors_of_broker(namespace: str, broker_id: int) -> list[str]:
+    """Names of the detached actors the controller placed for one broker (its
+    replicas and group coordinators, named `...@<broker id>`)."""
+    import ray
+
+    from core.naming import controller_actor_name, edge_actor_name, purgatory_actor_name
+
+    own = {edge_actor_name(broker_id), controller_actor_name(broker_id), purgatory_actor_name(broker_id)}
+    suffix = f"@{broker_id}"
+    return [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+            if a["namespace"] == namespace and a["name"].endswith(suffix) and a["name"] not in own]
 
 
 def _create_named(actor_class, name: str, namespace: str, options: dict, *args):

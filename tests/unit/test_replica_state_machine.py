@@ -226,3 +226,17 @@ def test_initialize_without_deletions_marks_dead_replicas_offline():
     # From both initial states the machine goes on legally.
     assert machine.transition([("t", 0, 1)], S.ONLINE_REPLICA).applied == [("t", 0, 1)]
     assert machine.transition([("t", 0, 2)], S.OFFLINE_REPLICA).applied == [("t", 0, 2)]
+
+
+def test_replicas_in_deletion_states():
+    machine = ReplicaStateMachine()
+    started, ineligible, offline, other = ("t", 0, 1), ("t", 0, 2), ("t", 1, 1), ("u", 0, 1)
+    machine.transition([started, ineligible, offline, other], S.NEW_REPLICA)
+    machine.transition([started, ineligible, offline, other], S.OFFLINE_REPLICA)
+    machine.transition([started, other], S.REPLICA_DELETION_STARTED)
+    machine.transition([ineligible], S.REPLICA_DELETION_INELIGIBLE)
+    assert machine.replicas_in_deletion_states("t") == [started, ineligible]
+    machine.transition([started], S.REPLICA_DELETION_SUCCESSFUL)
+    assert machine.replicas_in_deletion_states("t") == [started, ineligible]
+    machine.transition([started], S.NON_EXISTENT_REPLICA)
+    assert machine.replicas_in_deletion_states("t") == [ineligible]

@@ -375,8 +375,9 @@ class ControllerService(PartitionOperations):
                 "replica.fetch.backoff.ms": c["replica.fetch.backoff.ms"],
                 "actor.call.timeout.ms": c["raykafka.actor.call.timeout.ms"]}
 
-    async def _send_leader_and_isr(self, partitions: list[tuple[str, int]]) -> None:
-        """Batched: all calls issued at once, awaited together."""
+    async def _send_leader_and_isr(self, partitions: list[tuple[str, int]],
+                                   exclude: frozenset[int] = frozenset()) -> None:
+        """Batched: all calls issued at once, awaited together. Brokers in `exclude` get none."""
         ctx = self.ctx
         calls = []
         for topic, p in partitions:
@@ -385,7 +386,7 @@ class ControllerService(PartitionOperations):
                 continue
             replicas = ctx.topics[topic].assignment[p]
             for broker_id in replicas:
-                if broker_id not in ctx.brokers:
+                if broker_id not in ctx.brokers or broker_id in exclude:
                     continue
                 handle = self._replica(topic, p, broker_id)
                 if broker_id == state.leader:

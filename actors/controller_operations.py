@@ -291,7 +291,14 @@ class PartitionOperations:
                     followers.append((topic, p))
             ctx.replica_sm.transition([(t, p, broker_id) for t, p in moved + followers], RS.OFFLINE_REPLICA)
             if moved or followers:
-                await self._send_leader_and_isr(moved + followers)
+                # OfflineReplica means StopReplica (no deletion) for the shutting-down broker's
+                # replicas, as in Kafka, not a LeaderAndIsr: as followers they would keep
+                # fetching, the new leaders would put them straight back into the ISRs, and
+                # acks=all would then wait replica.lag.time.max.ms for them once the broker exits.
+                stops = [((t, p, broker_id), self._replica(t, p, broker_id).stop_replica.remote(ctx.epoch, False))
+                         for t, p in moved + followers]
+                await asyncio.gather(self._send_leader_and_isr(moved + followers, exclude=frozenset({broker_id})),
+                                     self._await_calls(stops))
                 await self._send_update_metadata()
             remaining = [tp for tp, state in ctx.states.items()
                          if state.leader == broker_id and tp[0] not in ctx.topics_being_deleted]

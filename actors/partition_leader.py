@@ -147,6 +147,8 @@ class ReplicaActor(FollowerRole):
         loop = asyncio.get_running_loop()
         while not self._closed:
             await asyncio.sleep(max(0.05, min(retention_every, cleaner_every, 1.0)))
+            if self._closed:  # stopped (or deleted) while this loop slept
+                break
             now = time.monotonic()
             try:
                 if now >= next_retention:
@@ -336,6 +338,10 @@ class ReplicaActor(FollowerRole):
     async def become_leader(self, controller_epoch: int, leader_epoch: int, isr: list[int],
                             replicas: list[int], zk_version: int = -1) -> int:
         self._ensure_background()
+        if controller_epoch < self.partition.controller_epoch or leader_epoch < self.partition.leader_epoch:
+            # A stale request (a deposed controller, or a reordered one) changes nothing,
+            # not even this replica's fetching as a follower.
+            return self.partition.make_leader(controller_epoch, leader_epoch, isr, replicas, zk_version, _now_ms())
         self._stop_fetcher()
         error = self.partition.make_leader(controller_epoch, leader_epoch, isr, replicas, zk_version, _now_ms())
         if error == 0:

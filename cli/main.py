@@ -206,6 +206,8 @@ class BrokerProcess:
             extra = {"labels": {"rack": racks[index]}} if racks else {}
             ray_node = self.cluster.add_node(num_cpus=os.cpu_count() or 2,
                                              object_store_memory=256 * 1024 * 1024, **extra)
+            # Starting a Ray node installs Ray's SIGTERM handler (exit 1): take it back.
+            self._install_signal_handlers()
             self._raylet_pids[index] = _raylet_pid(ray_node)
             fresh = self._start_node(self.zk_connect, node["broker_id"], node["log_dirs"], ray_node.node_id, index)
             self._wait_ready([fresh])
@@ -308,7 +310,7 @@ class BrokerProcess:
         from actors.controller import ControllerActorRemote
         from actors.purgatory import PurgatoryActorRemote
         from core.config import parse_listener
-        from core.naming import controller_actor_name, edge_actor_name, purgatory_actor_name
+        from core.naming import controller_actor_name, edge_actor_name, edge_sibling_actor_name, purgatory_actor_name
         from net.edge import EdgeActorRemote
 
         namespace = self.config["raykafka.namespace"]
@@ -330,13 +332,25 @@ class BrokerProcess:
         ray.get(controller.start.remote(), timeout=READY_TIMEOUT_S)
         host, port = ray.get(edge.start.remote(), timeout=READY_TIMEOUT_S)
         edge_pid = ray.get(edge.pid.remote(), timeout=READY_TIMEOUT_S)
+        # raykafka.edge.processes > 1: more edges on this node, on the primary's
+        # port (SO_REUSEPORT), fed metadata by the primary.
+        siblings = [_create_named(EdgeActorRemote, edge_sibling_actor_name(broker_id, k), namespace,
+                                  dict(num_cpus=0, max_concurrency=10_000, scheduling_strategy=here),
+                                  broker_id, config, zk_connect, log_dirs, purgatory)
+                    for k in range(1, config["raykafka.edge.processes"])]
+        sibling_pids = []
+        if siblings:
+            bound_port = ray.get(edge.listening_port.remote(), timeout=READY_TIMEOUT_S)
+            sibling_pids = ray.get([s.start_sibling.remote(bound_port, host, port) for s in siblings],
+                                   timeout=READY_TIMEOUT_S)
+            ray.get(edge.set_siblings.remote(siblings), timeout=READY_TIMEOUT_S)
         print(f"raykafka broker {broker_id} on {host}:{port}", flush=True)
         if index == 0:
             self.controller, self.edge = controller, edge
         return {"broker_id": broker_id, "host": host, "port": port, "ray_node_id": node_id,
-                "log_dirs": log_dirs, "edge_pid": edge_pid,
+                "log_dirs": log_dirs, "edge_pid": edge_pid, "edge_pids": [edge_pid, *sibling_pids],
                 "raylet_pid": self._raylet_pids[index] if self.cluster else None,
-                "_edge": edge, "_controller": controller, "_purgatory": purgatory}
+                "_edge": edge, "_edge_siblings": siblings, "_controller": controller, "_purgatory": purgatory}
 
     def _wait_ready(self, nodes: list[dict]) -> None:
         import ray
@@ -415,8 +429,8 @@ class BrokerProcess:
             started = time.monotonic()
             self._controlled_shutdown()
             for node in self.nodes:
-                edge = node["_edge"]
-                _quietly(lambda: ray.get(edge.stop.remote(), timeout=10))
+                for edge in [node["_edge"], *node.get("_edge_siblings", [])]:
+                    _quietly(lambda: ray.get(edge.stop.remote(), timeout=10))
             for node in self.nodes:
                 broker_id = node["broker_id"]
                 _quietly(lambda: self._close_broker_actors(broker_id))

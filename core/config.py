@@ -254,6 +254,9 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("raykafka.actor.call.timeout.ms", "int", 30000, "Bound on every cross-actor await", min=1),
     ConfigDef("raykafka.edge.max.inflight.bytes", "long", 256 * 1024 * 1024,
               "Bytes of requests in flight per connection before reading pauses", min=1024),
+    ConfigDef("raykafka.edge.processes", "int", 1,
+              "Edge actors (Kafka listener processes) per node; above 1 they share the listener port "
+              "with SO_REUSEPORT and the kernel spreads new connections across them", min=1, max=16),
 )
 
 TOPIC_CONFIGS: dict[str, ConfigDef] = _defs(

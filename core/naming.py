@@ -19,6 +19,14 @@ def edge_actor_name(broker_id: int) -> str:
     return f"edge@{broker_id}"
 
 
+def edge_sibling_actor_name(broker_id: int, index: int) -> str:
+    """Edge number `index` (1..raykafka.edge.processes-1) of a broker that runs
+    several; edge 0 is the primary, named edge_actor_name(broker_id). The name
+    must not end with `@<broker id>`: that suffix marks the replicas and
+    coordinators the CLI closes per broker."""
+    return f"edge@{broker_id}/{index}"
+
+
 def controller_actor_name(broker_id: int) -> str:
     return f"controller@{broker_id}"
 

@@ -1,6 +1,18 @@
 """The network edge actor: a Kafka listener inside an async Ray actor, one per
 node. It registers the node's broker id in /brokers/ids once it accepts
 connections, and takes UpdateMetadata from the controller.
+
+With raykafka.edge.processes = N > 1 a node runs N edges when one core cannot
+parse and answer all its clients: edge 0 (the primary, named
+edge_actor_name) binds first, registers the broker and is the only edge the
+controller knows; edges 1..N-1 (the siblings, edge_sibling_actor_name) bind
+the same host:port with SO_REUSEPORT, so the kernel spreads new connections
+over all N, and the primary forwards every UpdateMetadata to them so all
+share one view of the cluster. A connection lives on one edge for its whole
+life, so per-connection request ordering is unchanged. Fetch sessions are
+per edge: a client that reconnects and lands on another edge gets
+FETCH_SESSION_ID_NOT_FOUND for its incremental fetch and falls back to a full
+fetch, which Kafka clients do on their own.
 """
 from __future__ import annotations
 
@@ -31,13 +43,17 @@ class EdgeActor:
         self.zk: KafkaZkClient | None = None
         self.bound_port: int | None = None
         self.purgatory = purgatory
+        # Only a broker running several edges asks the kernel for a shared port:
+        # with one edge, a second process binding the port must still fail.
+        self.reuse_port = self.config["raykafka.edge.processes"] > 1
+        self.siblings: list = []  # on the primary: handles of edges 1..N-1 of this node
+        self._last_update: tuple | None = None  # the primary's latest applied UpdateMetadata
+        self._forward_seq = 0  # primary: number of the latest UpdateMetadata sent to the siblings
+        self._applied_forward_seq = 0  # sibling: the newest forwarded UpdateMetadata applied
 
-    async def start(self) -> tuple[str, int]:
-        """Bind, then register the broker; returns the advertised (host, port)."""
+    def _limits(self) -> ConnectionLimits:
         config = self.config
-        advertised = parse_listener(config["advertised.listeners"], "advertised.listeners") \
-            if config["advertised.listeners"] else None
-        limits = ConnectionLimits(
+        return ConnectionLimits(
             max_request_bytes=config["socket.request.max.bytes"],
             max_inflight_requests=config["queued.max.requests"],
             max_inflight_bytes=config["raykafka.edge.max.inflight.bytes"],
@@ -45,16 +61,27 @@ class EdgeActor:
             idle_timeout_s=config["connections.max.idle.ms"] / 1000,
             max_queued_bytes=config["queued.max.request.bytes"],
         )
+
+    async def _listen(self, port: int) -> int:
+        """Create the service and the listener on `port`; returns the bound port."""
+        self.service = EdgeService(self.config, self.broker_id, "", 0)
+        self.service.purgatory = self.purgatory
+        self.server = KafkaServer(self.service.dispatch, self._limits())
+        self.bound_port = await self.server.start(self.listener.host, port, reuse_port=self.reuse_port)
+        return self.bound_port
+
+    async def start(self) -> tuple[str, int]:
+        """Bind, then register the broker; returns the advertised (host, port)."""
+        config = self.config
+        advertised = parse_listener(config["advertised.listeners"], "advertised.listeners") \
+            if config["advertised.listeners"] else None
         from core.shared_region import remove_orphans
 
         removed = remove_orphans()
         if removed:
             log.info("removed %d shared-memory regions left by crashed edges", removed)
         # The service needs the advertised port, known only after binding port 0.
-        self.service = EdgeService(config, self.broker_id, "", 0)
-        self.service.purgatory = self.purgatory
-        self.server = KafkaServer(self.service.dispatch, limits)
-        self.bound_port = await self.server.start(self.listener.host, self.listener.port)
+        await self._listen(self.listener.port)
         host = advertised.host if advertised else self.listener.host
         port = advertised.port if advertised and advertised.port else self.bound_port
         if host in ("0.0.0.0", "::", ""):
@@ -74,21 +101,85 @@ class EdgeActor:
                  self.bound_port, host, port)
         return host, port
 
+    async def start_sibling(self, port: int, advertised_host: str, advertised_port: int) -> int:
+        """Start as edge 1..N-1 of a broker whose primary edge already listens on
+        `port` with SO_REUSEPORT. No ZooKeeper registration: the broker is
+        registered once, by the primary, and its address is the primary's.
+        Returns the pid, for nodes.json."""
+        import os
+
+        if not self.reuse_port:
+            raise ValueError("a sibling edge needs raykafka.edge.processes > 1")
+        await self._listen(port)
+        self.service.advertised_host, self.service.advertised_port = advertised_host, advertised_port
+        log.info("broker %d: edge process %d shares %s:%d", self.broker_id, os.getpid(), self.listener.host,
+                 self.bound_port)
+        return os.getpid()
+
+    async def set_siblings(self, siblings: list) -> None:
+        """On the primary: from now on forward every UpdateMetadata to these
+        edges, starting with the latest one already applied here (the controller
+        may have sent it before the siblings existed)."""
+        self.siblings = list(siblings)
+        if self._last_update is not None:
+            await self._forward(*self._last_update)
+
+    async def _forward(self, snapshot: dict, leader_handles: dict, controller_handle) -> None:
+        # Numbered, because Ray does not promise that an async actor runs calls
+        # in the order they were sent: a sibling skips an update older than one
+        # it has already applied.
+        self._forward_seq += 1
+        seq = self._forward_seq
+        calls = [s.update_metadata.remote(snapshot, leader_handles, controller_handle, seq) for s in self.siblings]
+        timeout_s = self.service.call_timeout_s
+        results = await asyncio.gather(*(asyncio.wait_for(ref, timeout_s) for ref in calls),
+                                       return_exceptions=True)
+        for index, result in enumerate(results, start=1):
+            if isinstance(result, Exception):
+                log.error("UpdateMetadata to edge %d of broker %d failed: %s", index, self.broker_id,
+                          str(result).splitlines()[0][:300] if str(result) else repr(result))
+            elif result != 0:
+                log.warning("UpdateMetadata to edge %d of broker %d answered error %d", index, self.broker_id,
+                            result)
+
     async def wait_ready(self, timeout_s: float) -> bool:
-        """True once the controller has sent this edge its first metadata."""
+        """True once the controller has sent this edge its first metadata, and,
+        on a primary with siblings, once every sibling has it too."""
+        deadline = asyncio.get_running_loop().time() + timeout_s
         try:
             await asyncio.wait_for(self.service.metadata_ready.wait(), timeout_s)
-            return True
         except asyncio.TimeoutError:
             return False
+        for sibling in self.siblings:
+            left = deadline - asyncio.get_running_loop().time()
+            try:
+                if left <= 0 or not await asyncio.wait_for(sibling.wait_ready.remote(left), left + 5):
+                    return False
+            except asyncio.TimeoutError:
+                return False
+        return True
 
-    async def update_metadata(self, snapshot: dict, leader_handles: dict, controller_handle) -> int:
+    async def update_metadata(self, snapshot: dict, leader_handles: dict, controller_handle,
+                              forward_seq: int | None = None) -> int:
+        """From the controller (forward_seq None), or forwarded by the primary
+        edge of this node (numbered)."""
+        if forward_seq is not None:
+            if forward_seq <= self._applied_forward_seq:
+                return 0  # an older update overtaken by a newer one
+            self._applied_forward_seq = forward_seq
         try:
             self.service.apply_update_metadata(snapshot, leader_handles, controller_handle)
         except StaleControllerEpoch as exc:
             log.warning("%s", exc)
             return 11  # STALE_CONTROLLER_EPOCH
+        self._last_update = (snapshot, leader_handles, controller_handle)
+        if self.siblings:
+            await self._forward(snapshot, leader_handles, controller_handle)
         return 0
+
+    async def listening_port(self) -> int:
+        """The port actually bound (listeners may name port 0)."""
+        return self.bound_port
 
     async def pid(self) -> int:
         import os
@@ -131,8 +222,10 @@ class EdgeActor:
         return {"attempts": attempt, "remaining": remaining, "error": error}
 
     async def stats(self) -> dict:
+        import os
+
         return {"connections": self.server.connection_count, **self.server.stats,
-                "metadata_version": self.service.metadata.version}
+                "metadata_version": self.service.metadata.version, "pid": os.getpid()}
 
     async def stop(self) -> None:
         if self.server is not None:

@@ -21,11 +21,16 @@ from net.metadata_cache import MetadataCache
 from net.schema_build import build, nested, ZERO_THROTTLE
 from core.shared_region import SharedRegion
 from net.fetch_session import FetchSessionCache
+from net.file_region import FdBudget, FileRecords, FileRegion, SplicedResponse
 from net.server import CloseConnection, Connection
 
 log = logging.getLogger("raykafka.edge")
 
 _BASE_OFFSET = struct.Struct(">q")
+# Slices shorter than this are read as bytes even when sendfile could serve
+# them: below it the extra event-loop turn of a sendfile costs more than the
+# copies it saves.
+SENDFILE_MIN_BYTES = 64 * 1024
 
 API_VERSIONS_KEY = 18
 
@@ -169,6 +174,8 @@ class EdgeService:
                                                 config["min.incremental.fetch.session.eviction.ms"])
         self._fds: collections.OrderedDict[str, int] = collections.OrderedDict()
         self.max_open_fds = 256
+        # fds duplicated for file regions of responses not yet written.
+        self.region_fds = FdBudget(1024)
         self.fault_hooks: dict[int, Any] = {}  # api_key -> async hook(ctx, request) for tests
         self._coordinators: dict[int, Any] = {}  # __consumer_offsets partition -> group coordinator actor
         self._offsets_topic_creation: asyncio.Future | None = None
@@ -231,7 +238,14 @@ class EdgeService:
     async def controller_call(self, method: str, *args, timeout_s: float | None = None):
         if self.controller_handle is None:
             raise ActorCallFailed(ErrorCode.not_controller, "no active controller known")
-        return await self.call(getattr(self.controller_handle, method).remote(*args), timeout_s)
+        try:
+            return await self.call(getattr(self.controller_handle, method).remote(*args), timeout_s)
+        except ActorCallFailed as exc:
+            if exc.error == ErrorCode.not_leader_or_follower:
+                # The controller actor is gone (failover under way): admin clients
+                # retry NOT_CONTROLLER after refreshing metadata.
+                raise ActorCallFailed(ErrorCode.not_controller, str(exc)) from None
+            raise
 
     # ---- consumer-group coordinators (actors/group_coordinator.py) ------------------------------
     def group_partition(self, group_id: str) -> int | None:
@@ -343,6 +357,55 @@ class EdgeService:
             return self._pread_checked(*slices[0])
         return b"".join(self._pread_checked(*s) for s in slices)
 
+    def read_records(self, slices: list[tuple[str, int, int, int, int]], zero_copy: bool) -> bytes | FileRecords:
+        """The records of `slices` as bytes, or, with `zero_copy` (the response
+        goes out on a socket that can sendfile), as FileRecords whose large
+        slices are regions of the checked files, sent without copying. Same
+        checks as read_slices; FileNotFoundError when a slice's file is gone."""
+        if not zero_copy:
+            return self.read_slices(slices)
+        pieces: list = []
+        try:
+            for path, position, length, base_offset, inode in slices:
+                region = None
+                if length >= SENDFILE_MIN_BYTES and self.region_fds.try_acquire():
+                    try:
+                        region = self._region_checked(path, position, length, base_offset, inode)
+                    finally:
+                        if region is None:
+                            self.region_fds.release()
+                pieces.append(region if region is not None
+                              else self._pread_checked(path, position, length, base_offset, inode))
+        except BaseException:
+            for piece in pieces:
+                if type(piece) is FileRegion:
+                    piece.close()
+            raise
+        if all(type(p) is bytes for p in pieces):
+            return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+        return FileRecords(pieces)
+
+    def _region_checked(self, path: str, position: int, length: int, base_offset: int,
+                        inode: int) -> FileRegion | None:
+        """A region of the file the leader named (inode), holding the whole slice
+        and starting with the batch it named; sent later from a duplicate fd,
+        so neither the fd cache nor a swap at the path can change its file.
+        None when no fd can be spared (then bytes are read)."""
+        for _attempt in range(2):
+            fd, fd_inode = self._open(path)
+            if fd_inode == inode:
+                try:
+                    region_fd = os.dup(fd)
+                except OSError:  # out of fds
+                    return None
+                region = FileRegion(region_fd, position, length, base_offset, self.region_fds)
+                if region.intact():
+                    return region
+                region.budget = None  # the caller releases the budget it acquired
+                region.close()
+            self.forget_fd(path)  # a cached fd of a replaced file: reopen once
+        raise FileNotFoundError(path)
+
     def _pread_checked(self, path: str, position: int, length: int, base_offset: int, inode: int) -> bytes:
         for _attempt in range(2):
             fd, fd_inode = self._open(path)
@@ -416,10 +479,12 @@ class EdgeService:
         )
 
 
-async def _encode_when_done(coroutine, correlation_id: int) -> bytes | None:
+async def _encode_when_done(coroutine, correlation_id: int):
     response = await coroutine
     if response is None:
         return None
+    if type(response) is SplicedResponse:  # Fetch with file regions: -> ResponseFrame
+        return response.to_frame(correlation_id)
     return encode_response(response, correlation_id)
 
 

@@ -10,11 +10,13 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import os
 import struct
 import time
 from typing import Any, Awaitable, Callable
 
 from net.codec import MalformedRequest, peek_header
+from net.file_region import FileRegion, ResponseFrame
 
 log = logging.getLogger("raykafka.net")
 
@@ -23,6 +25,11 @@ _SIZE = struct.Struct(">i")
 
 class CloseConnection(Exception):
     """A handler asks for the connection to be closed (Kafka's behaviour for bad requests)."""
+
+
+class TornResponse(Exception):
+    """A file region of a response no longer holds the bytes that were checked
+    (the segment was truncated in place): the frame must not be completed."""
 
 
 class ConnectionLimits:
@@ -38,13 +45,14 @@ class ConnectionLimits:
 
 
 # dispatch(conn, api_key, api_version, correlation_id, frame) -> awaitable of
-# encoded response bytes, or None for "no response" (acks=0 produce).
-Dispatch = Callable[["Connection", int, int, int, bytes], Awaitable[bytes | None]]
+# the encoded response (bytes, or a ResponseFrame whose file regions are sent
+# with sendfile), or None for "no response" (acks=0 produce).
+Dispatch = Callable[["Connection", int, int, int, bytes], Awaitable[bytes | ResponseFrame | None]]
 
 
 class Connection:
     __slots__ = ("peer", "reader", "writer", "inflight", "inflight_bytes", "space", "closed",
-                 "last_active", "requests_served", "client_software")
+                 "last_active", "requests_served", "client_software", "can_sendfile", "socket_fd")
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
         self.reader = reader
@@ -59,6 +67,16 @@ class Connection:
         self.last_active = time.monotonic()
         self.requests_served = 0
         self.client_software: tuple[str, str] | None = None
+        # sendfile(2) needs the plain socket: not TLS (the kernel would bypass
+        # the encryption). Cleared at the first sendfile the kernel refuses.
+        sock = writer.get_extra_info("socket")
+        self.can_sendfile = (hasattr(os, "sendfile") and writer.get_extra_info("sslcontext") is None
+                             and sock is not None)
+        self.socket_fd = sock.fileno() if self.can_sendfile else -1
+        if self.can_sendfile:
+            # drain() then waits until the transport's buffer is empty, which
+            # is when file bytes may go to the socket directly (_write_frame).
+            writer.transport.set_write_buffer_limits(high=0)
 
 
 class KafkaServer:
@@ -77,9 +95,12 @@ class KafkaServer:
     def connection_count(self) -> int:
         return len(self._connections)
 
-    async def start(self, host: str, port: int) -> int:
+    async def start(self, host: str, port: int, reuse_port: bool = False) -> int:
+        # reuse_port: several edge processes of one node listen on the same port
+        # (raykafka.edge.processes > 1); the kernel spreads connections over them.
         self._server = await asyncio.start_server(
-            self._serve, host, port, reuse_address=True, limit=64 * 1024, backlog=1024
+            self._serve, host, port, reuse_address=True, reuse_port=reuse_port or None, limit=64 * 1024,
+            backlog=1024
         )
         return self._server.sockets[0].getsockname()[1]
 
@@ -149,7 +170,7 @@ class KafkaServer:
             while conn.inflight:
                 item = conn.inflight.popleft()
                 if item is not None:
-                    item[0].cancel()
+                    _discard(item[0])
                     self._release(item[1])
 
     async def _read_requests(self, conn: Connection) -> None:
@@ -234,7 +255,89 @@ class KafkaServer:
                 self._release(size)
                 conn.space.set()
             conn.requests_served += 1
-            if response is not None and not conn.closed:
+            if type(response) is ResponseFrame:
+                try:
+                    if not conn.closed:
+                        await self._write_frame(conn, response)
+                except TornResponse as exc:
+                    log.error("closing connection from %s: %s", conn.peer, exc)
+                    self.stats["torn_responses"] += 1
+                    self._close(conn)
+                    return
+                except (ConnectionError, OSError):
+                    self._close(conn)
+                    return
+                except Exception:  # a bug must cost one connection, never hang it
+                    log.exception("writing a response to %s failed; closing the connection", conn.peer)
+                    self._close(conn)
+                    return
+                finally:
+                    response.close()
+            elif response is not None and not conn.closed:
                 writer.write(response)
-                if writer.transport.get_write_buffer_size() > 1 << 20:
-                    await writer.drain()
+            if not conn.closed and writer.transport.get_write_buffer_size() > 1 << 20:
+                await writer.drain()
+
+    async def _write_frame(self, conn: Connection, frame: ResponseFrame) -> None:
+        """Write [bytes][file region][bytes]... in order: bytes through the
+        transport, regions with sendfile(2) from the segment file straight to
+        the socket, but only while the transport holds nothing back (so the
+        order on the wire is the order of the pieces)."""
+        # Checked before the first byte: a frame that cannot be completed is never begun.
+        for region in frame.regions():
+            if not region.intact():
+                raise TornResponse(f"a segment was truncated under a fetch response (at {region.position})")
+        writer = conn.writer
+        transport = writer.transport
+        for piece in frame.pieces:
+            if transport.is_closing():
+                return
+            if type(piece) is not FileRegion:
+                writer.write(piece)
+                continue
+            position, left = piece.position, piece.length
+            while left and conn.can_sendfile:
+                if transport.get_write_buffer_size():
+                    await writer.drain()  # until empty (high water mark 0)
+                    if transport.is_closing():
+                        return
+                try:
+                    sent = os.sendfile(conn.socket_fd, piece.fd, position, left)
+                except BlockingIOError:
+                    # Socket full. One byte through the transport makes it wait
+                    # for writability, and the drain above waits for that.
+                    sent = len(_write_exact(writer, piece, position, 1))
+                    self.stats["sendfile_waits"] += 1
+                except ConnectionError:
+                    raise
+                except OSError as exc:  # this socket/file pair cannot sendfile: bytes from here on
+                    log.warning("sendfile to %s failed (%s): sending bytes", conn.peer, exc)
+                    conn.can_sendfile = False
+                    self.stats["sendfile_unavailable"] += 1
+                    break
+                else:
+                    if sent == 0:  # end of file: the segment shrank under us
+                        raise TornResponse(
+                            f"a segment was truncated while sending ({piece.length - left} of {piece.length} bytes)")
+                    self.stats["sendfile_bytes"] += sent
+                position += sent
+                left -= sent
+            if left:
+                _write_exact(writer, piece, position, left)
+
+
+def _write_exact(writer: asyncio.StreamWriter, region: FileRegion, position: int, length: int) -> bytes:
+    data = os.pread(region.fd, length, position)
+    if len(data) != length:
+        raise TornResponse(f"a segment was truncated under a fetch response (at {position})")
+    writer.write(data)
+    return data
+
+
+def _discard(task: asyncio.Future) -> None:
+    """Drop a request whose response will not be written, closing any file regions it holds."""
+    task.cancel()
+    if task.done() and not task.cancelled() and task.exception() is None:
+        response = task.result()
+        if type(response) is ResponseFrame:
+            response.close()

@@ -868,6 +868,10 @@ class Log:
         with self._lock:
             self._check_open()
             if offset >= self._next_offset:
+                # Nothing to cut, but epochs this replica started without appending
+                # (it led an epoch that never got data) must go, as Kafka's
+                # truncateTo does: else the follower keeps finding the same divergence.
+                self.leader_epoch_cache.truncate_from_end(self._next_offset)
                 return False
             if offset < self._segments[0].base_offset:
                 self.truncate_fully_and_start_at(offset)

@@ -1,6 +1,10 @@
 """Fetch (1): reads from local leader replicas, which answer with file slices
-of their segments that the edge preads; when fewer than min_bytes are ready it
-long-polls the replicas until data arrives or max_wait passes (DelayedFetch)."""
+of their segments; when fewer than min_bytes are ready it long-polls the
+replicas until data arrives or max_wait passes (DelayedFetch).
+
+On a plain TCP connection the slices' bytes are never read into Python: they
+go from the segment files to the socket with sendfile (net/file_region.py).
+Otherwise (TLS, RAYKAFKA_VERIFY_FETCH, small slices) the edge preads them."""
 import asyncio
 import logging
 import os
@@ -9,6 +13,7 @@ import time
 from kio.schema.errors import ErrorCode
 
 from net.edge_service import ActorCallFailed
+from net.file_region import FileRecords, SplicedResponse, release
 from net.fetch_session import FINAL_EPOCH, FetchSessionCache, FetchSessionError, SessionPartition
 from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, has_field, nested, response_schema_for, timedelta_ms
@@ -17,6 +22,9 @@ from net.server import CloseConnection
 _NO_DATA = (None, -1, -1, -1)
 # Debugging aid: verify every served batch's CRC (costs a CRC pass over fetched bytes).
 _VERIFY = os.environ.get("RAYKAFKA_VERIFY_FETCH") == "1"
+# Measurement aid: RAYKAFKA_FETCH_SENDFILE=0 serves every fetch as bytes (the
+# path before sendfile), for A/B runs of the same build.
+_SENDFILE = os.environ.get("RAYKAFKA_FETCH_SENDFILE", "1") != "0"
 log = logging.getLogger("raykafka.fetch")
 
 
@@ -47,7 +55,12 @@ class _Wanted:
         self.end = -1
 
 
-async def _read(edge, want: _Wanted, isolation: int) -> None:
+def _set_records(want: _Wanted, records) -> None:
+    release(want.records)  # a long-poll reads again: drop the regions of the previous read
+    want.records = records
+
+
+async def _read(edge, want: _Wanted, isolation: int, zero_copy: bool) -> None:
     handle = edge.leader_handle(want.topic, want.partition)
     if handle is None:
         want.error = ErrorCode.not_leader_or_follower
@@ -63,10 +76,10 @@ async def _read(edge, want: _Wanted, isolation: int) -> None:
         want.hw, want.lso, want.log_start = hw, lso, log_start
         want.end = lso if isolation == 1 else hw
         if error != 0 or not slices:
-            want.records = b""
+            _set_records(want, b"")
             return
         try:
-            want.records = edge.read_slices(slices)
+            _set_records(want, edge.read_records(slices, zero_copy))
             if _VERIFY and not _batches_valid(want.records):
                 log.error("fetch %s-%d@%d served a corrupt batch from slices %s", want.topic, want.partition,
                           want.offset, slices)
@@ -85,6 +98,8 @@ async def handle_fetch(ctx, request):
     if replica_id >= 0:
         raise CloseConnection("follower fetch over the wire is not served: replicas pull by actor calls")
     isolation = getattr(request, "isolation_level", 0)
+    # The CRC check of RAYKAFKA_VERIFY_FETCH needs the bytes in hand.
+    zero_copy = _SENDFILE and ctx.conn is not None and ctx.conn.can_sendfile and not _VERIFY
     max_wait_ms = timedelta_ms(request.max_wait)
     deadline = time.monotonic() + max_wait_ms / 1000
     by_id = edge.metadata.topics_by_id
@@ -128,8 +143,18 @@ async def handle_fetch(ctx, request):
         wanted.append(want)
 
     local = [w for w in wanted if w.error is None]
+    try:
+        return await _respond(edge, request, schema, session, incremental, wanted, local, isolation, deadline,
+                              zero_copy)
+    except BaseException:
+        for w in wanted:
+            release(w.records)
+        raise
+
+
+async def _respond(edge, request, schema, session, incremental, wanted, local, isolation, deadline, zero_copy):
     while True:
-        await asyncio.gather(*(_read(edge, w, isolation) for w in local))
+        await asyncio.gather(*(_read(edge, w, isolation, zero_copy) for w in local))
         ready = sum(len(w.records) for w in local)
         remaining = deadline - time.monotonic()
         if (ready >= request.min_bytes or remaining <= 0 or not local
@@ -140,7 +165,7 @@ async def handle_fetch(ctx, request):
         moved = await edge.delay_fetch([(w.topic, w.partition, w.end) for w in local], isolation,
                                        int(remaining * 1000))
         if not moved:
-            await asyncio.gather(*(_read(edge, w, isolation) for w in local))
+            await asyncio.gather(*(_read(edge, w, isolation, zero_copy) for w in local))
             break
 
     # Response-level max_bytes, in request order; the first non-empty
@@ -150,7 +175,7 @@ async def handle_fetch(ctx, request):
     for w in wanted:
         if w.records:
             if not first and len(w.records) > budget:
-                w.records = b""
+                _set_records(w, b"")
             else:
                 budget -= len(w.records)
                 first = False
@@ -164,10 +189,15 @@ async def handle_fetch(ctx, request):
             error = int(w.error or 0)
             if not incremental or FetchSessionCache.must_send(sp, error, bool(w.records), w.hw, w.lso, w.log_start):
                 included.append(w)
+            else:
+                _set_records(w, b"")
             FetchSessionCache.remember(session, sp, w.hw, w.lso, w.log_start, bool(w.records))
         wanted = included
     topic_cls = nested(schema, "FetchableTopicResponse")
     part_cls = nested(schema, "PartitionData")
+    # File-backed records are encoded as markers and spliced back in as file
+    # regions when the frame is cut (SplicedResponse.to_frame).
+    splice = SplicedResponse()
     responses = []
     current = None
     for w in wanted:
@@ -179,8 +209,12 @@ async def handle_fetch(ctx, request):
             part_cls, partition_index=w.partition, error_code=w.error or ErrorCode.none,
             high_watermark=w.hw, last_stable_offset=w.lso, log_start_offset=w.log_start,
             aborted_transactions=() if isolation == 1 else None, preferred_read_replica=-1,
-            records=w.records))
+            records=splice.placeholder(w.records) if type(w.records) is FileRecords else w.records))
     topics = tuple(build(topic_cls, topic=key[0], topic_id=key[1], partitions=tuple(parts))
                    for key, parts in responses)
-    return build(schema, throttle_time=ZERO_THROTTLE, error_code=ErrorCode.none,
-                 session_id=session.session_id if session is not None else 0, responses=topics)
+    response = build(schema, throttle_time=ZERO_THROTTLE, error_code=ErrorCode.none,
+                     session_id=session.session_id if session is not None else 0, responses=topics)
+    if not splice.blobs:
+        return response
+    splice.response = response
+    return splice

@@ -13,6 +13,7 @@ from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for, 
     "tests/unit/test_admin_partition_apis.py::test_create_partitions_forwards_specs_every_version",
     "tests/unit/test_admin_partition_apis.py::test_create_partitions_duplicate_topic_is_invalid_request",
     "tests/unit/test_admin_partition_apis.py::test_create_partitions_controller_unreachable",
+    "tests/integration/test_controller.py::test_create_partitions_grows_a_topic_and_new_partitions_serve",
 ))
 async def handle_create_partitions(ctx, request):
     edge = ctx.edge

@@ -33,6 +33,7 @@ def failed(partitions: list[tuple[str, int]] | None, code: int, message: str) ->
     "tests/unit/test_admin_partition_apis.py::test_elect_leaders_all_partitions_hides_election_not_needed",
     "tests/unit/test_admin_partition_apis.py::test_elect_leaders_unknown_election_type_is_invalid_request",
     "tests/unit/test_admin_partition_apis.py::test_elect_leaders_controller_unreachable",
+    "tests/integration/test_controller.py::test_elect_leaders_api_restores_preferred_leaders_after_a_node_returns",
 ))
 async def handle_elect_leaders(ctx, request):
     edge = ctx.edge

@@ -13,6 +13,7 @@ from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for, 
     "tests/unit/test_admin_partition_apis.py::test_alter_reassignments_forwards_moves_and_cancels",
     "tests/unit/test_admin_partition_apis.py::test_alter_reassignments_duplicate_partition_is_invalid_request",
     "tests/unit/test_admin_partition_apis.py::test_alter_reassignments_controller_unreachable",
+    "tests/integration/test_controller.py::test_reassignment_moves_replicas_while_a_consumer_reads",
 ))
 async def handle_alter_partition_reassignments(ctx, request):
     edge = ctx.edge

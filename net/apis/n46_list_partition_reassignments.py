@@ -12,6 +12,7 @@ from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for, 
 @api(46, 0, 0, tests=(
     "tests/unit/test_admin_partition_apis.py::test_list_reassignments_groups_ongoing_moves_per_topic",
     "tests/unit/test_admin_partition_apis.py::test_list_reassignments_controller_unreachable",
+    "tests/integration/test_controller.py::test_reassignment_moves_replicas_while_a_consumer_reads",
 ))
 async def handle_list_partition_reassignments(ctx, request):
     edge = ctx.edge

@@ -3,6 +3,8 @@
     python -m bench.client create  --bootstrap H:P --topic T --partitions P
     python -m bench.client produce --bootstrap H:P --topic T --records N ...
     python -m bench.client consume --bootstrap H:P --topic T --records N ...
+    python -m bench.client delete  --bootstrap H:P --topic T
+    python -m bench.client warmup  --bootstrap H:P --topic T
 
 Each phase prints exactly one JSON object on the last line of stdout (the
 harness parses that line); diagnostics go to stderr. A phase that cannot
@@ -73,11 +75,20 @@ def phase_create(a) -> dict:
     md = admin.list_topics(timeout=30)
     if md.controller_id not in md.brokers:
         # e.g. librdkafka's mock cluster: controller id 0, broker id 1 and no
-        # CreateTopics API; the AdminClient would only time out.
-        return {"ok": True, "created": False, "note":
-                f"CreateTopics impossible (metadata names controller "
-                f"{md.controller_id}, brokers are {sorted(md.brokers)}); "
-                f"falling back to auto-create on first produce"}
+        # CreateTopics API; the AdminClient would only time out. A producer's
+        # Metadata request auto-creates the topic instead (with the broker's
+        # default partition count), before any clock starts.
+        res = {"ok": True, "created": False, "note":
+               f"CreateTopics impossible (metadata names controller "
+               f"{md.controller_id}, brokers are {sorted(md.brokers)}); "
+               f"auto-created by a Metadata request instead"}
+        tmd = Producer(base_conf(a)).list_topics(a.topic, timeout=30).topics.get(a.topic)
+        if tmd is None or tmd.error is not None or not tmd.partitions:
+            res.update(ok=False, error=f"auto-create of {a.topic} failed "
+                       f"({tmd.error if tmd else 'absent from metadata'})")
+        else:
+            res["partitions"] = len(tmd.partitions)
+        return res
     fut = admin.create_topics(
         [NewTopic(a.topic, num_partitions=a.partitions, replication_factor=1)],
         operation_timeout=30, request_timeout=30,
@@ -88,7 +99,62 @@ def phase_create(a) -> dict:
     except Exception as e:  # KafkaException, timeout, unsupported API...
         created = False
         note = f"CreateTopics failed ({e}); falling back to auto-create on first produce"
-    return {"ok": True, "created": created, "note": note}
+    res = {"ok": True, "created": created, "note": note}
+    if created:
+        # A broker may answer CreateTopics before every partition has a
+        # leader; waiting here keeps leader start-up out of the timed window.
+        waited = wait_for_leaders(admin, a.topic, a.partitions, a.timeout)
+        if waited is None:
+            res.update(ok=False, error=f"topic {a.topic}: not all {a.partitions} "
+                       f"partitions had a leader {a.timeout:.0f}s after CreateTopics")
+        else:
+            res["leaders_after_s"] = round(waited, 3)
+    return res
+
+
+def wait_for_leaders(admin: AdminClient, topic: str, partitions: int,
+                     timeout: float) -> float | None:
+    """Seconds until Metadata shows `partitions` partitions of `topic`, each
+    with a leader; None if that did not happen within `timeout`."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        try:
+            tmd = admin.list_topics(topic, timeout=10).topics.get(topic)
+        except KafkaException:
+            tmd = None
+        if tmd is not None and tmd.error is None and len(tmd.partitions) == partitions \
+                and all(p.leader >= 0 and p.error is None for p in tmd.partitions.values()):
+            return time.monotonic() - t0
+        time.sleep(0.1)
+    return None
+
+
+def phase_warmup(a) -> dict:
+    """Ask the group coordinator for a group's committed offset (no topic
+    needs to exist): whatever the broker sets up for the first group it
+    sees happens now, not inside a timed consume."""
+    c = Consumer(base_conf(a) | {"group.id": f"raykafka-bench-warmup-{os.getpid()}",
+                                 "enable.auto.commit": False})
+    t0 = time.monotonic()
+    try:
+        c.committed([TopicPartition(a.topic, 0)], timeout=a.timeout)
+    except KafkaException as e:
+        return {"ok": False, "error": f"OffsetFetch failed: {e}"}
+    finally:
+        c.close()
+    return {"ok": True, "coordinator_s": round(time.monotonic() - t0, 3)}
+
+
+def phase_delete(a) -> dict:
+    """Delete the topic so a long run does not pile up partitions (for
+    raykafka: one replica actor each) and in-memory logs (Tansu)."""
+    admin = AdminClient(base_conf(a))
+    fut = admin.delete_topics([a.topic], operation_timeout=30, request_timeout=30)[a.topic]
+    try:
+        fut.result(timeout=45)
+    except Exception as e:
+        return {"ok": False, "error": f"DeleteTopics failed: {e!r}"}
+    return {"ok": True}
 
 
 # --------------------------------------------------------------------------
@@ -137,16 +203,20 @@ def phase_produce(a) -> dict:
 
     n, topic, produce, poll = a.records, a.topic, p.produce, p.poll
     mask = POOL_SIZE - 1
+    # -1 lets librdkafka's partitioner hash the key; >= 0 sends every record
+    # to that partition (the mock cannot create a one-partition topic).
+    # Passed on every call either way, so the loop is the same for all.
+    part = a.partition
     cpu = CpuWindow(a.broker_pid).start()
     t0 = time.perf_counter()
     for i in range(n):
         try:
-            produce(topic, pool[i & mask], keys[i])
+            produce(topic, pool[i & mask], keys[i], part)
         except BufferError:  # local queue full: let deliveries drain
             while True:
                 poll(0.005)
                 try:
-                    produce(topic, pool[i & mask], keys[i])
+                    produce(topic, pool[i & mask], keys[i], part)
                     break
                 except BufferError:
                     pass
@@ -197,7 +267,10 @@ def phase_consume(a) -> dict:
             held += hi - lo
             start += lo
         n = a.records
-        if start > 0:
+        # Records this consumer must see: all n, unless the broker already
+        # deleted the oldest ones (below).
+        expect = n
+        if start > 0 and not a.tolerate_retention:
             # The topic is fresh: a log start offset above 0 means the broker
             # already deleted records (e.g. the librdkafka mock keeps at most
             # 5 MiB / 100000 batches per partition, hard-coded). Fail now
@@ -207,6 +280,10 @@ def phase_consume(a) -> dict:
                     "error": f"broker deleted records before they were read: "
                              f"log start offsets sum to {start}, it holds {held} "
                              f"of {n} (retention limit; use fewer --records)"}
+        if start > 0:
+            # --tolerate-retention (the mock only): check the tail it kept,
+            # exactly once, and that its high watermarks still count all n.
+            expect = held
         got = nbytes = 0
         seen = bytearray(n)  # seen[seq] = 1 once record seq has arrived
         bad_seq = 0
@@ -215,8 +292,11 @@ def phase_consume(a) -> dict:
         cpu = CpuWindow(a.broker_pid).start()
         t0 = time.perf_counter()
         c.assign([TopicPartition(a.topic, pid, OFFSET_BEGINNING) for pid in parts])
-        while got < n:
-            msgs = consume(num_messages=10000, timeout=1.0)
+        while got < expect:
+            # consume() returns only once it has num_messages or the timeout
+            # passed: never ask for more than are still to come, or the last
+            # call idles out its full second inside the timed window.
+            msgs = consume(num_messages=min(10000, expect - got), timeout=1.0)
             now = time.perf_counter()
             if not msgs:
                 if now - last_progress > a.idle_timeout:
@@ -255,21 +335,27 @@ def phase_consume(a) -> dict:
             "cpu": cpu,
             "warnings": [],
         }
-        if got != n or distinct != n:
-            stalled = f" (no record for {a.idle_timeout:.0f}s)" if got < n else ""
-            res.update(ok=False, error=f"consumed {got}/{n} records{stalled}: "
-                       f"{distinct} distinct, {n - distinct} missing, "
+        if start > 0:
+            res.update(retention_deleted_records=start, kept_records=held)
+            res["warnings"].append(
+                f"broker had deleted the oldest {start} of {n} records (retention); "
+                f"verified the {held} it kept")
+        if got != expect or distinct != expect:
+            stalled = f" (no record for {a.idle_timeout:.0f}s)" if got < expect else ""
+            kept = f" (of the {expect} the broker kept)" if expect != n else ""
+            res.update(ok=False, error=f"consumed {got}/{expect} records{kept}{stalled}: "
+                       f"{distinct} distinct, {expect - distinct} missing, "
                        f"{got - distinct - bad_seq} duplicates, {bad_seq} with a "
                        f"foreign key")
-        elif nbytes != n * a.record_size:
+        elif nbytes != expect * a.record_size:
             res.update(ok=False, error=f"consumed {nbytes} value bytes, expected "
-                       f"{n * a.record_size}")
+                       f"{expect * a.record_size}")
         elif fetched_hwm is not None and fetched_hwm != n:
-            res.update(ok=False, error=f"all {n} records consumed, but Fetch "
-                       f"high watermarks say the topic holds {fetched_hwm}")
+            res.update(ok=False, error=f"all {expect} records consumed, but Fetch "
+                       f"high watermarks sum to {fetched_hwm}, not {n}")
         else:
             res["ok"] = True
-        if held != n:
+        if held != n and start == 0:
             res["warnings"].append(
                 f"ListOffsets(latest) before consuming summed to {held} records, "
                 f"expected {n} (broker reports stale/incorrect high watermarks)")
@@ -280,7 +366,7 @@ def phase_consume(a) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="bench.client")
-    ap.add_argument("phase", choices=["create", "produce", "consume"])
+    ap.add_argument("phase", choices=["create", "produce", "consume", "delete", "warmup"])
     ap.add_argument("--bootstrap", required=True)
     ap.add_argument("--topic", required=True)
     ap.add_argument("--partitions", type=int, default=3)
@@ -294,10 +380,17 @@ def main(argv=None) -> int:
                     help="root pid of the broker's process tree, for CPU accounting")
     ap.add_argument("--idle-timeout", type=float, default=30.0,
                     help="consume: give up after this many seconds without a record")
+    ap.add_argument("--partition", type=int, default=-1,
+                    help="produce: send every record to this partition (-1: by key hash)")
+    ap.add_argument("--tolerate-retention", action="store_true",
+                    help="consume: if the broker already deleted the oldest records "
+                         "(log start offset > 0), verify the ones it kept instead of "
+                         "failing (for librdkafka's mock, which keeps 5 MiB per partition)")
     a = ap.parse_args(argv)
     try:
         res = {"create": phase_create, "produce": phase_produce,
-               "consume": phase_consume}[a.phase](a)
+               "consume": phase_consume, "delete": phase_delete,
+               "warmup": phase_warmup}[a.phase](a)
     except Exception as e:  # report, never crash without a result line
         res = {"ok": False, "error": f"{type(e).__name__}: {e}"}
     res["phase"] = a.phase

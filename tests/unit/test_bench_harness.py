@@ -1,0 +1,399 @@
+"""The benchmark harness's own logic: summarizing rounds into cells, ratios
+to the baseline, latency percentiles and pacing, /proc memory parsing and
+finding Ray actor workers by process title. No broker is started."""
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+
+import pytest
+
+from bench.latency import latency_summary, percentile, records_due, window_bounds
+from bench.procstat import (
+    RssSampler,
+    actor_processes,
+    cpu_snapshot,
+    cpu_split,
+    is_actor_process,
+    parse_smaps_rollup,
+    process_memory,
+    process_title,
+    tree_memory,
+)
+from bench.run import (
+    PEAK_ROW,
+    Workload,
+    cell_from_case,
+    goal_report,
+    latency_rate,
+    matrix_rows,
+    matrix_workloads,
+    ratio,
+    rotated,
+    summarize_cell,
+    summarize_idle_replicas,
+    summarize_latency,
+    summarize_matrix,
+)
+
+MIB = 1024 * 1024
+
+SMAPS_ROLLUP = """\
+55d0c3a6f000-7ffd2b5fe000 ---p 00000000 00:00 0                          [rollup]
+Rss:              131552 kB
+Pss:               69041 kB
+Pss_Dirty:         40120 kB
+Pss_Anon:          39876 kB
+Pss_File:          29165 kB
+Pss_Shmem:             0 kB
+Shared_Clean:      60212 kB
+Shared_Dirty:       1024 kB
+Private_Clean:     30100 kB
+Private_Dirty:     40216 kB
+Referenced:       131552 kB
+Anonymous:         40000 kB
+Swap:                  0 kB
+SwapPss:               0 kB
+Locked:                0 kB
+"""
+
+
+# ------------------------------------------------------------------ procstat
+def test_smaps_rollup_fields_are_bytes_and_the_header_is_skipped():
+    fields = parse_smaps_rollup(SMAPS_ROLLUP)
+    assert fields["Rss"] == 131552 * 1024
+    assert fields["Pss"] == 69041 * 1024
+    assert fields["Private_Dirty"] == 40216 * 1024
+    assert len(fields) == 15
+    assert not any(k.startswith("55d0") for k in fields)
+
+
+def test_actor_titles_match_the_class_idle_or_running_a_method_only():
+    assert is_actor_process("ray::ReplicaActor", "ReplicaActor")
+    assert is_actor_process("ray::ReplicaActor.append", "ReplicaActor")
+    assert not is_actor_process("ray::ReplicaActorProxy", "ReplicaActor")
+    assert not is_actor_process("ray::EdgeActor", "ReplicaActor")
+    assert not is_actor_process("ReplicaActor", "ReplicaActor")
+    assert not is_actor_process("", "ReplicaActor")
+
+
+@pytest.fixture
+def titled_child():
+    """A child whose argv[0] reads like an idle Ray replica actor worker."""
+    p = subprocess.Popen(["bash", "-c", "exec -a 'ray::ReplicaActor' sleep 30"])
+    deadline = time.monotonic() + 5
+    while process_title(p.pid) != "ray::ReplicaActor" and time.monotonic() < deadline:
+        time.sleep(0.02)
+    yield p
+    p.kill()
+    p.wait()
+
+
+def test_replica_actor_workers_are_found_by_title_and_measured(titled_child):
+    assert process_title(titled_child.pid) == "ray::ReplicaActor"
+    assert actor_processes(os.getpid(), "ReplicaActor") == [titled_child.pid]
+    assert actor_processes(os.getpid(), "EdgeActor") == []
+    mem = process_memory(titled_child.pid)
+    assert mem["title"] == "ray::ReplicaActor"
+    assert 0 < mem["uss"] <= mem["pss"] <= mem["rss"]
+
+
+def test_tree_memory_adds_up_the_children(titled_child):
+    own = process_memory(os.getpid())
+    child = process_memory(titled_child.pid)
+    tree = tree_memory(os.getpid())
+    assert tree["processes"] >= 2
+    assert tree["rss_bytes"] >= own["rss"] + child["rss"] - 4 * MIB  # pages move a little
+    assert tree["pss_bytes"] <= tree["rss_bytes"]
+
+
+def test_process_memory_of_a_finished_process_is_none():
+    p = subprocess.Popen(["true"])
+    p.wait()
+    assert process_memory(p.pid) is None
+
+
+def test_rss_sampler_sees_at_least_the_current_rss():
+    sampler = RssSampler(os.getpid(), period=0.05).start()
+    time.sleep(0.2)
+    peak = sampler.stop()
+    assert sampler.samples >= 2
+    assert peak >= process_memory(os.getpid())["rss"] // 2
+
+
+def test_cpu_split_attributes_clients_broker_and_other():
+    before = {"wall": 100.0, "busy": 10.0, "own_tree": 5.0, "broker": 2.0}
+    after = {"wall": 102.0, "busy": 13.0, "own_tree": 7.5, "broker": 3.5}
+    assert cpu_split(before, after) == {"window_s": 2.0, "clients_cpu_pct": 50.0,
+                                        "broker_cpu_pct": 75.0, "other_cpu_pct": 25.0}
+    # A broker we did not start (no pid): its CPU is not ours, so it is "other".
+    unknown = cpu_split(dict(before, broker=None), dict(after, broker=None))
+    assert unknown["broker_cpu_pct"] is None
+    assert unknown["clients_cpu_pct"] == 125.0 and unknown["other_cpu_pct"] == 25.0
+
+
+def test_cpu_snapshot_counts_a_reaped_busy_child():
+    before = cpu_snapshot(None)
+    subprocess.run(["python3", "-c", "import time\nt = time.process_time()\n"
+                    "while time.process_time() - t < 0.3: pass"], check=True)
+    after = cpu_snapshot(None)
+    assert after["own_tree"] - before["own_tree"] >= 0.25
+    assert after["busy"] - before["busy"] >= 0.25
+
+
+# ------------------------------------------------------------------ latency
+def test_nearest_rank_percentile():
+    values = list(range(1, 101))
+    assert percentile(values, 50) == 50
+    assert percentile(values, 99) == 99
+    assert percentile(values, 99.9) == 100
+    assert percentile(values, 100) == 100
+    assert percentile(values, 0) == 1
+    assert percentile([7], 99) == 7
+    # Nearest rank never interpolates: p50 of two values is the lower one.
+    assert percentile([10, 20], 50) == 10
+
+
+def test_percentile_rejects_nothing_and_out_of_range():
+    with pytest.raises(ValueError):
+        percentile([], 50)
+    with pytest.raises(ValueError):
+        percentile([1, 2], 101)
+
+
+def test_latency_summary_in_milliseconds_unsorted_input():
+    ns = [5_000_000, 1_000_000, 3_000_000, 2_000_000, 4_000_000]
+    s = latency_summary(ns)
+    assert s == {"count": 5, "p50_ms": 3.0, "p99_ms": 5.0, "p999_ms": 5.0,
+                 "max_ms": 5.0, "mean_ms": 3.0}
+    assert latency_summary([]) == {"count": 0}
+
+
+def test_window_and_schedule():
+    assert window_bounds(1000, 2, 5) == (2000, 7000)
+    assert window_bounds(333.3, 0, 3) == (0, 999)
+    assert records_due(-1, 1000, 50) == 0
+    assert records_due(0, 1000, 50) == 1  # record 0 is due at once
+    assert records_due(10_000_000, 1000, 50) == 11  # 10 ms at 1000/s
+    assert records_due(10_000_000_000, 1000, 50) == 50  # never past the total
+
+
+# ------------------------------------------------------------------ matrix
+def produce_ok(mb_s, records=1000, size=1024, parts=1):
+    return {"ok": True, "mb_s": mb_s, "records_s": mb_s * 1e6 / size,
+            "elapsed_s": records * size / mb_s / 1e6, "records": records,
+            "partitions_seen": parts,
+            "cpu": {"client_cpu_pct": 90.0, "broker_cpu_pct": 80.0, "other_cpu_pct": 2.0}}
+
+
+def consume_ok(mb_s, records=1000, size=1024, parts=1, deleted=0):
+    r = {"ok": True, "mb_s": mb_s, "records_s": mb_s * 1e6 / size,
+         "elapsed_s": records * size / mb_s / 1e6, "records": records, "partitions": parts,
+         "cpu": {"client_cpu_pct": 50.0, "broker_cpu_pct": 40.0, "other_cpu_pct": 1.0}}
+    if deleted:
+        r.update(retention_deleted_records=deleted, kept_records=records - deleted)
+    return r
+
+
+def case(produce_mb=100.0, consume_mb=200.0, **kw):
+    return {"create": {"ok": True, "created": True}, "produce": produce_ok(produce_mb),
+            "consume": consume_ok(consume_mb, **kw)}
+
+
+def test_matrix_rows_cover_the_issue_8_workloads_with_equal_bytes():
+    wls = matrix_workloads(16)
+    assert len(wls) == 8
+    assert {(w.record_size, w.partitions, w.acks) for w in wls} == {
+        (s, p, a) for s in (1024, 16384) for p in (1, 6) for a in ("1", "all")}
+    assert all(w.records * w.record_size == 16 * MIB for w in wls)
+    rows = matrix_rows(wls)
+    assert [r["row"] for r in rows if r["phase"] == "consume"] == [
+        "consume 16KiB p1", "consume 16KiB p6"]
+    consume_cases = {r["case"] for r in rows if r["phase"] == "consume"}
+    assert consume_cases == {"16KiB p1 acks=1", "16KiB p6 acks=1"}
+    assert PEAK_ROW in [r["row"] for r in rows]
+    assert Workload(1, 1024, 1, "1").case_id == "1KiB p1 acks=1"
+
+
+def test_a_fast_produce_whose_read_back_lost_records_fails():
+    lossy = case()
+    lossy["consume"] = {"ok": False, "error": "consumed 990/1000 records: 10 missing"}
+    cell = cell_from_case("produce", lossy)
+    assert cell["status"] == "fail"
+    assert "10 missing" in cell["error"]
+
+
+def test_failed_produce_and_missing_case_fail():
+    bad = {"create": {"ok": True}, "produce": {"ok": False, "error": "Message timed out"}}
+    assert cell_from_case("produce", bad) == {"status": "fail",
+                                              "error": "produce: Message timed out"}
+    assert cell_from_case("consume", None)["status"] == "fail"
+    nocreate = {"create": {"ok": False, "error": "no leader"}}
+    assert cell_from_case("produce", nocreate)["error"] == "create: no leader"
+
+
+def test_retention_makes_the_consume_figure_na_but_keeps_the_produce_figure():
+    truncated = case(deleted=600)
+    assert cell_from_case("consume", truncated)["status"] == "na"
+    assert "deleted 600 of 1000" in cell_from_case("consume", truncated)["reason"]
+    p = cell_from_case("produce", truncated)
+    assert p["status"] == "ok" and p["mb_s"] == 100.0
+
+
+def test_summarize_cell_takes_medians_and_one_failed_round_fails_it():
+    cells = [cell_from_case("produce", case(produce_mb=m)) for m in (90.0, 120.0, 100.0)]
+    s = summarize_cell(cells)
+    assert s["status"] == "ok"
+    assert s["mb_s"] == 100.0 and s["best_mb_s"] == 120.0
+    assert s["all_mb_s"] == [90.0, 120.0, 100.0]
+    assert s["client_cpu_pct"] == 90.0
+    failed = summarize_cell(cells[:2] + [{"status": "fail", "error": "boom"}])
+    assert failed == {"status": "fail", "error": "1/3 rounds failed: boom"}
+    assert summarize_cell([{"status": "fail", "error": "boom"}])["error"] == "boom"
+    assert summarize_cell([])["status"] == "fail"
+    na = summarize_cell(cells[:1] + [{"status": "na", "reason": "retention"}])
+    assert na == {"status": "na", "reason": "retention"}
+
+
+def test_summarize_matrix_ratios_to_tansu():
+    rows = matrix_rows([Workload(1000, 1024, 1, "1")])
+    sessions = {
+        "raykafka": [{"cases": {"1KiB p1 acks=1": case(produce_mb=m)}} for m in (60.0, 80.0)],
+        "tansu": [{"cases": {"1KiB p1 acks=1": case(produce_mb=m)}} for m in (100.0, 100.0)],
+        "mock": [{"error": "mock exited with code 1"}, {"error": "mock exited with code 1"}],
+    }
+    out = summarize_matrix(rows, sessions)[PEAK_ROW]
+    assert out["raykafka"]["ratio"] == pytest.approx(0.7)
+    assert out["raykafka"]["best_ratio"] == pytest.approx(0.8)
+    assert out["tansu"]["ratio"] == pytest.approx(1.0)
+    assert out["mock"] == {"status": "fail", "error": "mock exited with code 1",
+                           "ratio": None, "best_ratio": None}
+
+
+def test_no_ratio_without_a_baseline_figure():
+    rows = matrix_rows([Workload(1000, 1024, 1, "1")])
+    sessions = {"raykafka": [{"cases": {"1KiB p1 acks=1": case()}}],
+                "tansu": [{"cases": {"1KiB p1 acks=1": {"produce": {"ok": False,
+                                                                    "error": "x"}}}}]}
+    out = summarize_matrix(rows, sessions)[PEAK_ROW]
+    assert out["raykafka"]["status"] == "ok" and out["raykafka"]["ratio"] is None
+    assert ratio(1.0, None) is None and ratio(1.0, 0) is None and ratio(3.0, 2.0) == 1.5
+
+
+def test_latency_rate_is_half_of_raykafkas_peak_row_unless_fixed():
+    summary = {PEAK_ROW: {"raykafka": {"status": "ok", "records_s": 150001.0}}}
+    assert latency_rate(summary, None)[0] == 75000
+    assert latency_rate(summary, 5000.0) == (5000.0, "--latency-rate")
+    rate, why = latency_rate({PEAK_ROW: {"raykafka": {"status": "fail"}}}, None)
+    assert rate is None and "no raykafka figure" in why
+
+
+def latency_run(p50, p99, mx, lag=1.0):
+    return {"ok": True,
+            "produce": {"achieved_rate": 1000.0, "schedule_lag_max_ms": lag},
+            "consume": {"join_s": 3.0, "latency": {"count": 5000, "p50_ms": p50, "p99_ms": p99,
+                                                   "p999_ms": p99 + 1, "max_ms": mx}}}
+
+
+def test_summarize_latency_medians_and_worst_max():
+    s = summarize_latency([latency_run(2, 10, 30), latency_run(4, 30, 50, lag=7.0),
+                           latency_run(3, 20, 40)])
+    assert (s["p50_ms"], s["p99_ms"], s["max_ms"]) == (3, 20, 50)
+    assert s["schedule_lag_max_ms"] == 7.0
+    failed = summarize_latency([latency_run(2, 10, 30), {"ok": False, "error": "lost 3"}])
+    assert failed == {"ok": False, "error": "lost 3"}
+    assert summarize_latency([])["ok"] is False
+
+
+def test_idle_replica_summary_and_count_check():
+    procs = [{"rss": r * MIB, "pss": p * MIB, "uss": u * MIB}
+             for r, p, u in ((128, 70, 40), (130, 68, 39), (129, 69, 41))]
+    before, after = {"pss_bytes": 1000 * MIB}, {"pss_bytes": 1300 * MIB}
+    s = summarize_idle_replicas(procs, 3, before, after)
+    assert s["pss_median"] == 69 * MIB
+    assert (s["pss_min"], s["pss_max"]) == (68 * MIB, 70 * MIB)
+    assert s["rss_median"] == 129 * MIB and s["uss_median"] == 40 * MIB
+    assert s["tree_pss_growth_per_partition"] == 100 * MIB
+    assert "error" not in s
+    short = summarize_idle_replicas(procs[:2], 3, before, after)
+    assert short["error"] == "expected 3 ray::ReplicaActor processes, found 2"
+
+
+def test_goal_report_against_issue_8_targets():
+    summary = {PEAK_ROW: {"raykafka": {"ratio": 1.25}},
+               "consume 16KiB p1": {"raykafka": {"ratio": 1.4}},
+               "consume 16KiB p6": {"raykafka": {"ratio": None}}}
+    goals = goal_report(summary, {"raykafka": {"ok": True, "p99_ms": 12.0}},
+                        {"pss_median": 61 * MIB})
+    met = {g["goal"]: (g["value"], g["met"]) for g in goals}
+    assert met["produce 1 KiB lz4 acks=1 p1, raykafka/tansu"] == (1.25, True)
+    assert met["consume 16 KiB p1, raykafka/tansu"] == (1.4, False)
+    assert met["consume 16 KiB p6, raykafka/tansu"] == (None, None)
+    assert met["p99 end-to-end at half of peak, raykafka"] == (12.0, True)
+    assert met["PSS per idle replica actor (median)"] == (61.0, False)
+
+
+def test_rotation_changes_who_goes_first():
+    assert rotated(["a", "b", "c"], 0) == ["a", "b", "c"]
+    assert rotated(["a", "b", "c"], 1) == ["b", "c", "a"]
+    assert rotated(["a", "b", "c"], 4) == ["b", "c", "a"]
+    assert rotated([], 3) == []
+
+
+def test_matrix_report_renders_ok_na_and_fail_cells(capsys):
+    from bench.run import print_matrix_report, summarize_memory
+
+    wls = [Workload(1000, 1024, 1, "1"), Workload(100, 16384, 1, "1")]
+    rows = matrix_rows(wls)
+    truncated = case(deleted=40)
+    sessions = {
+        "raykafka": [{"cases": {"1KiB p1 acks=1": case(produce_mb=70.0),
+                                "16KiB p1 acks=1": case(consume_mb=300.0)},
+                      "memory": {"after_start": {"rss_bytes": 900 * MIB, "pss_bytes": 500 * MIB,
+                                                 "processes": 12},
+                                 "after_rows": {"rss_bytes": 1200 * MIB, "pss_bytes": 700 * MIB,
+                                                "processes": 18},
+                                 "peak_rss_bytes": 1500 * MIB}}],
+        "tansu": [{"cases": {"1KiB p1 acks=1": case(produce_mb=100.0),
+                             "16KiB p1 acks=1": case(consume_mb=200.0)}}],
+        "mock": [{"cases": {"1KiB p1 acks=1": {"produce": {"ok": False,
+                                                           "error": "3/1000 records failed"}},
+                            "16KiB p1 acks=1": truncated}}],
+    }
+    summary = summarize_matrix(rows, sessions)
+    lat = {"raykafka": summarize_latency([latency_run(5, 25, 40)]),
+           "tansu": summarize_latency([latency_run(2, 10, 20)]),
+           "mock": {"ok": False, "error": "consumer: no partition assigned"}}
+    idle = summarize_idle_replicas([{"rss": 128 * MIB, "pss": 70 * MIB, "uss": 40 * MIB}],
+                                   1, {"pss_bytes": 0}, {"pss_bytes": 80 * MIB})
+    idle["settle_s"] = 5
+    doc = {"config": {"targets": ["raykafka", "tansu", "mock"], "row_mib": 1, "repeat": 1,
+                      "latency_window_s": 5, "latency_warmup_s": 2},
+           "machine": {"cpus_usable": 2, "loadavg_at_start": [0.1, 0.1, 0.1]},
+           "rows": rows, "summary": summary,
+           "latency": {"rate": 1000.0, "rate_source": "--latency-rate", "summary": lat},
+           "memory": {n: summarize_memory(s) for n, s in sessions.items()},
+           "idle_replicas": idle, "goals": goal_report(summary, lat, idle)}
+    print_matrix_report(doc)
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    peak = lines.index(next(line for line in lines if line.startswith(PEAK_ROW)))
+    assert "raykafka" in lines[peak] and " 0.70 " in lines[peak]
+    assert "FAIL" in lines[peak + 2] and "3/1000 records failed" in lines[peak + 2]
+    consume = next(line for line in lines if line.startswith("consume 16KiB p1"))
+    assert " 1.50 " in consume
+    assert any(line.startswith(" " * 24) and "mock" in line and "n/a" in line
+               and "deleted 40" in line for line in lines)
+    assert any(line.startswith("raykafka") and "25.00" in line and "2.50" in line
+               for line in lines)  # p99 and p99 ratio to tansu
+    assert any(line.startswith("raykafka") and "1200" in line and "700" in line
+               for line in lines)
+    assert "PSS median 70.0 MiB" in out
+    assert "consume 16 KiB p1, raykafka/tansu" in out and "1.50x" in out
+
+
+def test_latency_lost_to_mock_retention_is_na_not_ok():
+    s = summarize_latency([{"ok": False, "error": "consumer: received 10/100",
+                            "na": "broker deleted 90 records before the consumer read them"}])
+    assert s == {"ok": None, "na": "broker deleted 90 records before the consumer read them"}

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from kio.schema.errors import ErrorCode
+from core import error_codes
 
 from cluster.replication_quota import DEFAULT_WINDOW_NUM, DEFAULT_WINDOW_SIZE_S, UNLIMITED_RATE, ReplicaThrottle
 
@@ -104,7 +104,7 @@ class FollowerRole:
                          before, after, diverging)
                 continue
             error = result["error"]
-            if error == ErrorCode.offset_out_of_range:
+            if error == error_codes.OFFSET_OUT_OF_RANGE:
                 self._handle_out_of_range(result)
                 continue
             if error:

@@ -33,6 +33,9 @@ REPLICATION_OFFSET_FILE = "replication-offset-checkpoint"
 CHECKPOINT_INTERVAL_S = 5.0
 # Bound on one follower fetch's wait and size (replica.fetch.wait.max.ms, replica.fetch.max.bytes).
 MAX_FOLLOWER_WAIT_MS = 500
+# Bound on a consumer fetch parked in a replica (clients ask for fetch.max.wait.ms,
+# 500 by default); the edge's call timeout is this wait plus actor.call.timeout.ms.
+MAX_CONSUMER_WAIT_MS = 60_000
 
 
 def choose_log_dir(log_dirs: list[str], topic: str, partition: int) -> Path:
@@ -423,8 +426,31 @@ class ReplicaActor(FollowerRole):
         sets = [(buf[offset:offset + length], acks, timeout) for offset, length, acks, timeout in placed]
         return await self.append(sets, leader_epoch)
 
-    async def read(self, fetch_offset: int, max_bytes: int, isolation_level: int, current_leader_epoch: int):
-        return self.partition.read(fetch_offset, max_bytes, isolation_level, current_leader_epoch)
+    async def read(self, fetch_offset: int, max_bytes: int, isolation_level: int, current_leader_epoch: int,
+                   min_bytes: int = 0, max_wait_ms: int = 0):
+        """A consumer's read: file slices up to the fetchable end. With
+        max_wait_ms > 0 it is a DelayedFetch of one partition held here, at
+        the data: it answers once at least min_bytes are readable (or on an
+        error, a leadership change, or expiry). The edge parks single-partition
+        fetches here rather than in the purgatory, which saves the purgatory's
+        two hops between an append and the consumer's answer."""
+        p = self.partition
+        result = p.read(fetch_offset, max_bytes, isolation_level, current_leader_epoch)
+        if max_wait_ms <= 0:
+            return result
+        deadline = time.monotonic() + min(max_wait_ms, MAX_CONSUMER_WAIT_MS) / 1000
+        while True:
+            error, _hw, _lso, _start, slices = result
+            if error or self._closed or sum(s[2] for s in slices) >= max(min_bytes, 1):
+                return result
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return result
+            try:
+                await asyncio.wait_for(self._event().wait(), remaining)
+            except asyncio.TimeoutError:
+                pass
+            result = p.read(fetch_offset, max_bytes, isolation_level, current_leader_epoch)
 
     async def list_offsets(self, timestamp: int, isolation_level: int, current_leader_epoch: int):
         return self.partition.list_offsets(timestamp, isolation_level, current_leader_epoch)

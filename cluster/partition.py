@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from kio.schema.errors import ErrorCode
+from core import error_codes
 
 from storage.errors import UnexpectedAppendOffsetError
 from storage.log import Log, OffsetOutOfRangeError
@@ -69,7 +69,7 @@ class Partition:
     # ---- leadership -----------------------------------------------------------------------
     def fence_controller(self, controller_epoch: int) -> int:
         if controller_epoch < self.controller_epoch:
-            return int(ErrorCode.stale_controller_epoch)
+            return error_codes.STALE_CONTROLLER_EPOCH
         self.controller_epoch = controller_epoch
         return 0
 
@@ -79,7 +79,7 @@ class Partition:
         if error:
             return error
         if leader_epoch < self.leader_epoch:
-            return int(ErrorCode.fenced_leader_epoch)
+            return error_codes.FENCED_LEADER_EPOCH
         new_epoch = leader_epoch != self.leader_epoch or not self.is_leader
         self.leader_epoch = leader_epoch
         self.leader_id = self.broker_id
@@ -105,7 +105,7 @@ class Partition:
         if error:
             return error
         if leader_epoch < self.leader_epoch:
-            return int(ErrorCode.fenced_leader_epoch)
+            return error_codes.FENCED_LEADER_EPOCH
         self.is_leader = False
         self.leader_epoch = leader_epoch
         self.leader_id = leader_id
@@ -116,12 +116,12 @@ class Partition:
 
     def check_leader(self, leader_epoch: int) -> int:
         if not self.is_leader:
-            return int(ErrorCode.not_leader_or_follower)
+            return error_codes.NOT_LEADER_OR_FOLLOWER
         if leader_epoch >= 0:
             if leader_epoch < self.leader_epoch:
-                return int(ErrorCode.fenced_leader_epoch)
+                return error_codes.FENCED_LEADER_EPOCH
             if leader_epoch > self.leader_epoch:
-                return int(ErrorCode.unknown_leader_epoch)
+                return error_codes.UNKNOWN_LEADER_EPOCH
         return 0
 
     # ---- high watermark ---------------------------------------------------------------------
@@ -151,7 +151,7 @@ class Partition:
                                   "log_end_offset": self.log.log_end_offset}
         error = self.check_leader(current_leader_epoch)
         if error == 0 and follower_id not in self.followers:
-            error = int(ErrorCode.not_leader_or_follower)
+            error = error_codes.NOT_LEADER_OR_FOLLOWER
         if error:
             result["error"] = error
             return result
@@ -163,7 +163,7 @@ class Partition:
                 result["diverging"] = (epoch, end)
                 return result
         if fetch_offset > leo or fetch_offset < self.log.log_start_offset:
-            result["error"] = int(ErrorCode.offset_out_of_range)
+            result["error"] = error_codes.OFFSET_OUT_OF_RANGE
             return result
         follower = self.followers[follower_id]
         # Kafka's Replica.updateFetchState: caught up if it reached our LEO,
@@ -257,10 +257,10 @@ class Partition:
             error = self.check_leader(leader_epoch)
             if error:
                 # A stale edge view of leadership: the client must refresh metadata.
-                results.append((int(ErrorCode.not_leader_or_follower), -1, -1, -1, None, -1))
+                results.append((error_codes.NOT_LEADER_OR_FOLLOWER, -1, -1, -1, None, -1))
                 continue
             if acks == -1 and len(self.isr) < self.min_insync_replicas:
-                results.append((int(ErrorCode.not_enough_replicas), -1, -1, self.log.log_start_offset,
+                results.append((error_codes.NOT_ENOUGH_REPLICAS, -1, -1, self.log.log_start_offset,
                                 f"ISR size {len(self.isr)} < min.insync.replicas {self.min_insync_replicas}", -1))
                 continue
             try:
@@ -283,13 +283,13 @@ class Partition:
             return error, hw, lso, start, []
         end = self.fetchable_end(isolation_level)
         if fetch_offset < start or fetch_offset > self.log.log_end_offset:
-            return int(ErrorCode.offset_out_of_range), hw, lso, start, []
+            return error_codes.OFFSET_OUT_OF_RANGE, hw, lso, start, []
         if fetch_offset >= end:
             return 0, hw, lso, start, []
         try:
             slices = self.log.read_with_inodes(fetch_offset, max_bytes, end, min_one_batch=True)
         except OffsetOutOfRangeError:
-            return int(ErrorCode.offset_out_of_range), hw, lso, start, []
+            return error_codes.OFFSET_OUT_OF_RANGE, hw, lso, start, []
         # The inode (and first batch's base offset) let the reader detect a file
         # replaced at the same path (a cleaner swap) between this answer and its read.
         return 0, hw, lso, start, [(s.path, s.position, s.length, s.base_offset, ino) for s, ino in slices]
@@ -314,7 +314,7 @@ class Partition:
         elif timestamp >= 0:
             found = self.log.offset_for_timestamp(timestamp)
         else:
-            return int(ErrorCode.invalid_request), -1, -1, -1
+            return error_codes.INVALID_REQUEST, -1, -1, -1
         if found is None or found[0] >= end:
             return 0, -1, -1, -1
         offset, ts = found[0], found[1]

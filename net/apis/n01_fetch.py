@@ -60,7 +60,10 @@ def _set_records(want: _Wanted, records) -> None:
     want.records = records
 
 
-async def _read(edge, want: _Wanted, isolation: int, zero_copy: bool) -> None:
+async def _read(edge, want: _Wanted, isolation: int, zero_copy: bool, min_bytes: int = 0,
+                wait_ms: int = 0) -> None:
+    """Read one partition from its leader replica; with wait_ms > 0 the read
+    is parked in the replica until min_bytes are there (see ReplicaActor.read)."""
     handle = edge.leader_handle(want.topic, want.partition)
     if handle is None:
         want.error = ErrorCode.not_leader_or_follower
@@ -68,7 +71,8 @@ async def _read(edge, want: _Wanted, isolation: int, zero_copy: bool) -> None:
     for _attempt in range(3):
         try:
             error, hw, lso, log_start, slices = await edge.call(
-                handle.read.remote(want.offset, want.max_bytes, isolation, want.leader_epoch))
+                handle.read.remote(want.offset, want.max_bytes, isolation, want.leader_epoch, min_bytes, wait_ms),
+                timeout_s=wait_ms / 1000 + edge.call_timeout_s)
         except ActorCallFailed as exc:
             want.error = exc.error
             return
@@ -153,7 +157,13 @@ async def handle_fetch(ctx, request):
 
 
 async def _respond(edge, request, schema, session, incremental, wanted, local, isolation, deadline, zero_copy):
-    while True:
+    if len(local) == 1:
+        # One partition: the DelayedFetch waits in its leader replica, where
+        # appends happen, so new data costs no hop beyond this call's answer.
+        wait_ms = max(0, int((deadline - time.monotonic()) * 1000))
+        await _read(edge, local[0], isolation, zero_copy, request.min_bytes, wait_ms)
+        local = []
+    while local:
         await asyncio.gather(*(_read(edge, w, isolation, zero_copy) for w in local))
         ready = sum(len(w.records) for w in local)
         remaining = deadline - time.monotonic()

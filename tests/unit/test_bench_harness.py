@@ -4,7 +4,10 @@ finding Ray actor workers by process title. No broker is started."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
+import sys
+import textwrap
 import time
 
 import pytest
@@ -19,6 +22,7 @@ from bench.procstat import (
     parse_smaps_rollup,
     process_memory,
     process_title,
+    process_tree,
     tree_memory,
 )
 from bench.run import (
@@ -80,29 +84,39 @@ def test_actor_titles_match_the_class_idle_or_running_a_method_only():
 
 @pytest.fixture
 def titled_child():
-    """A child whose argv[0] reads like an idle Ray replica actor worker."""
-    p = subprocess.Popen(["bash", "-c", "exec -a 'ray::ReplicaActor' sleep 30"])
+    """A child whose argv[0] reads like an idle Ray replica actor worker,
+    under a parent of its own: the test session may run Ray (real replica
+    actors below this process), so lookups are rooted at that parent."""
+    parent = subprocess.Popen(["bash", "-c", "exec -a 'ray::ReplicaActor' sleep 30 & wait"])
     deadline = time.monotonic() + 5
-    while process_title(p.pid) != "ray::ReplicaActor" and time.monotonic() < deadline:
-        time.sleep(0.02)
-    yield p
-    p.kill()
-    p.wait()
+    child = None
+    while child is None and time.monotonic() < deadline:
+        kids = [p for p in process_tree(parent.pid) if p != parent.pid]
+        if kids and process_title(kids[0]) == "ray::ReplicaActor":
+            child = kids[0]
+        else:
+            time.sleep(0.02)
+    assert child is not None, "the titled child did not start"
+    yield parent.pid, child
+    os.kill(child, signal.SIGKILL)
+    parent.wait()
 
 
 def test_replica_actor_workers_are_found_by_title_and_measured(titled_child):
-    assert process_title(titled_child.pid) == "ray::ReplicaActor"
-    assert actor_processes(os.getpid(), "ReplicaActor") == [titled_child.pid]
-    assert actor_processes(os.getpid(), "EdgeActor") == []
-    mem = process_memory(titled_child.pid)
+    root, child = titled_child
+    assert process_title(child) == "ray::ReplicaActor"
+    assert actor_processes(root, "ReplicaActor") == [child]
+    assert actor_processes(root, "EdgeActor") == []
+    mem = process_memory(child)
     assert mem["title"] == "ray::ReplicaActor"
     assert 0 < mem["uss"] <= mem["pss"] <= mem["rss"]
 
 
 def test_tree_memory_adds_up_the_children(titled_child):
-    own = process_memory(os.getpid())
-    child = process_memory(titled_child.pid)
-    tree = tree_memory(os.getpid())
+    root, child_pid = titled_child
+    own = process_memory(root)
+    child = process_memory(child_pid)
+    tree = tree_memory(root)
     assert tree["processes"] >= 2
     assert tree["rss_bytes"] >= own["rss"] + child["rss"] - 4 * MIB  # pages move a little
     assert tree["pss_bytes"] <= tree["rss_bytes"]
@@ -134,12 +148,21 @@ def test_cpu_split_attributes_clients_broker_and_other():
 
 
 def test_cpu_snapshot_counts_a_reaped_busy_child():
-    before = cpu_snapshot(None)
-    subprocess.run(["python3", "-c", "import time\nt = time.process_time()\n"
-                    "while time.process_time() - t < 0.3: pass"], check=True)
-    after = cpu_snapshot(None)
-    assert after["own_tree"] - before["own_tree"] >= 0.25
-    assert after["busy"] - before["busy"] >= 0.25
+    # In a fresh interpreter: this test process may have Ray workers below
+    # it whose exits (CPU not reaped by us) would make its tree's total drop.
+    code = textwrap.dedent("""
+        import subprocess, sys
+        from bench.procstat import cpu_snapshot
+        before = cpu_snapshot(None)
+        subprocess.run([sys.executable, "-c", "import time\\nt = time.process_time()\\n"
+                        "while time.process_time() - t < 0.3: pass"], check=True)
+        after = cpu_snapshot(None)
+        assert after["own_tree"] - before["own_tree"] >= 0.25, (before, after)
+        assert after["busy"] - before["busy"] >= 0.25, (before, after)
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    assert done.returncode == 0, done.stderr
 
 
 # ------------------------------------------------------------------ latency

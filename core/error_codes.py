@@ -1,0 +1,18 @@
+"""Kafka error codes (org.apache.kafka.common.protocol.Errors) that replica
+actor processes answer with, as plain ints.
+
+Why not kio's ErrorCode here: every partition replica is its own process,
+and importing kio's schema types there pulls in kio's type machinery — and,
+where hypothesis is installed, hypothesis (about 8 MiB per process, measured
+as the private memory of a replica actor). The edge, which needs kio anyway,
+keeps using kio.schema.errors.ErrorCode; tests/unit/test_error_codes.py checks
+every value here against kio, so the two cannot drift.
+"""
+
+INVALID_REQUEST = 42
+NOT_ENOUGH_REPLICAS = 19
+NOT_LEADER_OR_FOLLOWER = 6
+OFFSET_OUT_OF_RANGE = 1
+STALE_CONTROLLER_EPOCH = 11
+FENCED_LEADER_EPOCH = 74
+UNKNOWN_LEADER_EPOCH = 75

@@ -420,3 +420,38 @@ def test_latency_lost_to_mock_retention_is_na_not_ok():
     s = summarize_latency([{"ok": False, "error": "consumer: received 10/100",
                             "na": "broker deleted 90 records before the consumer read them"}])
     assert s == {"ok": None, "na": "broker deleted 90 records before the consumer read them"}
+
+
+# ------------------------------------------------------------------ profile
+def test_profile_stack_summary_counts_self_and_inclusive_shares(tmp_path):
+    from bench.profile import summarize_stacks
+
+    raw = tmp_path / "stacks.txt"
+    raw.write_text(
+        "thread (0x1);run (ray/worker.py:10);append (actors/partition_leader.py:400);"
+        "write (storage/segment.py:50) 60\n"
+        "thread (0x1);run (ray/worker.py:10);append (actors/partition_leader.py:401) 30\n"
+        "thread (0x2);poll (asyncio/base_events.py:1) 10\n"
+        "garbage line without count\n")
+    s = summarize_stacks(raw)
+    assert s["samples"] == 100
+    assert dict(s["self"]) == {"write (storage/segment.py)": 60.0, "append (actors/partition_leader.py)": 30.0,
+                               "poll (asyncio/base_events.py)": 10.0}
+    incl = dict(s["inclusive"])
+    # Two lines of one function merge; a function counts once per stack.
+    assert incl["append (actors/partition_leader.py)"] == 90.0
+    assert incl["run (ray/worker.py)"] == 90.0
+    assert summarize_stacks(tmp_path / "missing.txt")["samples"] == 0
+
+
+def test_profile_cpu_delta_per_thread_name():
+    from bench.profile import cpu_delta
+
+    before = {10: {"title": "ray::EdgeActor", "threads": {"python": 1.0, "worker.io": 0.5}}}
+    after = {10: {"title": "ray::EdgeActor", "threads": {"python": 3.0, "worker.io": 0.75, "new": 0.1}},
+             11: {"title": "ray::ReplicaActor", "threads": {"python": 0.5}},
+             12: {"title": "idle", "threads": {"python": 0.0}}}
+    rows = cpu_delta(before, after)
+    assert [r["pid"] for r in rows] == [10, 11]
+    assert rows[0]["cpu_s"] == 2.35
+    assert rows[0]["threads"] == {"python": 2.0, "worker.io": 0.25, "new": 0.1}

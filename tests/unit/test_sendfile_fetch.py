@@ -143,7 +143,9 @@ class FakeLeader:
         self.log = log
         self.read = self
 
-    def remote(self, fetch_offset, max_bytes, isolation_level, current_leader_epoch):
+    def remote(self, fetch_offset, max_bytes, isolation_level, current_leader_epoch, min_bytes=0, max_wait_ms=0):
+        # These tests' fetches ask for data already there (or none at all with
+        # max_wait 0), so the parked wait of the real replica never applies.
         async def answer():
             end = self.log.log_end_offset
             if fetch_offset >= end:

@@ -12,8 +12,9 @@ produce (lz4, acks=1) and consume. During each phase:
 * per-thread CPU of every broker process from /proc/<pid>/task/*/stat, so
   the time Ray spends in its C++ threads (which a Python profiler cannot
   see) is counted too;
-* `py-spy record --format raw` of the edge and of the topic's leader replica
-  (Python stacks, sampled; `--nonblocking`, so the target is never paused).
+* `py-spy record --format raw --gil` of the edge and of the topic's leader
+  replica: Python stacks of whichever thread holds the GIL, i.e. Python
+  actually running (`--nonblocking`: the target is never paused).
 
 Output: a report on stdout (markdown, pasted into bench/PROFILE.md) and the
 raw stacks and JSON under bench/results/profile-<run id>/.
@@ -39,7 +40,9 @@ RESULTS = REPO / "bench" / "results"
 
 # ------------------------------------------------------------------ threads
 def thread_cpu(pid: int) -> dict[str, float]:
-    """CPU seconds per thread name of one process (threads of one name summed)."""
+    """CPU seconds per thread of one process, keyed by thread name ("main"
+    for the main thread, "actor loop" for the one Ray renames as it runs
+    methods); threads of one name (Ray's pools) are summed."""
     out: dict[str, float] = collections.defaultdict(float)
     try:
         tids = os.listdir(f"/proc/{pid}/task")
@@ -52,6 +55,12 @@ def thread_cpu(pid: int) -> dict[str, float]:
         except OSError:
             continue
         name = raw[raw.index("(") + 1:raw.rindex(")")]
+        if int(tid) == pid:
+            name = "main"
+        elif name.startswith("ray::"):
+            # The thread running the actor's methods (an async actor's event
+            # loop): Ray renames it ray::IDLE / ray::<Class> as it works.
+            name = "actor loop"
         fields = raw.rsplit(")", 1)[1].split()
         out[name] += (int(fields[11]) + int(fields[12])) / _TICK
     return dict(out)
@@ -59,6 +68,14 @@ def thread_cpu(pid: int) -> dict[str, float]:
 
 def tree_thread_cpu(root: int) -> dict[int, dict]:
     return {pid: {"title": process_title(pid), "threads": thread_cpu(pid)} for pid in process_tree(root)}
+
+
+def _start_time(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return 0
 
 
 def cpu_delta(before: dict[int, dict], after: dict[int, dict]) -> list[dict]:
@@ -86,7 +103,7 @@ def start_pyspy(pid: int, out: Path, duration: int, rate: int) -> subprocess.Pop
     if exe is None:
         return None
     return subprocess.Popen([exe, "record", "--pid", str(pid), "--format", "raw", "--output", str(out),
-                             "--duration", str(duration), "--rate", str(rate), "--nonblocking"],
+                             "--duration", str(duration), "--rate", str(rate), "--nonblocking", "--gil"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
@@ -131,7 +148,8 @@ def summarize_stacks(raw_path: Path, top: int = 15) -> dict:
 def profile_phase(phase: str, target: RaykafkaTarget, topic: str, wl: Workload, a, out_dir: Path) -> dict:
     root = target.proc.pid
     edges = actor_processes(root, "EdgeActor")
-    replicas = actor_processes(root, "ReplicaActor")
+    # The topic's replica is the newest ReplicaActor (the offsets replicas came first).
+    replicas = sorted(actor_processes(root, "ReplicaActor"), key=_start_time, reverse=True)
     spies = []
     for label, pids in (("edge", edges[:1]), ("replica", replicas[:1])):
         for pid in pids:
@@ -176,7 +194,7 @@ def print_phase(doc: dict) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="bench.profile")
-    ap.add_argument("--records", type=int, default=300000)
+    ap.add_argument("--records", type=int, default=1500000)
     ap.add_argument("--record-size", type=int, default=1024)
     ap.add_argument("--partitions", type=int, default=1)
     ap.add_argument("--duration", type=int, default=12, help="seconds py-spy samples each phase")
@@ -198,6 +216,9 @@ def main(argv=None) -> int:
     try:
         target.start()
         topic = f"profile-{run_id}"
+        # __consumer_offsets and its coordinators are set up on first use:
+        # before the topic (its replica is then the newest) and any timed window.
+        run_phase("warmup", target.bootstrap, topic, wl, a, out_dir)
         created = run_phase("create", target.bootstrap, topic, wl, a, out_dir)
         if not created.get("ok"):
             print(f"create failed: {created}", file=sys.stderr)

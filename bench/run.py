@@ -412,6 +412,12 @@ def run_round(t: Target, r: int, a, run_id: str) -> dict:
         print(f"  {t.name} #{r}: up on {bootstrap} in {run['startup_s']}s", flush=True)
         topic = run["topic"] = f"bench-{run_id}-{t.name}-{r}"
         wl = Workload(a.records, a.record_size, a.partitions, a.acks)
+        # The consume phase uses a group: whatever a broker sets up for its
+        # first group (raykafka: __consumer_offsets and its coordinator
+        # actors) happens here, untimed, as in the matrix's sessions.
+        w = run["warmup"] = run_phase("warmup", bootstrap, f"{topic}-warmup", wl, a, t.workdir)
+        if not w.get("ok"):
+            t.note(f"group coordinator warm-up failed: {w.get('error')}", key="warmup")
         c = run["create"] = run_phase("create", bootstrap, topic, wl, a, t.workdir)
         if c.get("note"):
             t.note(c["note"])

@@ -98,12 +98,16 @@ def pyspy_bin() -> str | None:
     return str(here) if here.exists() else shutil.which("py-spy")
 
 
-def start_pyspy(pid: int, out: Path, duration: int, rate: int) -> subprocess.Popen | None:
+def start_pyspy(pid: int, out: Path, duration: int, rate: int, native: bool = False) -> subprocess.Popen | None:
     exe = pyspy_bin()
     if exe is None:
         return None
+    # --gil: only the thread holding the GIL (Python running). --native instead
+    # samples every running thread with its C/C++ frames (Ray's core worker,
+    # os.write, crc32c), which pauses the target to unwind it.
+    mode = ["--native", "--idle"] if native else ["--nonblocking", "--gil"]
     return subprocess.Popen([exe, "record", "--pid", str(pid), "--format", "raw", "--output", str(out),
-                             "--duration", str(duration), "--rate", str(rate), "--nonblocking", "--gil"],
+                             "--duration", str(duration), "--rate", str(rate), *mode],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
@@ -154,7 +158,7 @@ def profile_phase(phase: str, target: RaykafkaTarget, topic: str, wl: Workload, 
     for label, pids in (("edge", edges[:1]), ("replica", replicas[:1])):
         for pid in pids:
             raw = out_dir / f"{phase}-{label}-{pid}.txt"
-            p = start_pyspy(pid, raw, a.duration, a.rate)
+            p = start_pyspy(pid, raw, a.duration, a.rate, a.native)
             if p is not None:
                 spies.append((label, pid, raw, p))
     time.sleep(0.5)  # py-spy attaches
@@ -199,6 +203,8 @@ def main(argv=None) -> int:
     ap.add_argument("--partitions", type=int, default=1)
     ap.add_argument("--duration", type=int, default=12, help="seconds py-spy samples each phase")
     ap.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
+    ap.add_argument("--native", action="store_true",
+                    help="py-spy --native: C/C++ frames too, every thread (slows the broker down)")
     ap.add_argument("--phase-timeout", type=float, default=120.0)
     ap.add_argument("--idle-timeout", type=float, default=30.0)
     ap.add_argument("--start-timeout", type=float, default=180.0)

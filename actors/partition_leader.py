@@ -114,6 +114,15 @@ class ReplicaActor(FollowerRole):
             self._data_event = asyncio.Event()
         return self._data_event
 
+    async def _wait_for_change(self, timeout_s: float) -> None:
+        """Until the next append / HW / leadership change, or timeout_s;
+        waiters (DelayedFetch of consumers and followers, DeleteRecords)
+        re-check their own condition after it."""
+        try:
+            await asyncio.wait_for(self._event().wait(), timeout_s)
+        except asyncio.TimeoutError:
+            pass
+
     def _wake_waiters(self) -> None:
         # One event per "generation": waiters re-check their condition on wake.
         if self._data_event is not None:
@@ -212,10 +221,7 @@ class ReplicaActor(FollowerRole):
             remaining = deadline - time.monotonic()
             if remaining <= 0 or not self.partition.is_leader:
                 return 7, self.partition.low_watermark()  # REQUEST_TIMED_OUT
-            try:
-                await asyncio.wait_for(self._event().wait(), remaining)
-            except asyncio.TimeoutError:
-                pass
+            await self._wait_for_change(remaining)
         return 0, self.partition.low_watermark()
 
     def _write_checkpoints(self, flush: bool) -> None:
@@ -446,10 +452,7 @@ class ReplicaActor(FollowerRole):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return result
-            try:
-                await asyncio.wait_for(self._event().wait(), remaining)
-            except asyncio.TimeoutError:
-                pass
+            await self._wait_for_change(remaining)
             result = p.read(fetch_offset, max_bytes, isolation_level, current_leader_epoch)
 
     async def list_offsets(self, timestamp: int, isolation_level: int, current_leader_epoch: int):
@@ -495,10 +498,7 @@ class ReplicaActor(FollowerRole):
                 # Appends cannot lift the quota, only time can: wait for it rather than for data.
                 await asyncio.sleep(min(remaining, max(0.01, throttle.leader_quota.throttle_time_ms() / 1000)))
                 continue
-            try:
-                await asyncio.wait_for(self._event().wait(), remaining)
-            except asyncio.TimeoutError:
-                pass
+            await self._wait_for_change(remaining)
 
     async def update_replication_throttle(self, leader_rate: int | None, follower_rate: int | None,
                                           leader_throttled_replicas: str | None = None,

@@ -32,7 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.procstat import _TICK, actor_processes, process_title, process_tree
+from bench.procstat import _TICK, _stat, actor_processes, process_title, process_tree
 from bench.run import REPO, RaykafkaTarget, Workload, kill_tree, run_phase
 
 RESULTS = REPO / "bench" / "results"
@@ -71,11 +71,8 @@ def tree_thread_cpu(root: int) -> dict[int, dict]:
 
 
 def _start_time(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return 0
+    st = _stat(pid)  # field 22 of /proc/pid/stat (1-based): starttime
+    return int(st[19]) if st else 0
 
 
 def cpu_delta(before: dict[int, dict], after: dict[int, dict]) -> list[dict]:

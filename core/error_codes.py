@@ -9,10 +9,11 @@ keeps using kio.schema.errors.ErrorCode; tests/unit/test_error_codes.py checks
 every value here against kio, so the two cannot drift.
 """
 
+from storage.errors import OFFSET_OUT_OF_RANGE  # noqa: F401  (one definition for both layers)
+
 INVALID_REQUEST = 42
 NOT_ENOUGH_REPLICAS = 19
 NOT_LEADER_OR_FOLLOWER = 6
-OFFSET_OUT_OF_RANGE = 1
 STALE_CONTROLLER_EPOCH = 11
 FENCED_LEADER_EPOCH = 74
 UNKNOWN_LEADER_EPOCH = 75

@@ -36,6 +36,9 @@ MAX_FOLLOWER_WAIT_MS = 500
 # Bound on a consumer fetch parked in a replica (clients ask for fetch.max.wait.ms,
 # 500 by default); the edge's call timeout is this wait plus actor.call.timeout.ms.
 MAX_CONSUMER_WAIT_MS = 60_000
+# Bound on the consecutive reads of one read_run answer (its slices are a few
+# tuples each; the bytes stay in the segment files).
+MAX_READ_RUN = 16
 
 
 def choose_log_dir(log_dirs: list[str], topic: str, partition: int) -> Path:
@@ -440,20 +443,31 @@ class ReplicaActor(FollowerRole):
         error, a leadership change, or expiry). The edge parks single-partition
         fetches here rather than in the purgatory, which saves the purgatory's
         two hops between an append and the consumer's answer."""
+        error, hw, lso, start, runs = await self.read_run(fetch_offset, max_bytes, isolation_level,
+                                                          current_leader_epoch, min_bytes, max_wait_ms, 1)
+        return error, hw, lso, start, runs[0][1] if runs else []
+
+    async def read_run(self, fetch_offset: int, max_bytes: int, isolation_level: int, current_leader_epoch: int,
+                       min_bytes: int = 0, max_wait_ms: int = 0, count: int = 1):
+        """:meth:`read`, answered with up to ``count`` consecutive reads
+        (cluster.partition.Partition.read_run): the edge serves a catching-up
+        consumer's next fetches from the extra ones without a call each
+        (net/fetch_read_ahead.py). Waits as :meth:`read` does, on the first."""
         p = self.partition
-        result = p.read(fetch_offset, max_bytes, isolation_level, current_leader_epoch)
+        count = max(1, min(count, MAX_READ_RUN))
+        result = p.read_run(fetch_offset, max_bytes, isolation_level, current_leader_epoch, count)
         if max_wait_ms <= 0:
             return result
         deadline = time.monotonic() + min(max_wait_ms, MAX_CONSUMER_WAIT_MS) / 1000
         while True:
-            error, _hw, _lso, _start, slices = result
-            if error or self._closed or sum(s[2] for s in slices) >= max(min_bytes, 1):
+            error, _hw, _lso, _start, runs = result
+            if error or self._closed or (runs and sum(s[2] for s in runs[0][1]) >= max(min_bytes, 1)):
                 return result
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return result
             await self._wait_for_change(remaining)
-            result = p.read(fetch_offset, max_bytes, isolation_level, current_leader_epoch)
+            result = p.read_run(fetch_offset, max_bytes, isolation_level, current_leader_epoch, count)
 
     async def list_offsets(self, timestamp: int, isolation_level: int, current_leader_epoch: int):
         return self.partition.list_offsets(timestamp, isolation_level, current_leader_epoch)

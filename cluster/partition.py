@@ -277,6 +277,17 @@ class Partition:
     # ---- fetch ------------------------------------------------------------------------------
     def read(self, fetch_offset: int, max_bytes: int, isolation_level: int, current_leader_epoch: int):
         """-> (error, high_watermark, last_stable_offset, log_start_offset, slices)"""
+        error, hw, lso, start, runs = self.read_run(fetch_offset, max_bytes, isolation_level,
+                                                    current_leader_epoch, 1)
+        return error, hw, lso, start, runs[0][1] if runs else []
+
+    def read_run(self, fetch_offset: int, max_bytes: int, isolation_level: int, current_leader_epoch: int,
+                 count: int):
+        """Up to ``count`` consecutive reads from ``fetch_offset``, each what
+        :meth:`read` answers for the offset where the previous one ended.
+        -> (error, high_watermark, last_stable_offset, log_start_offset,
+        [(offset, slices), ...]); the list is empty when nothing is readable
+        at ``fetch_offset`` and stops at the fetchable end."""
         error = self.check_leader(current_leader_epoch)
         hw, lso, start = self.high_watermark, self.last_stable_offset, self.log.log_start_offset
         if error:
@@ -284,15 +295,30 @@ class Partition:
         end = self.fetchable_end(isolation_level)
         if fetch_offset < start or fetch_offset > self.log.log_end_offset:
             return error_codes.OFFSET_OUT_OF_RANGE, hw, lso, start, []
-        if fetch_offset >= end:
-            return 0, hw, lso, start, []
-        try:
-            slices = self.log.read_with_inodes(fetch_offset, max_bytes, end, min_one_batch=True)
-        except OffsetOutOfRangeError:
-            return error_codes.OFFSET_OUT_OF_RANGE, hw, lso, start, []
+        runs = []
+        offset = fetch_offset
+        while len(runs) < count and offset < end:
+            try:
+                slices, next_offset = self._slices(offset, max_bytes, end)
+            except OffsetOutOfRangeError:
+                if not runs:
+                    return error_codes.OFFSET_OUT_OF_RANGE, hw, lso, start, []
+                break
+            if not slices:
+                break
+            runs.append((offset, slices))
+            if next_offset <= offset:
+                break
+            offset = next_offset
+        return 0, hw, lso, start, runs
+
+    def _slices(self, fetch_offset: int, max_bytes: int, end: int):
+        """-> (slices as (path, position, length, base_offset, inode), next offset)"""
+        found = self.log.read_with_inodes(fetch_offset, max_bytes, end, min_one_batch=True)
         # The inode (and first batch's base offset) let the reader detect a file
         # replaced at the same path (a cleaner swap) between this answer and its read.
-        return 0, hw, lso, start, [(s.path, s.position, s.length, s.base_offset, ino) for s, ino in slices]
+        slices = [(s.path, s.position, s.length, s.base_offset, ino) for s, ino in found]
+        return slices, (found[-1][0].next_offset if found else fetch_offset)
 
     # ---- offsets ------------------------------------------------------------------------------
     def list_offsets(self, timestamp: int, isolation_level: int, current_leader_epoch: int):

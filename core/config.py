@@ -254,6 +254,13 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("raykafka.actor.call.timeout.ms", "int", 30000, "Bound on every cross-actor await", min=1),
     ConfigDef("raykafka.edge.max.inflight.bytes", "long", 256 * 1024 * 1024,
               "Bytes of requests in flight per connection before reading pauses", min=1024),
+    ConfigDef("raykafka.fetch.read.ahead", "int", 3,
+              "Consecutive reads a consumer fetch asks its leader replica for beyond the one it answers; "
+              "the edge serves the client's next fetches from them without a call each (0: off)",
+              min=0, max=15),
+    ConfigDef("raykafka.fetch.read.ahead.ttl.ms", "int", 500,
+              "How long the edge keeps read-ahead answers; bounds how stale a served high watermark "
+              "or log start offset can be", min=1),
     ConfigDef("raykafka.edge.processes", "int", 1,
               "Edge actors (Kafka listener processes) per node; above 1 they share the listener port "
               "with SO_REUSEPORT and the kernel spreads new connections across them", min=1, max=16),

@@ -20,6 +20,7 @@ from net.codec import MalformedRequest, decode_request, encode_response, respons
 from net.metadata_cache import MetadataCache
 from net.schema_build import build, nested, ZERO_THROTTLE
 from core.shared_region import SharedRegion
+from net.fetch_read_ahead import FetchReadAhead
 from net.fetch_session import FetchSessionCache
 from net.file_region import FdBudget, FileRecords, FileRegion, SplicedResponse
 from net.server import CloseConnection, Connection
@@ -172,6 +173,8 @@ class EdgeService:
         self.purgatory: Any = None  # this node's purgatory actor
         self.fetch_sessions = FetchSessionCache(config["max.incremental.fetch.session.cache.slots"],
                                                 config["min.incremental.fetch.session.eviction.ms"])
+        self.read_ahead_runs = config["raykafka.fetch.read.ahead"]
+        self.read_ahead = FetchReadAhead(ttl_s=config["raykafka.fetch.read.ahead.ttl.ms"] / 1000)
         self._fds: collections.OrderedDict[str, int] = collections.OrderedDict()
         self.max_open_fds = 256
         # fds duplicated for file regions of responses not yet written.
@@ -184,6 +187,7 @@ class EdgeService:
     def apply_update_metadata(self, snapshot: dict, leader_handles: dict, controller_handle: Any) -> None:
         self.metadata.update(snapshot)
         self._leader_handles = dict(leader_handles)
+        self.read_ahead.clear()  # leaders may have moved: nothing read before is answered again
         self.controller_handle = controller_handle
         for key in list(self._appenders):
             if key not in self._leader_handles and not self._appenders[key].inflight:

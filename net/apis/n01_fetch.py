@@ -63,34 +63,55 @@ def _set_records(want: _Wanted, records) -> None:
 async def _read(edge, want: _Wanted, isolation: int, zero_copy: bool, min_bytes: int = 0,
                 wait_ms: int = 0) -> None:
     """Read one partition from its leader replica; with wait_ms > 0 the read
-    is parked in the replica until min_bytes are there (see ReplicaActor.read)."""
+    is parked in the replica until min_bytes are there (see ReplicaActor.read).
+    It asks for a run of consecutive reads and keeps the rest for the
+    client's next fetches (net/fetch_read_ahead.py)."""
     handle = edge.leader_handle(want.topic, want.partition)
     if handle is None:
         want.error = ErrorCode.not_leader_or_follower
         return
+    runs = edge.read_ahead_runs
+    if runs:
+        hit = edge.read_ahead.take(want.topic, want.partition, want.offset, want.max_bytes, want.leader_epoch,
+                                   isolation)
+        if hit is not None and _serve(edge, want, isolation, zero_copy, 0, *hit):
+            return
     for _attempt in range(3):
         try:
-            error, hw, lso, log_start, slices = await edge.call(
-                handle.read.remote(want.offset, want.max_bytes, isolation, want.leader_epoch, min_bytes, wait_ms),
+            error, hw, lso, log_start, read = await edge.call(
+                handle.read_run.remote(want.offset, want.max_bytes, isolation, want.leader_epoch, min_bytes,
+                                       wait_ms, 1 + runs),
                 timeout_s=wait_ms / 1000 + edge.call_timeout_s)
         except ActorCallFailed as exc:
             want.error = exc.error
             return
-        want.error = ErrorCode(error)
-        want.hw, want.lso, want.log_start = hw, lso, log_start
-        want.end = lso if isolation == 1 else hw
-        if error != 0 or not slices:
-            _set_records(want, b"")
+        if len(read) > 1:
+            edge.read_ahead.put(want.topic, want.partition, want.max_bytes, want.leader_epoch, isolation,
+                                hw, lso, log_start, read[1:])
+        if _serve(edge, want, isolation, zero_copy, error, hw, lso, log_start, read[0][1] if read else []):
             return
-        try:
-            _set_records(want, edge.read_records(slices, zero_copy))
-            if _VERIFY and not _batches_valid(want.records):
-                log.error("fetch %s-%d@%d served a corrupt batch from slices %s", want.topic, want.partition,
-                          want.offset, slices)
-            return
-        except FileNotFoundError:
-            continue  # segment deleted or truncated between answer and read: ask again
     want.error = ErrorCode.unknown_server_error
+
+
+def _serve(edge, want: _Wanted, isolation: int, zero_copy: bool, error: int, hw: int, lso: int,
+           log_start: int, slices) -> bool:
+    """Fill ``want`` from a replica's answer; False when a slice's file is
+    gone (deleted or truncated since the answer): then ask again."""
+    want.error = ErrorCode(error)
+    want.hw, want.lso, want.log_start = hw, lso, log_start
+    want.end = lso if isolation == 1 else hw
+    if error != 0 or not slices:
+        _set_records(want, b"")
+        return True
+    try:
+        _set_records(want, edge.read_records(slices, zero_copy))
+    except FileNotFoundError:
+        edge.read_ahead.forget(want.topic, want.partition)
+        return False
+    if _VERIFY and not _batches_valid(want.records):
+        log.error("fetch %s-%d@%d served a corrupt batch from slices %s", want.topic, want.partition,
+                  want.offset, slices)
+    return True
 
 
 @api(1, 4, 18, tests=("tests/integration/test_clients.py::test_produce_consume_roundtrip",

@@ -137,21 +137,27 @@ def test_small_slices_and_an_exhausted_fd_budget_give_bytes(tmp_path):
 # ---- the server: in-order frames over a real socket, sendfile or not -----------------------
 
 class FakeLeader:
-    """A leader replica's `read`, answered from a real Log as the replica actor does."""
+    """A leader replica's `read_run`, answered from a real Log as the replica actor does."""
 
     def __init__(self, log: Log):
         self.log = log
-        self.read = self
+        self.read_run = self
+        self.calls = 0
 
-    def remote(self, fetch_offset, max_bytes, isolation_level, current_leader_epoch, min_bytes=0, max_wait_ms=0):
+    def remote(self, fetch_offset, max_bytes, isolation_level, current_leader_epoch, min_bytes=0, max_wait_ms=0,
+               count=1):
         # These tests' fetches ask for data already there (or none at all with
         # max_wait 0), so the parked wait of the real replica never applies.
+        self.calls += 1
+
         async def answer():
             end = self.log.log_end_offset
-            if fetch_offset >= end:
-                return 0, end, end, 0, []
-            slices = self.log.read_with_inodes(fetch_offset, max_bytes, end, min_one_batch=True)
-            return 0, end, end, 0, [(s.path, s.position, s.length, s.base_offset, ino) for s, ino in slices]
+            runs, offset = [], fetch_offset
+            while len(runs) < count and offset < end:
+                found = self.log.read_with_inodes(offset, max_bytes, end, min_one_batch=True)
+                runs.append((offset, [(s.path, s.position, s.length, s.base_offset, ino) for s, ino in found]))
+                offset = found[-1][0].next_offset
+            return 0, end, end, 0, runs
         return answer()
 
 
@@ -175,12 +181,13 @@ def make_edge(tmp_path, partitions: int, batches_per_partition: int, value_size:
     return service, KafkaServer(service.dispatch, limits), logs
 
 
-def fetch_request(version: int, partitions: int, correlation_id: int, partition_max_bytes=1 << 20) -> bytes:
+def fetch_request(version: int, partitions: int, correlation_id: int, partition_max_bytes=1 << 20,
+                  fetch_offset: int = 0) -> bytes:
     schema = request_schema(1, version)
     topic_cls, part_cls = nested(schema, "FetchTopic"), nested(schema, "FetchPartition")
     from net.schema_build import build
 
-    parts = tuple(build(part_cls, partition=p, current_leader_epoch=-1, fetch_offset=0, last_fetched_epoch=-1,
+    parts = tuple(build(part_cls, partition=p, current_leader_epoch=-1, fetch_offset=fetch_offset, last_fetched_epoch=-1,
                         log_start_offset=-1, partition_max_bytes=partition_max_bytes) for p in range(partitions))
     topic = build(topic_cls, topic=TOPIC, topic_id=TOPIC_ID, partitions=parts)
     request = build(schema, replica_id=-1, max_wait=datetime.timedelta(0), min_bytes=1, max_bytes=50 << 20,

@@ -3,29 +3,15 @@ class and Log, no Ray), the edge's FetchReadAhead cache, and a real edge
 server answering a consumer's consecutive fetches with fewer replica calls."""
 import asyncio
 
-from actors.partition_leader import ReplicaActor
 from core import error_codes
 from net.fetch_read_ahead import FetchReadAhead
 from storage.record_batch import iter_headers
 from storage.records import SimpleRecord, build_batch
-
-BROKER = 1
+from tests.unit.test_replica_parked_read import BROKER, _close, _leader
 
 
 def _batch(n, size=100):
     return build_batch([SimpleRecord(key=b"k%d" % i, value=b"v" * size) for i in range(n)], compression=0)
-
-
-def _leader(tmp_path) -> ReplicaActor:
-    replica = ReplicaActor("t", 0, BROKER, [str(tmp_path)], {"segment_bytes": 1 << 20})
-    replica._report_progress = lambda force=False: None
-    return replica
-
-
-async def _close(replica):
-    replica._closed = True
-    for task in replica._background:
-        task.cancel()
 
 
 def test_read_run_answers_what_consecutive_reads_would(tmp_path):

@@ -14,6 +14,7 @@ import asyncio
 import logging
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import ray
@@ -91,6 +92,12 @@ class ReplicaActor(FollowerRole):
         started = time.monotonic()
         self.log = Log(str(self.log_dir / partition_dir_name(topic, partition)), LogConfig(**log_config),
                        recovery_point=recovery_point, log_start_offset=log_start)
+        # Rolled segments are fsynced, and checkpoints written, on this thread
+        # (Kafka's scheduler), not in the event loop: an inline fsync of a full
+        # 1 GiB segment held up every request behind it for ~0.6 s, and a
+        # checkpoint's fsync waits ~0.25 s for the journal while one runs.
+        self._io_thread: ThreadPoolExecutor | None = None
+        self.log.flush_scheduler = self._schedule_io
         log.info("loaded %s-%d: log end %d, start %d, recovery point %d, in %.0f ms", topic, partition,
                  self.log.log_end_offset, self.log.log_start_offset, recovery_point,
                  (time.monotonic() - started) * 1000)
@@ -110,6 +117,20 @@ class ReplicaActor(FollowerRole):
         self._cleaner = None
         self.counters = {"append_calls": 0, "append_sets": 0, "append_bytes": 0, "follower_fetches": 0}
         self._init_follower()
+
+    def _io_executor(self) -> ThreadPoolExecutor:
+        if self._io_thread is None:
+            self._io_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="log-io")
+        return self._io_thread
+
+    def _schedule_io(self, job):
+        return self._io_executor().submit(job)
+
+    def _stop_io_thread(self) -> None:
+        # Waits for the job in progress; the caller then flushes and checkpoints itself.
+        if self._io_thread is not None:
+            self._io_thread.shutdown(wait=True)
+            self._io_thread = None
 
     # ---- event-loop helpers -------------------------------------------------------------------
     def _event(self) -> asyncio.Event:
@@ -146,7 +167,7 @@ class ReplicaActor(FollowerRole):
         while not self._closed:
             await asyncio.sleep(CHECKPOINT_INTERVAL_S)
             try:
-                self._write_checkpoints(flush=False)
+                await self._write_checkpoints_off_loop()
                 self.log.maybe_flush(_now_ms())
             except Exception:
                 log.exception("checkpointing %s-%d failed", self.topic, self.partition_index)
@@ -182,7 +203,7 @@ class ReplicaActor(FollowerRole):
         result = self.log.apply_retention(self.partition.high_watermark, now)
         self.log.delete_pending(now)
         if result.log_start_changed:
-            self._write_checkpoints(flush=False)
+            await self._write_checkpoints_off_loop()
             self._after_change(True)
         return {"deleted_segments": result.deleted_segments, "log_start_offset": result.log_start_offset}
 
@@ -217,7 +238,7 @@ class ReplicaActor(FollowerRole):
             target = self.log.delete_records(offset, self.partition.high_watermark)
         except OffsetOutOfRangeError:
             return 1, -1  # OFFSET_OUT_OF_RANGE
-        self._write_checkpoints(flush=False)
+        await self._write_checkpoints_off_loop()
         self._after_change(True)
         deadline = time.monotonic() + timeout_ms / 1000
         while self.partition.low_watermark() < target:
@@ -227,18 +248,30 @@ class ReplicaActor(FollowerRole):
             await self._wait_for_change(remaining)
         return 0, self.partition.low_watermark()
 
-    def _write_checkpoints(self, flush: bool) -> None:
-        key = (self.topic, self.partition_index)
-        recovery_point = self.log.flush() if flush else self.log.recovery_point
-        values = {
+    def _checkpoint_values(self, recovery_point: int) -> dict[str, int]:
+        return {
             RECOVERY_POINT_FILE: recovery_point,
             LOG_START_FILE: self.log.log_start_offset,
             REPLICATION_OFFSET_FILE: self.partition.high_watermark,
         }
+
+    def _store_checkpoints(self, values: dict[str, int]) -> None:
+        key = (self.topic, self.partition_index)
         for name, value in values.items():
             if self._checkpointed.get(name) != value:
                 self._checkpoints[name].update({key: value})
                 self._checkpointed[name] = value
+
+    def _write_checkpoints(self, flush: bool) -> None:
+        """Now, in the caller's thread (shutdown: after the I/O thread stopped)."""
+        self._store_checkpoints(self._checkpoint_values(self.log.flush() if flush else self.log.recovery_point))
+
+    async def _write_checkpoints_off_loop(self) -> None:
+        """The values as of now, written on the I/O thread (after any flush queued there)."""
+        if self._closed:  # stopping: close/stop_replica write the final values themselves
+            return
+        values = self._checkpoint_values(self.log.recovery_point)
+        await asyncio.get_running_loop().run_in_executor(self._io_executor(), self._store_checkpoints, values)
 
     # ---- progress reports to the node's purgatory (coalesced: one call in flight) -----------
     def _report_progress(self, force: bool = False) -> None:
@@ -368,6 +401,7 @@ class ReplicaActor(FollowerRole):
             return error
         self._closed = True
         self._stop_fetcher()
+        self._stop_io_thread()
         self.partition.is_leader = False
         self._after_change(True, leadership=True)
         if delete:
@@ -385,6 +419,7 @@ class ReplicaActor(FollowerRole):
         if not self._closed:
             self._closed = True
             self._stop_fetcher()
+            self._stop_io_thread()
             self._write_checkpoints(flush=True)
             self.log.close()
         if self._zk is not None:

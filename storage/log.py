@@ -13,6 +13,7 @@ re-validated on open and a torn or corrupt tail is cut.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import random
@@ -22,7 +23,7 @@ import threading
 import time
 from bisect import bisect_right
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 from storage.checkpoint import CLEANER_OFFSET_CHECKPOINT, LEADER_EPOCH_CHECKPOINT, OffsetCheckpointFile, fsync_dir
 from storage.errors import (
@@ -252,6 +253,13 @@ class Log:
         os.makedirs(self.dir, exist_ok=True)
         self.leader_epoch_cache = LeaderEpochCache(os.path.join(self.dir, LEADER_EPOCH_CHECKPOINT))
         self._dir_dirty = False
+        # Where a rolled segment's fsync runs. Kafka schedules it on its
+        # scheduler thread ("flush-log") instead of in the append that rolled:
+        # fsyncing a 1 GiB segment inline stalls that append, and every
+        # request queued behind it, for hundreds of milliseconds. An owner with
+        # a background thread sets this to a callable that runs the job it is
+        # given there; None flushes inline (tools, tests, the cleaner).
+        self.flush_scheduler: Callable[[Callable[[], None]], object] | None = None
         self._load(max(0, recovery_point), max(0, log_start_offset), now_ms)
         self._last_flush_ms = now_ms
 
@@ -666,7 +674,8 @@ class Log:
     def roll(self, new_base_offset: int | None = None, now_ms: int | None = None) -> LogSegment:
         """Start a new active segment at ``new_base_offset`` (default: the log
         end offset).  The finished segment is flushed and the recovery point
-        advanced, as Kafka schedules right after every roll."""
+        advanced, as Kafka schedules right after every roll: on
+        :attr:`flush_scheduler` when set, else before this returns."""
         with self._lock:
             self._check_open()
             if new_base_offset is None:
@@ -685,7 +694,7 @@ class Log:
                 if new_base_offset < active.next_offset:
                     raise ValueError(f"cannot roll at {new_base_offset}, below the log end {active.next_offset}")
                 active.on_become_inactive()
-                self._flush_segments(active.next_offset)
+                self._flush_rolled(active.next_offset)
             prefix = os.path.join(self.dir, segment_file_prefix(new_base_offset))
             for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
                 if os.path.exists(prefix + suffix):
@@ -713,6 +722,53 @@ class Log:
             self._dir_dirty = False
         if up_to > self._recovery_point:
             self._recovery_point = up_to
+
+    def _flush_rolled(self, up_to: int) -> None:
+        """Make the segments below ``up_to`` (the one just rolled and any
+        older unflushed ones, all closed to appends) durable and move the
+        recovery point to ``up_to``: through :attr:`flush_scheduler` when set,
+        else now."""
+        scheduler = self.flush_scheduler
+        if scheduler is None:
+            self._flush_segments(up_to)
+            return
+        start = max(bisect_right(self._bases, self._recovery_point) - 1, 0)
+        paths = []
+        for seg in self._segments[start:]:
+            if seg.base_offset >= up_to:
+                break
+            paths += [seg.log_path, seg.index.path, seg.time_index.path]
+        scheduler(functools.partial(self._flush_in_background, paths, up_to, self.truncation_generation))
+
+    def _flush_in_background(self, paths: list[str], up_to: int, generation: int) -> None:
+        """A flush job for :attr:`flush_scheduler`'s thread. It opens the files
+        by path, so it shares no descriptor with the log: a segment deleted
+        meanwhile (retention, DeleteRecords) needs no flush, and one replaced
+        by the cleaner was flushed by the cleaner. The recovery point moves
+        only if no truncation happened since the roll (it may have cut the log
+        below ``up_to``)."""
+        if self._closed:
+            return
+        try:
+            for path in paths:
+                try:
+                    fd = os.open(path, os.O_RDONLY)
+                except FileNotFoundError:
+                    continue
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            fsync_dir(self.dir)
+        except OSError as exc:
+            # The recovery point stays put: recovery rescans these segments.
+            log.error("flushing %s below offset %d failed: %s", self.dir, up_to, exc)
+            return
+        with self._lock:
+            if self._closed or generation != self.truncation_generation:
+                return
+            if self._recovery_point < up_to <= self._next_offset:
+                self._recovery_point = up_to
 
     def flush(self, up_to_offset: int | None = None, now_ms: int | None = None) -> int:
         """fsync data below ``up_to_offset`` (default: everything) and return

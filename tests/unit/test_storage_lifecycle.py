@@ -202,3 +202,70 @@ def test_flush_messages_and_flush_ms(tmp_path):
     timed.append_as_leader(batch(1), 0, now_ms=10)
     assert not timed.maybe_flush(999) and timed.recovery_point == 0
     assert timed.maybe_flush(1_000) and timed.recovery_point == 1
+
+
+# ---------------------------------------------------- flush after a roll
+
+
+def _roll_once(log):
+    while len(log.segments) < 2:
+        log.append_as_leader(batch(), 0, now_ms=1)
+    return log.segments[0], log.segments[1].base_offset
+
+
+def test_roll_flushes_through_the_scheduler_not_in_the_append(tmp_path, monkeypatch):
+    log = open_log(tmp_path / "t-0", segment_bytes=600)
+    log.append_as_leader(batch(), 0, now_ms=1)  # its leader-epoch checkpoint is fsynced: not the roll
+    jobs = []
+    log.flush_scheduler = jobs.append
+    synced = []
+    real_fsync = os.fsync
+
+    def recording_fsync(fd):
+        synced.append(os.path.realpath(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    rolled, boundary = _roll_once(log)
+    # The append that rolled returned without an fsync; the job is queued.
+    assert len(jobs) == 1 and synced == [] and log.recovery_point == 0
+    jobs[0]()
+    assert log.recovery_point == boundary
+    wanted = {os.path.realpath(p) for p in (rolled.log_path, rolled.index.path, rolled.time_index.path, log.dir)}
+    assert wanted <= set(synced)
+    # The active segment is not the job's business.
+    assert os.path.realpath(log.segments[1].log_path) not in synced
+
+
+def test_roll_without_a_scheduler_flushes_before_returning(tmp_path):
+    log = open_log(tmp_path / "t-0", segment_bytes=600)
+    _rolled, boundary = _roll_once(log)
+    assert log.recovery_point == boundary
+
+
+def test_a_truncation_after_the_roll_keeps_the_recovery_point_down(tmp_path):
+    log = open_log(tmp_path / "t-0", segment_bytes=600)
+    jobs = []
+    log.flush_scheduler = jobs.append
+    _rolled, boundary = _roll_once(log)
+    log.truncate_to(boundary - 2)  # a follower truncating into the rolled segment
+    jobs[0]()
+    assert log.recovery_point <= log.log_end_offset < boundary
+
+
+def test_a_flush_job_tolerates_deleted_segments_and_a_closed_log(tmp_path):
+    log = open_log(tmp_path / "t-0", segment_bytes=600, retention_bytes=1)
+    jobs = []
+    log.flush_scheduler = jobs.append
+    rolled, boundary = _roll_once(log)
+    for path in (rolled.log_path, rolled.index.path, rolled.time_index.path):
+        if os.path.exists(path):
+            os.rename(path, path + ".deleted")
+    jobs[0]()  # nothing left to fsync under those names: no error
+    assert log.recovery_point == boundary
+    log.append_as_leader(batch(), 0, now_ms=1)
+    _roll_later = log.roll()
+    log.close()
+    for job in jobs[1:]:
+        job()  # after close: a no-op
+    assert log.closed

@@ -1,0 +1,48 @@
+"""The leader replica fsyncs rolled segments on its flush thread, not in the
+event loop: the append that rolls answers without waiting for the fsync,
+and the recovery point follows once the thread has run. Driven without Ray
+(the actor class is a plain class)."""
+import asyncio
+import threading
+import time
+
+from actors.partition_leader import ReplicaActor
+from storage.records import SimpleRecord, build_batch
+from tests.unit.test_replica_parked_read import BROKER
+
+
+def _batch(n=20):
+    return build_batch([SimpleRecord(key=b"k%d" % i, value=b"v" * 100) for i in range(n)], compression=0)
+
+
+def test_rolled_segments_are_flushed_off_the_event_loop(tmp_path, monkeypatch):
+    replica = ReplicaActor("t", 0, BROKER, [str(tmp_path)], {"segment_bytes": 8192})
+    replica._report_progress = lambda force=False: None
+    flushed_on = []
+    real = replica.log._flush_in_background
+
+    def recording(*args):
+        flushed_on.append(threading.current_thread().name)
+        real(*args)
+
+    monkeypatch.setattr(replica.log, "_flush_in_background", recording)
+
+    async def run():
+        assert await replica.become_leader(1, 0, [BROKER], [BROKER]) == 0
+        for _ in range(12):
+            results = await replica.append([(_batch(), 1, 1000)], 0)
+            assert results[0][0] == 0
+        deadline = time.monotonic() + 5
+        while replica.log.recovery_point < replica.log.segments[-1].base_offset and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        state = (len(replica.log.segments), replica.log.recovery_point, replica.log.segments[-1].base_offset)
+        for task in replica._background:
+            task.cancel()
+        await replica.close()
+        return state
+
+    segments, recovery_point, active_base = asyncio.run(run())
+    assert segments >= 3
+    assert recovery_point == active_base  # every rolled segment is durable
+    assert flushed_on and all(name.startswith("log-io") for name in flushed_on)
+    assert replica.log.closed and replica._io_thread is None

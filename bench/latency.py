@@ -147,6 +147,22 @@ def phase_produce(a) -> dict:
     return res
 
 
+def latency_timeline(seqs, latencies_ns, rate: float, first_seq: int) -> list[dict]:
+    """Per second of the producer's schedule (record i is due at i / rate s),
+    from the window's first record on: p99 and max latency in ms of the
+    records due in that second. A tail that comes from one stall shows as
+    one bad second; steady queueing as many."""
+    buckets: dict[int, list[int]] = {}
+    for seq, ns in zip(seqs, latencies_ns):
+        buckets.setdefault(int((seq - first_seq) / rate), []).append(ns)
+    out = []
+    for second in sorted(buckets):
+        values = sorted(buckets[second])
+        out.append({"s": second, "count": len(values), "p99_ms": round(percentile(values, 99) / 1e6, 1),
+                    "max_ms": round(values[-1] / 1e6, 1)})
+    return out
+
+
 # ------------------------------------------------------------------ consume
 def phase_consume(a) -> dict:
     from confluent_kafka import Consumer, KafkaError
@@ -160,6 +176,7 @@ def phase_consume(a) -> dict:
     c.subscribe([a.topic], on_assign=lambda _c, parts: assigned.extend(parts))
     seen = bytearray(n)
     latencies = array("q")
+    latency_seqs = array("q")  # the sequence number of each latency, for the timeline
     got = dup = foreign = nbytes = 0
     now_ns, unpack = time.monotonic_ns, STAMP.unpack_from
     t_start = now_ns()
@@ -212,6 +229,7 @@ def phase_consume(a) -> dict:
                 nbytes += len(value)
                 if seq >= lo:
                     latencies.append(now - unpack(value)[0])
+                    latency_seqs.append(seq)
         log_start = None
         if got < n and assigned:
             # Did the broker delete records before they were read (the mock
@@ -227,7 +245,8 @@ def phase_consume(a) -> dict:
            "partitions": len(assigned),
            "join_s": round((t_assigned - t_start) / 1e9, 2) if t_assigned else None,
            "window": {"first_seq": lo, "end_seq": hi},
-           "latency": latency_summary(latencies)}
+           "latency": latency_summary(latencies),
+           "timeline": latency_timeline(latency_seqs, latencies, a.rate, lo)}
     if got != n or dup or foreign:
         stalled = f" (no record for {a.idle_timeout:.0f}s)" if got < n else ""
         res.update(ok=False, error=f"received {got}/{n} distinct records{stalled}, "

@@ -985,6 +985,10 @@ def run_latency_session(t: Target, lr: int, rate: float, a, run_id: str,
             print(f"  {t.name:8s} latency p50 {x['p50_ms']:.1f} ms, p99 {x['p99_ms']:.1f} ms, "
                   f"max {x['max_ms']:.1f} ms over {x['count']} records "
                   f"(achieved {lat['produce']['achieved_rate']:.0f} rec/s)", flush=True)
+            worst = sorted(lat["consume"].get("timeline", []), key=lambda b: -b["max_ms"])[:3]
+            if worst:
+                print(f"  {t.name:8s} worst seconds of the window: "
+                      + ", ".join(f"s{b['s']} max {b['max_ms']:.0f} ms" for b in worst), flush=True)
         else:
             print(f"  {t.name:8s} latency FAIL: {lat.get('error')}", flush=True)
         if measure_idle and t.proc is not None:

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from bench.latency import latency_summary, percentile, records_due, window_bounds
+from bench.latency import latency_summary, latency_timeline, percentile, records_due, window_bounds
 from bench.procstat import (
     RssSampler,
     actor_processes,
@@ -191,6 +191,18 @@ def test_latency_summary_in_milliseconds_unsorted_input():
     assert s == {"count": 5, "p50_ms": 3.0, "p99_ms": 5.0, "p999_ms": 5.0,
                  "max_ms": 5.0, "mean_ms": 3.0}
     assert latency_summary([]) == {"count": 0}
+
+
+def test_latency_timeline_buckets_by_scheduled_second():
+    # rate 10/s, window from seq 20: seqs 20..29 are second 0, 30..39 second 1;
+    # arrival order does not matter, only each record's schedule.
+    seqs = [31, 20, 25, 39, 29]
+    lat_ns = [400_000_000, 1_000_000, 3_000_000, 2_000_000, 2_000_000]
+    assert latency_timeline(seqs, lat_ns, 10, 20) == [
+        {"s": 0, "count": 3, "p99_ms": 3.0, "max_ms": 3.0},
+        {"s": 1, "count": 2, "p99_ms": 400.0, "max_ms": 400.0},
+    ]
+    assert latency_timeline([], [], 10, 0) == []
 
 
 def test_window_and_schedule():

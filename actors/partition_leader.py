@@ -201,7 +201,9 @@ class ReplicaActor(FollowerRole):
         never beyond the HW) and files whose file.delete.delay.ms has passed."""
         now = _now_ms()
         result = self.log.apply_retention(self.partition.high_watermark, now)
-        self.log.delete_pending(now)
+        if self.log.pending_deletes:
+            # Unlinking a 1 GiB segment takes a while: on the I/O thread, as Kafka's scheduler does.
+            await asyncio.get_running_loop().run_in_executor(self._io_executor(), self.log.delete_pending, now)
         if result.log_start_changed:
             await self._write_checkpoints_off_loop()
             self._after_change(True)

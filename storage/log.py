@@ -1137,16 +1137,18 @@ class Log:
 
     def delete_pending(self, now_ms: int | None = None) -> int:
         """Unlink ``.deleted`` segments whose ``file_delete_delay_ms`` has
-        passed; returns how many segments were removed.  For a periodic caller."""
+        passed; returns how many segments were removed.  For a periodic caller,
+        from any thread: the unlinks (slow for big files) run outside the
+        log's lock, so appends do not wait for them."""
         with self._lock:
             now_ms = _now_ms() if now_ms is None else now_ms
             due = [seg for t, seg in self._pending_deletes if t <= now_ms]
             if not due:
                 return 0
             self._pending_deletes = [(t, seg) for t, seg in self._pending_deletes if t > now_ms]
-            for seg in due:
-                seg.delete()
-            return len(due)
+        for seg in due:
+            seg.delete()
+        return len(due)
 
     @property
     def pending_deletes(self) -> int:

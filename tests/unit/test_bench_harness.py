@@ -467,3 +467,15 @@ def test_profile_cpu_delta_per_thread_name():
     assert [r["pid"] for r in rows] == [10, 11]
     assert rows[0]["cpu_s"] == 2.35
     assert rows[0]["threads"] == {"python": 2.0, "worker.io": 0.25, "new": 0.1}
+
+
+# ------------------------------------------------------------------ env_costs
+def test_env_costs_page_cache_runs_clean_up_and_report_both_kinds(tmp_path):
+    from bench.env_costs import measure_page_cache, process_cpu_s
+
+    doc = measure_page_cache(str(tmp_path), 3, 2)
+    assert len(doc["long_write_steps_mb_s"]) == 1 and len(doc["recycled_steps_mb_s"]) == 1
+    assert doc["fresh_mb_s"] == min(doc["long_write_steps_mb_s"]) > 0
+    assert doc["fresh_ms_per_mb"] == round(1000 / doc["fresh_mb_s"], 3)
+    assert os.listdir(tmp_path) == []  # every file it wrote is gone
+    assert process_cpu_s(os.getpid()) > 0

@@ -124,7 +124,15 @@ class ReplicaActor(FollowerRole):
         return self._io_thread
 
     def _schedule_io(self, job):
-        return self._io_executor().submit(job)
+        future = self._io_executor().submit(job)
+        future.add_done_callback(self._log_io_failure)
+        return future
+
+    def _log_io_failure(self, future) -> None:
+        # A job's own errors (a failed fsync) are logged by the job; this catches the rest.
+        if not future.cancelled() and future.exception() is not None:
+            log.error("background log I/O for %s-%d failed", self.topic, self.partition_index,
+                      exc_info=future.exception())
 
     def _stop_io_thread(self) -> None:
         # Waits for the job in progress; the caller then flushes and checkpoints itself.

@@ -439,9 +439,18 @@ class ReplicaActor(FollowerRole):
         return {**self.partition.state(), **self.counters}
 
     # ---- edge -> leader ---------------------------------------------------------------------------
-    async def append(self, record_sets: list[tuple[bytes, int, int]], leader_epoch: int) -> list:
+    async def append(self, record_sets: list[tuple[bytes, int, int]], leader_epoch: int, tail: bool = False):
+        """Append record sets (bytes, acks, timeout) -> one result per set.
+        With ``tail`` the answer is ``(results, tail)``: where the data this
+        call committed lies, for the edge to answer tail fetches from
+        (net/fetch_local_tail.py), or None when the high watermark does not
+        cover it yet (followers still to fetch it)."""
+        results, committed = self._append(record_sets, leader_epoch)
+        return (results, committed) if tail else results
+
+    def _append(self, record_sets, leader_epoch: int):
         if self._closed:
-            return [(6, -1, -1, -1, None, -1, -1)] * len(record_sets)  # NOT_LEADER_OR_FOLLOWER
+            return [(6, -1, -1, -1, None, -1, -1)] * len(record_sets), None  # NOT_LEADER_OR_FOLLOWER
         self._ensure_background()
         counters = self.counters
         counters["append_calls"] += 1
@@ -452,12 +461,28 @@ class ReplicaActor(FollowerRole):
         results = self.partition.append(record_sets, leader_epoch, _now_ms())
         if self.log.log_end_offset != leo_before:
             self._wake_waiters()  # followers long-polling for data
-        if self.partition.high_watermark != before:
+        hw = self.partition.high_watermark
+        if hw != before:
             self._report_progress()
-        return results
+        return results, self._committed_tail(leo_before, hw)
+
+    def _committed_tail(self, first: int, hw: int):
+        """(leader_epoch, hw, lso, log_start, first, next, slices, length) of
+        the committed data from ``first`` on, or None."""
+        p = self.partition
+        # Only when all of it is committed: data still waiting for followers
+        # reaches consumers through the replica, so the edge must not expect
+        # the next offset to come from its own appends.
+        if hw <= first or hw < self.log.log_end_offset or not p.is_leader:
+            return None
+        slices, next_offset = p._slices(first, 1 << 31, hw)
+        if not slices:
+            return None
+        return (p.leader_epoch, hw, p.last_stable_offset, self.log.log_start_offset, first, next_offset, slices,
+                sum(s[2] for s in slices))
 
     async def append_shared(self, region_path: str, placed: list[tuple[int, int, int, int]],
-                            leader_epoch: int) -> list | None:
+                            leader_epoch: int, tail: bool = False):
         """append() with the record sets in the edge's shared-memory region
         (same node): the call carries offsets, not bytes. None if the region
         cannot be mapped here, so the edge falls back to append()."""
@@ -478,7 +503,7 @@ class ReplicaActor(FollowerRole):
         # The edge keeps the space reserved until this call answers, and
         # append() has no await, so no other call can unmap the region meanwhile.
         sets = [(buf[offset:offset + length], acks, timeout) for offset, length, acks, timeout in placed]
-        return await self.append(sets, leader_epoch)
+        return await self.append(sets, leader_epoch, tail)
 
     async def read(self, fetch_offset: int, max_bytes: int, isolation_level: int, current_leader_epoch: int,
                    min_bytes: int = 0, max_wait_ms: int = 0):

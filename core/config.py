@@ -258,6 +258,10 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
               "Consecutive reads a consumer fetch asks its leader replica for beyond the one it answers; "
               "the edge serves the client's next fetches from them without a call each (0: off)",
               min=0, max=15),
+    ConfigDef("raykafka.fetch.local.tail.wait.ms", "int", 50,
+              "How long a consumer fetch at the tail waits on the edge for the edge's own next append "
+              "to the partition before parking in the leader replica; answers from local appends save "
+              "the replica call (0: off, and no tail answers at all)", min=0, max=1000),
     ConfigDef("raykafka.fetch.read.ahead.ttl.ms", "int", 500,
               "How long the edge keeps read-ahead answers; bounds how stale a served high watermark "
               "or log start offset can be", min=1),

@@ -20,6 +20,7 @@ from net.codec import MalformedRequest, decode_request, encode_response, respons
 from net.metadata_cache import MetadataCache
 from net.schema_build import build, nested, ZERO_THROTTLE
 from core.shared_region import SharedRegion
+from net.fetch_local_tail import LocalTail
 from net.fetch_read_ahead import FetchReadAhead
 from net.fetch_session import FetchSessionCache
 from net.file_region import FdBudget, FileRecords, FileRegion, SplicedResponse
@@ -128,6 +129,8 @@ class PartitionAppender:
                 region = self._shared_region()
                 size = sum(len(item[0]) for item in batch)
                 results = None
+                local_tail = self.edge.local_tail
+                want_tail = local_tail is not None
                 if region is not None and size <= region.size:
                     offset, placed = 0, []
                     for records, acks, set_timeout, _epoch, _future in batch:
@@ -135,12 +138,18 @@ class PartitionAppender:
                         placed.append((offset, len(records), acks, set_timeout))
                         offset += len(records)
                     results = await self.edge.call(
-                        handle.append_shared.remote(region.path, placed, leader_epoch), timeout_s=timeout_s)
+                        handle.append_shared.remote(region.path, placed, leader_epoch, want_tail),
+                        timeout_s=timeout_s)
                     if results is None:  # the leader cannot map it (another node?): stop trying
                         self.close()
                 if results is None:
                     sets = [(item[0], item[1], item[2]) for item in batch]
-                    results = await self.edge.call(handle.append.remote(sets, leader_epoch), timeout_s=timeout_s)
+                    results = await self.edge.call(handle.append.remote(sets, leader_epoch, want_tail),
+                                                   timeout_s=timeout_s)
+                if want_tail:
+                    results, committed = results
+                    if committed is not None:
+                        local_tail.publish(self.topic, self.partition, *committed)
         except ActorCallFailed as exc:
             # The leader may still be reading the region: never reuse it.
             self.close(disable=False)
@@ -175,6 +184,13 @@ class EdgeService:
                                                 config["min.incremental.fetch.session.eviction.ms"])
         self.read_ahead_runs = config["raykafka.fetch.read.ahead"]
         self.read_ahead = FetchReadAhead(ttl_s=config["raykafka.fetch.read.ahead.ttl.ms"] / 1000)
+        # Tail fetches answered from this edge's own appends (net/fetch_local_tail.py);
+        # the wait for a local append is off with several edges per node.
+        local_wait_ms = config["raykafka.fetch.local.tail.wait.ms"]
+        self.local_tail: LocalTail | None = (
+            LocalTail(wait_s=local_wait_ms / 1000 if config["raykafka.edge.processes"] == 1 else 0.0,
+                      ttl_s=config["raykafka.fetch.read.ahead.ttl.ms"] / 1000)
+            if local_wait_ms > 0 else None)
         self._fds: collections.OrderedDict[str, int] = collections.OrderedDict()
         self.max_open_fds = 256
         # fds duplicated for file regions of responses not yet written.
@@ -188,6 +204,8 @@ class EdgeService:
         self.metadata.update(snapshot)
         self._leader_handles = dict(leader_handles)
         self.read_ahead.clear()  # leaders may have moved: nothing read before is answered again
+        if self.local_tail is not None:
+            self.local_tail.clear()
         self.controller_handle = controller_handle
         for key in list(self._appenders):
             if key not in self._leader_handles and not self._appenders[key].inflight:

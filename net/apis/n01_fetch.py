@@ -76,6 +76,19 @@ async def _read(edge, want: _Wanted, isolation: int, zero_copy: bool, min_bytes:
                                    isolation)
         if hit is not None and _serve(edge, want, isolation, zero_copy, 0, *hit):
             return
+    tail = edge.local_tail
+    if tail is not None:
+        key = (want.topic, want.partition, want.offset, want.max_bytes, want.leader_epoch, isolation, min_bytes)
+        hit = tail.take(*key)
+        if hit is None and wait_ms > 0 and tail.expects(want.topic, want.partition, want.offset, want.leader_epoch):
+            # The consumer waits for the next append, which is likely to come
+            # through this edge: wait for it here rather than in the replica.
+            started = time.monotonic()
+            await tail.wait(want.topic, want.partition, min(wait_ms / 1000, tail.wait_s))
+            hit = tail.take(*key)
+            wait_ms = max(0, wait_ms - int((time.monotonic() - started) * 1000))
+        if hit is not None and _serve(edge, want, isolation, zero_copy, 0, *hit):
+            return
     for _attempt in range(3):
         try:
             error, hw, lso, log_start, read = await edge.call(

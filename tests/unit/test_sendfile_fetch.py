@@ -182,7 +182,7 @@ def make_edge(tmp_path, partitions: int, batches_per_partition: int, value_size:
 
 
 def fetch_request(version: int, partitions: int, correlation_id: int, partition_max_bytes=1 << 20,
-                  fetch_offset: int = 0) -> bytes:
+                  fetch_offset: int = 0, max_wait_ms: int = 0) -> bytes:
     schema = request_schema(1, version)
     topic_cls, part_cls = nested(schema, "FetchTopic"), nested(schema, "FetchPartition")
     from net.schema_build import build
@@ -190,7 +190,7 @@ def fetch_request(version: int, partitions: int, correlation_id: int, partition_
     parts = tuple(build(part_cls, partition=p, current_leader_epoch=-1, fetch_offset=fetch_offset, last_fetched_epoch=-1,
                         log_start_offset=-1, partition_max_bytes=partition_max_bytes) for p in range(partitions))
     topic = build(topic_cls, topic=TOPIC, topic_id=TOPIC_ID, partitions=parts)
-    request = build(schema, replica_id=-1, max_wait=datetime.timedelta(0), min_bytes=1, max_bytes=50 << 20,
+    request = build(schema, replica_id=-1, max_wait=datetime.timedelta(milliseconds=max_wait_ms), min_bytes=1, max_bytes=50 << 20,
                     isolation_level=0, session_id=0, session_epoch=-1, topics=(topic,), forgotten_topics_data=(),
                     rack_id="")
     return encode_request(request, correlation_id)

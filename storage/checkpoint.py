@@ -35,6 +35,7 @@ __all__ = [
     "CorruptCheckpointError",
     "atomic_write",
     "fsync_dir",
+    "fsync_path",
 ]
 
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
@@ -48,13 +49,19 @@ CHECKPOINT_VERSION = 0
 T = TypeVar("T")
 
 
-def fsync_dir(path: str) -> None:
-    """fsync a directory so a rename or file creation inside it is durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+def fsync_path(path: str, flags: int = 0) -> None:
+    """fsync the file (or, with ``os.O_DIRECTORY``, the directory) at ``path``
+    through a descriptor of its own."""
+    fd = os.open(path, os.O_RDONLY | flags)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def fsync_dir(path: str) -> None:
+    """fsync a directory so a rename or file creation inside it is durable."""
+    fsync_path(path, os.O_DIRECTORY)
 
 
 def atomic_write(path: str, data: bytes) -> None:

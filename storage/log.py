@@ -25,7 +25,13 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
-from storage.checkpoint import CLEANER_OFFSET_CHECKPOINT, LEADER_EPOCH_CHECKPOINT, OffsetCheckpointFile, fsync_dir
+from storage.checkpoint import (
+    CLEANER_OFFSET_CHECKPOINT,
+    LEADER_EPOCH_CHECKPOINT,
+    OffsetCheckpointFile,
+    fsync_dir,
+    fsync_path,
+)
 from storage.errors import (
     INVALID_RECORD,
     RECORD_LIST_TOO_LARGE,
@@ -752,13 +758,9 @@ class Log:
         try:
             for path in paths:
                 try:
-                    fd = os.open(path, os.O_RDONLY)
+                    fsync_path(path)
                 except FileNotFoundError:
                     continue
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
             fsync_dir(self.dir)
         except OSError as exc:
             # The recovery point stays put: recovery rescans these segments.

@@ -445,12 +445,9 @@ class ReplicaActor(FollowerRole):
         call committed lies, for the edge to answer tail fetches from
         (net/fetch_local_tail.py), or None when the high watermark does not
         cover it yet (followers still to fetch it)."""
-        results, committed = self._append(record_sets, leader_epoch)
-        return (results, committed) if tail else results
-
-    def _append(self, record_sets, leader_epoch: int):
         if self._closed:
-            return [(6, -1, -1, -1, None, -1, -1)] * len(record_sets), None  # NOT_LEADER_OR_FOLLOWER
+            results = [(6, -1, -1, -1, None, -1, -1)] * len(record_sets)  # NOT_LEADER_OR_FOLLOWER
+            return (results, None) if tail else results
         self._ensure_background()
         counters = self.counters
         counters["append_calls"] += 1
@@ -464,7 +461,7 @@ class ReplicaActor(FollowerRole):
         hw = self.partition.high_watermark
         if hw != before:
             self._report_progress()
-        return results, self._committed_tail(leo_before, hw)
+        return (results, self._committed_tail(leo_before, hw)) if tail else results
 
     def _committed_tail(self, first: int, hw: int):
         """(leader_epoch, hw, lso, log_start, first, next, slices, length) of
@@ -475,7 +472,7 @@ class ReplicaActor(FollowerRole):
         # the next offset to come from its own appends.
         if hw <= first or hw < self.log.log_end_offset or not p.is_leader:
             return None
-        slices, next_offset = p._slices(first, 1 << 31, hw)
+        slices, next_offset = p.file_slices(first, 1 << 31, hw)
         if not slices:
             return None
         return (p.leader_epoch, hw, p.last_stable_offset, self.log.log_start_offset, first, next_offset, slices,

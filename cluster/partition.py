@@ -299,7 +299,7 @@ class Partition:
         offset = fetch_offset
         while len(runs) < count and offset < end:
             try:
-                slices, next_offset = self._slices(offset, max_bytes, end)
+                slices, next_offset = self.file_slices(offset, max_bytes, end)
             except OffsetOutOfRangeError:
                 if not runs:
                     return error_codes.OFFSET_OUT_OF_RANGE, hw, lso, start, []
@@ -312,7 +312,7 @@ class Partition:
             offset = next_offset
         return 0, hw, lso, start, runs
 
-    def _slices(self, fetch_offset: int, max_bytes: int, end: int):
+    def file_slices(self, fetch_offset: int, max_bytes: int, end: int):
         """-> (slices as (path, position, length, base_offset, inode), next offset)"""
         found = self.log.read_with_inodes(fetch_offset, max_bytes, end, min_one_batch=True)
         # The inode (and first batch's base offset) let the reader detect a file

@@ -200,12 +200,20 @@ class EdgeService:
         self._offsets_topic_creation: asyncio.Future | None = None
 
     # ---- metadata from the controller ----------------------------------------------------
+    def forget_cached_reads(self, topic: str | None = None, partition: int | None = None) -> None:
+        """Drop the fetch answers this edge keeps (read-ahead runs, local tail
+        answers): all of them, or those of one topic or partition."""
+        caches = (self.read_ahead, self.local_tail) if self.local_tail is not None else (self.read_ahead,)
+        for cache in caches:
+            if topic is None:
+                cache.clear()
+            else:
+                cache.forget(topic, partition)
+
     def apply_update_metadata(self, snapshot: dict, leader_handles: dict, controller_handle: Any) -> None:
         self.metadata.update(snapshot)
         self._leader_handles = dict(leader_handles)
-        self.read_ahead.clear()  # leaders may have moved: nothing read before is answered again
-        if self.local_tail is not None:
-            self.local_tail.clear()
+        self.forget_cached_reads()  # leaders may have moved: nothing read before is answered again
         self.controller_handle = controller_handle
         for key in list(self._appenders):
             if key not in self._leader_handles and not self._appenders[key].inflight:

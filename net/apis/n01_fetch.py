@@ -119,7 +119,7 @@ def _serve(edge, want: _Wanted, isolation: int, zero_copy: bool, error: int, hw:
     try:
         _set_records(want, edge.read_records(slices, zero_copy))
     except FileNotFoundError:
-        edge.read_ahead.forget(want.topic, want.partition)
+        edge.forget_cached_reads(want.topic, want.partition)
         return False
     if _VERIFY and not _batches_valid(want.records):
         log.error("fetch %s-%d@%d served a corrupt batch from slices %s", want.topic, want.partition,

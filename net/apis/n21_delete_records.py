@@ -11,12 +11,10 @@ from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for, 
 
 
 async def _one(edge, topic, partition, offset, timeout_ms):
-    # Fetches answered after this one must see the new log start: drop the
-    # partition's read-ahead (what other edge processes keep expires within
-    # raykafka.fetch.read.ahead.ttl.ms).
-    edge.read_ahead.forget(topic, partition)
-    if edge.local_tail is not None:
-        edge.local_tail.forget(topic, partition)
+    # Fetches answered after this one must see the new log start: drop what
+    # the edge keeps for the partition (what other edge processes keep
+    # expires within raykafka.fetch.read.ahead.ttl.ms).
+    edge.forget_cached_reads(topic, partition)
     return await call_leader(edge, topic, partition, "delete_records", offset, -1, timeout_ms,
                              failure=lambda code: (code, -1), timeout_s=timeout_ms / 1000 + edge.call_timeout_s)
 

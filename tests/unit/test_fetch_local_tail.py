@@ -5,12 +5,11 @@ consumer, waiting at the tail, is answered by the next append through the
 edge without a read call to the replica."""
 import asyncio
 
-from actors.partition_leader import ReplicaActor
 from net.fetch_local_tail import LocalTail
 from storage.record_batch import iter_headers
 from storage.records import SimpleRecord, build_batch
 from tests.unit.test_fetch_read_ahead import _Clock
-from tests.unit.test_replica_parked_read import BROKER
+from tests.unit.test_replica_parked_read import BROKER, _leader
 
 SLICES = [("/log/00.log", 0, 100, 10, 7)]
 
@@ -94,12 +93,6 @@ def test_wait_wakes_on_publish_and_times_out_without_one():
 
 
 # ------------------------------------------------------------------ the replica's answer
-def _replica(tmp_path):
-    replica = ReplicaActor("t", 0, BROKER, [str(tmp_path)], {"segment_bytes": 1 << 20})
-    replica._report_progress = lambda force=False: None
-    return replica
-
-
 async def _stop(replica):
     for task in replica._background:
         task.cancel()
@@ -108,7 +101,7 @@ async def _stop(replica):
 
 def test_replica_append_tells_where_the_committed_data_is(tmp_path):
     async def run():
-        replica = _replica(tmp_path)
+        replica = _leader(tmp_path)
         assert await replica.become_leader(1, 4, [BROKER], [BROKER]) == 0
         plain = await replica.append([(_batch(), 1, 1000)], 4)  # callers that do not ask: results only
         assert isinstance(plain, list) and plain[0][0] == 0
@@ -127,7 +120,7 @@ def test_replica_append_tells_where_the_committed_data_is(tmp_path):
 
 def test_replica_append_tells_nothing_while_followers_have_not_fetched_it(tmp_path):
     async def run():
-        replica = _replica(tmp_path)
+        replica = _leader(tmp_path)
         assert await replica.become_leader(1, 0, [BROKER, 2], [BROKER, 2]) == 0
         results, committed = await replica.append([(_batch(), 1, 1000)], 0, True)
         await _stop(replica)

@@ -52,6 +52,7 @@ from storage.record_batch import (
     LOG_OVERHEAD,
     assign_offsets,
     set_log_append_time,
+    stamp_client_batches,
     validate_batches,
 )
 from storage import records as _records
@@ -497,8 +498,26 @@ class Log:
             buf = bytearray(records)
         view = memoryview(buf)
         cfg = self.config
-        headers = validate_batches(view, cfg.max_message_bytes, from_client=from_client)
+        total = len(buf)
         target = cfg.compression_codec
+        if (
+            from_client
+            and not cfg.compacted
+            and cfg.message_timestamp_type != LOG_APPEND_TIME
+            and total <= cfg.segment_bytes
+        ):
+            # The common produce: one pass validates and stamps under the
+            # lock. Anything it does not plainly accept falls through to the
+            # exact path below, which names Kafka's error.
+            with self._lock:
+                self._check_open()
+                first = self._next_offset
+                stamped = stamp_client_batches(buf, first, leader_epoch, cfg.max_message_bytes, target)
+                if stamped is not None:
+                    last, batches, max_ts, off_max = stamped
+                    self._append_stamped(view, first, last, batches, max_ts, off_max, leader_epoch, now_ms)
+                    return AppendInfo(first, last, max_ts, off_max, batches, total, -1)
+        headers = validate_batches(view, cfg.max_message_bytes, from_client=from_client)
         if cfg.compacted or (
             target is not None and any(h[5] & COMPRESSION_MASK != target and not h[5] & CONTROL_MASK for h in headers)
         ):
@@ -533,14 +552,20 @@ class Log:
                     nxt += h[6] + 1
                     if h[8] > max_ts:
                         max_ts, off_max = h[8], nxt - 1
-            seg = self._maybe_roll(total, len(headers), max_ts, last, first, now_ms)
-            if leader_epoch >= 0 and leader_epoch != self.leader_epoch_cache.latest_epoch:
-                self.leader_epoch_cache.assign(leader_epoch, first)
-            seg.append(last, max_ts, off_max, view)
-            assert last >= first == self._next_offset, (first, last, self._next_offset)
-            self._next_offset = last + 1
-            self._maybe_flush(now_ms)
+            self._append_stamped(view, first, last, len(headers), max_ts, off_max, leader_epoch, now_ms)
         return AppendInfo(first, last, max_ts, off_max, len(headers), total, append_time)
+
+    def _append_stamped(
+        self, view, first: int, last: int, batches: int, max_ts: int, off_max: int, leader_epoch: int, now_ms: int
+    ) -> None:
+        """Write batches whose offsets ``first..last`` are stamped; under the lock."""
+        seg = self._maybe_roll(len(view), batches, max_ts, last, first, now_ms)
+        if leader_epoch >= 0 and leader_epoch != self.leader_epoch_cache.latest_epoch:
+            self.leader_epoch_cache.assign(leader_epoch, first)
+        seg.append(last, max_ts, off_max, view)
+        assert last >= first == self._next_offset, (first, last, self._next_offset)
+        self._next_offset = last + 1
+        self._maybe_flush(now_ms)
 
     @property
     def topic_partition_name(self) -> str:

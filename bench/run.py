@@ -819,6 +819,10 @@ def _fmt_case(case: dict) -> str:
             continue
         if r.get("ok"):
             parts.append(f"{phase} {r['mb_s']:7.1f} MB/s")
+            disk = (r.get("cpu") or {}).get("disk_read_mb") or 0
+            if phase == "consume" and disk >= 1:
+                # page-cache reads that went to the disk (see procstat)
+                parts[-1] += f" ({disk:.0f} MB from disk)"
         else:
             parts.append(f"{phase} FAIL: {(r.get('error') or '').splitlines()[0][:120]}")
     if not parts:

@@ -18,6 +18,7 @@ from bench.procstat import (
     actor_processes,
     cpu_snapshot,
     cpu_split,
+    disk_read_bytes,
     is_actor_process,
     parse_smaps_rollup,
     process_memory,
@@ -27,6 +28,7 @@ from bench.procstat import (
 )
 from bench.run import (
     PEAK_ROW,
+    _fmt_case,
     Workload,
     cell_from_case,
     goal_report,
@@ -479,3 +481,16 @@ def test_env_costs_page_cache_runs_clean_up_and_report_both_kinds(tmp_path):
     assert doc["fresh_ms_per_mb"] == round(1000 / doc["fresh_mb_s"], 3)
     assert os.listdir(tmp_path) == []  # every file it wrote is gone
     assert process_cpu_s(os.getpid()) > 0
+
+
+def test_consume_lines_name_reads_that_went_to_disk(tmp_path):
+    consume = {"ok": True, "mb_s": 120.0, "cpu": {"disk_read_mb": 350.2}}
+    produce = {"ok": True, "mb_s": 300.0, "cpu": {"disk_read_mb": 80.0}}
+    line = _fmt_case({"produce": produce, "consume": consume})
+    assert "consume   120.0 MB/s (350 MB from disk)" in line
+    assert "produce   300.0 MB/s;" in line  # a producer's disk reads are not the point
+    cached = dict(consume, cpu={"disk_read_mb": 0.0})
+    assert "from disk" not in _fmt_case({"produce": produce, "consume": cached})
+    # the counter is the machine's, in bytes, and never goes back
+    before = disk_read_bytes()
+    assert before >= 0 and disk_read_bytes() >= before

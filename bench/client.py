@@ -247,11 +247,30 @@ def phase_produce(a) -> dict:
 
 
 # --------------------------------------------------------------------------
+def fetch_totals(stats_json: str | None) -> dict | None:
+    """Fetch requests, responses and bytes so far, summed over the brokers of
+    a librdkafka statistics document (its per-broker ``req.Fetch``, ``rx``,
+    ``rxbytes``, ``rxpartial``): how the consumer's bytes arrived, so a slow
+    round can be told apart as more and smaller fetches or as slower ones."""
+    if not stats_json:
+        return None
+    brokers = json.loads(stats_json).get("brokers", {}).values()
+    real = [b for b in brokers if b.get("nodeid", -1) >= 0]
+    return {"fetch_requests": sum(b.get("req", {}).get("Fetch", 0) for b in real),
+            "responses": sum(b.get("rx", 0) for b in real),
+            "rx_bytes": sum(b.get("rxbytes", 0) for b in real),
+            "partial_message_sets": sum(b.get("rxpartial", 0) for b in real)}
+
+
 def phase_consume(a) -> dict:
+    last_stats: list[str | None] = [None]
     c = Consumer(base_conf(a) | {
         "group.id": f"raykafka-bench-{os.getpid()}-{time.time_ns()}",
         "enable.auto.commit": False,
         "auto.offset.reset": "earliest",
+        # Statistics (fetch counts) come with consume() calls, at most every 500 ms.
+        "statistics.interval.ms": 500,
+        "stats_cb": lambda doc: last_stats.__setitem__(0, doc),
     })
     try:
         md = c.list_topics(a.topic, timeout=30)
@@ -318,6 +337,10 @@ def phase_consume(a) -> dict:
                     bad_seq += 1
         t1 = last_progress  # time the last record arrived
         cpu = cpu.stop()
+        # The stats document may be up to 500 ms old; one more short consume
+        # lets the latest one through (outside the timed window).
+        consume(num_messages=1, timeout=0.6)
+        fetches = fetch_totals(last_stats[0])
         distinct = n - seen.count(0)
         # High watermarks seen in Fetch responses (what the broker really holds)
         fetched_hwm = 0
@@ -333,6 +356,7 @@ def phase_consume(a) -> dict:
             "list_offsets_records": held,
             "fetch_high_watermark_records": fetched_hwm,
             "cpu": cpu,
+            "fetches": fetches,
             "warnings": [],
         }
         if start > 0:

@@ -3,6 +3,7 @@ to the baseline, latency percentiles and pacing, /proc memory parsing and
 finding Ray actor workers by process title. No broker is started."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -12,6 +13,7 @@ import time
 
 import pytest
 
+from bench.client import fetch_totals
 from bench.latency import latency_summary, latency_timeline, percentile, records_due, window_bounds
 from bench.procstat import (
     RssSampler,
@@ -491,6 +493,23 @@ def test_consume_lines_name_reads_that_went_to_disk(tmp_path):
     assert "produce   300.0 MB/s;" in line  # a producer's disk reads are not the point
     cached = dict(consume, cpu={"disk_read_mb": 0.0})
     assert "from disk" not in _fmt_case({"produce": produce, "consume": cached})
+    fetched = dict(consume, fetches={"fetch_requests": 400, "rx_bytes": 200_000_000,
+                                     "responses": 420, "partial_message_sets": 0})
+    assert "[400 fetches, 500 kB each]" in _fmt_case({"produce": produce, "consume": fetched})
     # the counter is the machine's, in bytes, and never goes back
     before = disk_read_bytes()
     assert before >= 0 and disk_read_bytes() >= before
+
+
+def test_fetch_totals_sum_the_real_brokers_of_a_statistics_document():
+    doc = {"brokers": {
+        "127.0.0.1:9092/1001": {"nodeid": 1001, "req": {"Fetch": 7, "Produce": 2}, "rx": 12,
+                                "rxbytes": 9_000_000, "rxpartial": 1},
+        "127.0.0.1:9093/1002": {"nodeid": 1002, "req": {"Fetch": 3}, "rx": 4, "rxbytes": 1_000_000,
+                                "rxpartial": 0},
+        # the bootstrap connection has no node id yet: its requests are metadata
+        "127.0.0.1:9092/bootstrap": {"nodeid": -1, "req": {"Fetch": 99}, "rx": 5, "rxbytes": 500},
+    }}
+    assert fetch_totals(json.dumps(doc)) == {"fetch_requests": 10, "responses": 16,
+                                             "rx_bytes": 10_000_000, "partial_message_sets": 1}
+    assert fetch_totals(None) is None

@@ -268,6 +268,12 @@ def phase_consume(a) -> dict:
         "group.id": f"raykafka-bench-{os.getpid()}-{time.time_ns()}",
         "enable.auto.commit": False,
         "auto.offset.reset": "earliest",
+        # librdkafka stops fetching for fetch.queue.backoff.ms (default 1 s)
+        # whenever its local queue passes queued.max.messages.kbytes (64 MiB),
+        # which happens when a broker delivers faster than this loop drains:
+        # a whole second of a ~1 s phase spent idle. 10 ms keeps the client
+        # fetching as soon as there is room (every target gets the same).
+        "fetch.queue.backoff.ms": 10,
         # Statistics (fetch counts) come with consume() calls, at most every 500 ms.
         "statistics.interval.ms": 500,
         "stats_cb": lambda doc: last_stats.__setitem__(0, doc),

@@ -819,16 +819,17 @@ def _fmt_case(case: dict) -> str:
             continue
         if r.get("ok"):
             parts.append(f"{phase} {r['mb_s']:7.1f} MB/s")
-            disk = (r.get("cpu") or {}).get("disk_read_mb") or 0
-            if phase == "consume" and disk >= 1:
-                # page-cache reads that went to the disk (see procstat)
-                parts[-1] += f" ({disk:.0f} MB from disk)"
-            f = r.get("fetches") if phase == "consume" else None
-            if f and f.get("fetch_requests"):
-                # how the bytes came: a slow round with more, smaller fetches
-                # differs from one with the same fetches, slower
-                parts[-1] += (f" [{f['fetch_requests']} fetches, "
-                              f"{f['rx_bytes'] / f['fetch_requests'] / 1e3:.0f} kB each]")
+            if phase == "consume":
+                disk = (r.get("cpu") or {}).get("disk_read_mb") or 0
+                if disk >= 1:
+                    # page-cache reads that went to the disk (see procstat)
+                    parts[-1] += f" ({disk:.0f} MB from disk)"
+                f = r.get("fetches")
+                if f and f.get("fetch_requests"):
+                    # how the bytes came: a slow round with more, smaller
+                    # fetches differs from one with the same fetches, slower
+                    parts[-1] += (f" [{f['fetch_requests']} fetches, "
+                                  f"{f['rx_bytes'] / f['fetch_requests'] / 1e3:.0f} kB each]")
         else:
             parts.append(f"{phase} FAIL: {(r.get('error') or '').splitlines()[0][:120]}")
     if not parts:

@@ -44,6 +44,7 @@ bench/results/storage-<run id>.json.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -139,6 +140,11 @@ class _Side:
                 "cpu": window, **extra}
 
 
+def write_measurement(fsync: bool, received: bool) -> str:
+    """The suffix naming a write measurement's files and its result rows."""
+    return ("_fsync" if fsync else "") + ("" if received else "_cold")
+
+
 def measure_writes(rdir: Path, blobs: list[bytearray], recs_per_blob: list[int], n: int,
                    fsync: bool, chunk: int, flip: int, received: bool = True
                    ) -> tuple[dict, dict, Log, str]:
@@ -147,7 +153,7 @@ def measure_writes(rdir: Path, blobs: list[bytearray], recs_per_blob: list[int],
     each blob is first copied (untimed) into a receive buffer, which both
     sides then take, as the broker takes a just-received request; else the
     blobs are handed over as they are (cold)."""
-    sfx = ("_fsync" if fsync else "") + ("" if received else "_cold")
+    sfx = write_measurement(fsync, received)
     raw_path = str(rdir / f"raw{sfx}.bin")
     fd = os.open(raw_path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_EXCL, 0o644)
     lg = Log(str(rdir / f"bench{sfx}-0"), LogConfig())
@@ -155,13 +161,8 @@ def measure_writes(rdir: Path, blobs: list[bytearray], recs_per_blob: list[int],
     raw, log_ = _Side(), _Side()
     receive = bytearray(max(len(b) for b in blobs))
     received_views = [memoryview(receive)[: len(b)] for b in blobs]
-
-    def write_raw(buf) -> None:
-        _write_all(fd, buf)
-
-    def append_log(buf) -> None:
-        append(buf, 0)
-
+    write_raw = functools.partial(_write_all, fd)
+    append_log = functools.partial(append, leader_epoch=0)
     win = CpuWindow(None).start()
     try:
         for c, start in enumerate(range(0, n, chunk)):
@@ -505,7 +506,7 @@ def main(argv=None) -> int:
             rdir = work / f"r{r}"
             rdir.mkdir()
             for fsync, received in ((False, True), (True, True), (False, False)):
-                sfx = ("_fsync" if fsync else "") + ("" if received else "_cold")
+                sfx = write_measurement(fsync, received)
                 raw, log_, lg, raw_path = measure_writes(rdir, blobs, recs_per_blob, n_blobs,
                                                          fsync, chunk, r, received)
                 raw, log_ = _rate(raw), _rate(log_)

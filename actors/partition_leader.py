@@ -58,6 +58,19 @@ def choose_log_dir(log_dirs: list[str], topic: str, partition: int) -> Path:
     return Path(min(log_dirs, key=count))
 
 
+# What the edge may call over the direct channel: the per-request calls.
+# Leadership, configuration and shutdown stay Ray calls.
+LOCAL_CALL_METHODS = ("append_shared", "read", "read_run", "list_offsets", "offset_for_leader_epoch",
+                      "delete_records")
+
+
+def _node_id() -> str | None:
+    try:
+        return ray.get_runtime_context().get_node_id()
+    except Exception:  # noqa: BLE001 - driven without Ray (unit tests): no node
+        return None
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -114,6 +127,7 @@ class ReplicaActor(FollowerRole):
         self._purgatory_interested = True
         self._isr_lock: asyncio.Lock | None = None
         self._regions: dict = {}
+        self._local_calls = None  # core.local_calls.LocalCallServer, opened for the edge on first ask
         self._cleaner = None
         self.counters = {"append_calls": 0, "append_sets": 0, "append_bytes": 0, "follower_fetches": 0}
         self._init_follower()
@@ -410,6 +424,7 @@ class ReplicaActor(FollowerRole):
         if error:
             return error
         self._closed = True
+        self._close_local_calls()
         self._stop_fetcher()
         self._stop_io_thread()
         self.partition.is_leader = False
@@ -426,6 +441,7 @@ class ReplicaActor(FollowerRole):
 
     async def close(self) -> None:
         """Clean shutdown: flush, checkpoint, close files."""
+        self._close_local_calls()
         if not self._closed:
             self._closed = True
             self._stop_fetcher()
@@ -439,6 +455,27 @@ class ReplicaActor(FollowerRole):
         return {**self.partition.state(), **self.counters}
 
     # ---- edge -> leader ---------------------------------------------------------------------------
+    def _close_local_calls(self) -> None:
+        # The edge's pending calls fail as if the actor had gone (NOT_LEADER_OR_FOLLOWER).
+        if self._local_calls is not None:
+            self._local_calls.close()
+            self._local_calls = None
+
+    async def local_call_endpoint(self):
+        """(node id, socket address, token, name, methods) of this replica's
+        direct-call socket for the edge on its node (net/replica_channels.py),
+        or None once closed. The calls it serves run exactly as Ray calls of
+        the same methods would, on this actor's event loop."""
+        if self._closed:
+            return None
+        if self._local_calls is None:
+            from core.local_calls import LocalCallServer
+
+            self._local_calls = LocalCallServer(f"{self.topic}-{self.partition_index}@{self.broker_id}",
+                                                {name: getattr(self, name) for name in LOCAL_CALL_METHODS})
+        address, token = await self._local_calls.start()
+        return _node_id(), address, token, self._local_calls.name, LOCAL_CALL_METHODS
+
     async def append(self, record_sets: list[tuple[bytes, int, int]], leader_epoch: int, tail: bool = False):
         """Append record sets (bytes, acks, timeout) -> one result per set.
         With ``tail`` the answer is ``(results, tail)``: where the data this

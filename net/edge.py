@@ -64,7 +64,8 @@ class EdgeActor:
 
     async def _listen(self, port: int) -> int:
         """Create the service and the listener on `port`; returns the bound port."""
-        self.service = EdgeService(self.config, self.broker_id, "", 0)
+        self.service = EdgeService(self.config, self.broker_id, "", 0,
+                                   node_id=ray.get_runtime_context().get_node_id())
         self.service.purgatory = self.purgatory
         self.server = KafkaServer(self.service.dispatch, self._limits())
         self.bound_port = await self.server.start(self.listener.host, port, reuse_port=self.reuse_port)
@@ -225,7 +226,8 @@ class EdgeActor:
         import os
 
         return {"connections": self.server.connection_count, **self.server.stats,
-                "metadata_version": self.service.metadata.version, "pid": os.getpid()}
+                "metadata_version": self.service.metadata.version, "pid": os.getpid(),
+                **self.service.replica_channels.counters}
 
     async def stop(self) -> None:
         if self.server is not None:

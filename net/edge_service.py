@@ -19,10 +19,12 @@ from net import registry
 from net.codec import MalformedRequest, decode_request, encode_response, response_schema
 from net.metadata_cache import MetadataCache
 from net.schema_build import build, nested, ZERO_THROTTLE
+from core.local_calls import LocalCallFailed, LocalCallLost
 from core.shared_region import SharedRegion
 from net.fetch_local_tail import LocalTail
 from net.fetch_read_ahead import FetchReadAhead
 from net.fetch_session import FetchSessionCache
+from net.replica_channels import ReplicaChannels
 from net.file_region import FdBudget, FileRecords, FileRegion, SplicedResponse
 from net.server import CloseConnection, Connection
 
@@ -137,9 +139,8 @@ class PartitionAppender:
                         region.write(offset, records)
                         placed.append((offset, len(records), acks, set_timeout))
                         offset += len(records)
-                    results = await self.edge.call(
-                        handle.append_shared.remote(region.path, placed, leader_epoch, want_tail),
-                        timeout_s=timeout_s)
+                    results = await self.edge.replica_call(handle, "append_shared", region.path, placed,
+                                                           leader_epoch, want_tail, timeout_s=timeout_s)
                     if results is None:  # the leader cannot map it (another node?): stop trying
                         self.close()
                 if results is None:
@@ -167,7 +168,8 @@ class PartitionAppender:
 
 
 class EdgeService:
-    def __init__(self, config: BrokerConfig, broker_id: int, advertised_host: str, advertised_port: int):
+    def __init__(self, config: BrokerConfig, broker_id: int, advertised_host: str, advertised_port: int,
+                 node_id: str | None = None):
         self.config = config
         self.broker_id = broker_id
         self.advertised_host = advertised_host
@@ -176,6 +178,10 @@ class EdgeService:
         self.metadata_ready = asyncio.Event()
         self.handlers = registry.handlers()
         self.call_timeout_s = config["raykafka.actor.call.timeout.ms"] / 1000
+        # Direct channels to the replicas on this node (net/replica_channels.py);
+        # off without the node's id or with raykafka.edge.local.calls=false.
+        self.replica_channels = ReplicaChannels(node_id if config["raykafka.edge.local.calls"] else None,
+                                                self.call_timeout_s)
         self._leader_handles: dict[tuple[str, int], Any] = {}
         self._appenders: dict[tuple[str, int], PartitionAppender] = {}
         self.controller_handle: Any = None
@@ -213,6 +219,7 @@ class EdgeService:
     def apply_update_metadata(self, snapshot: dict, leader_handles: dict, controller_handle: Any) -> None:
         self.metadata.update(snapshot)
         self._leader_handles = dict(leader_handles)
+        self.replica_channels.keep_only(self._leader_handles.values())
         self.forget_cached_reads()  # leaders may have moved: nothing read before is answered again
         self.controller_handle = controller_handle
         for key in list(self._appenders):
@@ -243,6 +250,26 @@ class EdgeService:
                 log.warning("actor call failed: %s", str(exc).splitlines()[0][:300])
                 raise ActorCallFailed(ErrorCode.not_leader_or_follower, str(exc)) from None
             raise
+
+    async def replica_call(self, handle, method: str, *args, timeout_s: float | None = None):
+        """A call to a replica actor: over its direct channel when the edge has
+        one (same node), else through Ray. Failures map as in call(): a lost
+        channel is a gone actor (NOT_LEADER_OR_FOLLOWER, the client refreshes
+        metadata), a timeout REQUEST_TIMED_OUT."""
+        timeout_s = timeout_s or self.call_timeout_s
+        channels = self.replica_channels
+        client = channels.client(handle, method)
+        if client is None:
+            channels.counters["ray_calls"] += 1
+            return await self.call(getattr(handle, method).remote(*args), timeout_s)
+        channels.counters["local_calls"] += 1
+        try:
+            return await client.call(method, args, timeout_s)
+        except asyncio.TimeoutError:
+            raise ActorCallFailed(ErrorCode.request_timed_out, "replica call timed out") from None
+        except (LocalCallLost, LocalCallFailed) as exc:
+            log.warning("replica call %s failed: %s", method, str(exc)[:300])
+            raise ActorCallFailed(ErrorCode.not_leader_or_follower, str(exc)) from None
 
     async def delay_produce(self, required: list[tuple[str, int, int]], timeout_ms: int) -> dict:
         """Park a DelayedProduce; -> {(topic, partition): error code}."""
@@ -464,6 +491,7 @@ class EdgeService:
             os.close(entry[0])
 
     def close(self) -> None:
+        self.replica_channels.close()
         for appender in self._appenders.values():
             appender.close()
         for fd, _ino in self._fds.values():

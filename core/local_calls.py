@@ -1,0 +1,321 @@
+"""Direct calls between two actors on one node, over a Unix socket.
+
+A Ray actor call costs ~1.1-1.6 ms of CPU on each side here (see
+bench/PROFILE.md, "The Ray call floor"), whatever it carries. The edge makes
+one per produce request and per fetch it cannot answer itself, so at a few
+hundred requests a second the calls alone keep a core busy. The same call over
+a Unix socket between the two processes costs a frame, a pickle and an event
+loop turn on each side.
+
+Ray still creates, places, names and restarts the actors; it also hands out
+the channel: the callee's Ray method returns the socket's address and a
+one-off token, and only a peer that sends that token first is served. The
+socket is in Linux's abstract namespace, so nothing is left on disk when a
+process dies and only processes of the same host (the same network namespace)
+can reach it.
+
+Frames are a 4-byte big-endian length and a pickle: requests
+``(call id, method, args)``, answers ``(call id, ok, value)`` with ``value`` the
+method's result or, when ``ok`` is false, a one-line description of the error.
+Calls on one connection run concurrently on the callee's event loop, as Ray
+runs an async actor's methods, and answers go back as they finish.
+
+Limits: frame size per direction, calls in flight per connection (reading
+pauses at the bound), connections per server; every call on the caller's side
+has a timeout.
+"""
+from __future__ import annotations
+
+import asyncio
+import hmac
+import itertools
+import logging
+import os
+import pickle
+import secrets
+import socket
+import struct
+from typing import Any, Callable, Iterable
+
+log = logging.getLogger("raykafka.local_calls")
+
+_LENGTH = struct.Struct(">I")
+TOKEN_BYTES = 32
+MAX_REQUEST_BYTES = 1 << 20
+MAX_ANSWER_BYTES = 16 << 20
+MAX_INFLIGHT_PER_CONNECTION = 10_000
+MAX_CONNECTIONS = 64
+
+
+class LocalCallLost(ConnectionError):
+    """The connection closed (the callee's process died or closed the server)
+    before the answer came: the call may or may not have run."""
+
+
+class LocalCallFailed(Exception):
+    """The callee's method raised; the message names the error."""
+
+
+def _split_frames(buffer: bytearray, limit: int) -> list[bytes] | None:
+    """Complete frames at the head of ``buffer`` (consumed from it); None if a
+    frame announces more than ``limit`` bytes."""
+    frames = []
+    start = 0
+    end = len(buffer)
+    while end - start >= 4:
+        (length,) = _LENGTH.unpack_from(buffer, start)
+        if length > limit:
+            return None
+        if end - start - 4 < length:
+            break
+        frames.append(bytes(buffer[start + 4:start + 4 + length]))
+        start += 4 + length
+    if start:
+        del buffer[:start]
+    return frames
+
+
+def _frame(payload: bytes) -> bytes:
+    return _LENGTH.pack(len(payload)) + payload
+
+
+class _ServerConnection(asyncio.Protocol):
+    def __init__(self, server: "LocalCallServer"):
+        self.server = server
+        self.transport: asyncio.Transport | None = None
+        self.buffer = bytearray()
+        self.authenticated = False
+        self.inflight = 0
+        self.paused = False
+        self.closed = False
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None and hasattr(socket, "SO_PEERCRED"):
+            creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+            _pid, uid, _gid = struct.unpack("3i", creds)
+            if uid != os.getuid():
+                self._drop(f"peer uid {uid} is not ours")
+                return
+        if len(self.server.connections) >= self.server.max_connections:
+            self._drop("too many connections")
+            return
+        self.server.connections.add(self)
+
+    def connection_lost(self, exc) -> None:
+        self.closed = True
+        self.server.connections.discard(self)
+
+    def _drop(self, why: str) -> None:
+        log.warning("local call connection to %s closed: %s", self.server.name, why)
+        self.closed = True
+        self.buffer.clear()
+        self.transport.close()
+
+    def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
+        self.buffer += data
+        if not self.authenticated:
+            if len(self.buffer) < TOKEN_BYTES:
+                return
+            if not hmac.compare_digest(bytes(self.buffer[:TOKEN_BYTES]), self.server.token):
+                self._drop("wrong token")
+                return
+            del self.buffer[:TOKEN_BYTES]
+            self.authenticated = True
+        self._process()
+
+    def _process(self) -> None:
+        """Start the calls whose frames are complete, up to the in-flight bound;
+        the rest wait in the buffer (reading pauses) until calls finish."""
+        while not self.closed and self.inflight < self.server.max_inflight:
+            if len(self.buffer) < 4:
+                break
+            (length,) = _LENGTH.unpack_from(self.buffer, 0)
+            if length > self.server.max_request_bytes:
+                self._drop("request frame over the size limit")
+                return
+            if len(self.buffer) - 4 < length:
+                break
+            payload = bytes(self.buffer[4:4 + length])
+            del self.buffer[:4 + length]
+            try:
+                call_id, method, args = pickle.loads(payload)
+            except Exception as exc:  # noqa: BLE001 - any malformed frame ends the connection
+                self._drop(f"malformed request ({type(exc).__name__})")
+                return
+            self._start(call_id, method, args)
+        if not self.closed and self.inflight >= self.server.max_inflight and not self.paused:
+            self.paused = True
+            self.transport.pause_reading()
+
+    def _start(self, call_id: int, method: str, args: tuple) -> None:
+        target = self.server.methods.get(method)
+        if target is None:
+            self._answer(call_id, False, f"no local method {method!r}")
+            return
+        try:
+            coroutine = target(*args)
+        except Exception as exc:  # noqa: BLE001 - wrong arguments: the caller's bug, answered
+            self._answer(call_id, False, f"{type(exc).__name__}: {exc}")
+            return
+        self.inflight += 1
+        task = asyncio.ensure_future(coroutine)
+        task.add_done_callback(lambda t, call_id=call_id: self._finished(call_id, t))
+
+    def _finished(self, call_id: int, task: asyncio.Future) -> None:
+        self.inflight -= 1
+        if self.paused and self.inflight < self.server.max_inflight and not self.closed:
+            self.paused = False
+            self.transport.resume_reading()
+            self._process()
+        if task.cancelled():
+            self._answer(call_id, False, "cancelled")
+            return
+        exc = task.exception()
+        if exc is not None:
+            log.warning("local call to %s failed: %s: %s", self.server.name, type(exc).__name__, exc)
+            self._answer(call_id, False, f"{type(exc).__name__}: {exc}")
+        else:
+            self._answer(call_id, True, task.result())
+
+    def _answer(self, call_id: int, ok: bool, value: Any) -> None:
+        if self.closed:
+            return
+        try:
+            payload = pickle.dumps((call_id, ok, value), protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:  # noqa: BLE001 - an unpicklable result is a failed call
+            payload = pickle.dumps((call_id, False, f"answer not serialisable: {exc}"))
+        if len(payload) > MAX_ANSWER_BYTES:
+            payload = pickle.dumps((call_id, False, f"answer of {len(payload)} bytes over the limit"))
+        self.transport.write(_frame(payload))
+
+
+class LocalCallServer:
+    """Serves ``methods`` (name -> coroutine function) to peers that know the token."""
+
+    def __init__(self, name: str, methods: dict[str, Callable], max_inflight: int = MAX_INFLIGHT_PER_CONNECTION,
+                 max_connections: int = MAX_CONNECTIONS, max_request_bytes: int = MAX_REQUEST_BYTES):
+        self.name = name
+        self.methods = dict(methods)
+        self.max_inflight = max_inflight
+        self.max_connections = max_connections
+        self.max_request_bytes = max_request_bytes
+        self.token = secrets.token_bytes(TOKEN_BYTES)
+        # Abstract namespace: no file to clean up, unreachable from other hosts.
+        self.address = f"\0raykafka-{os.getpid()}-{secrets.token_hex(8)}"
+        self.connections: set[_ServerConnection] = set()
+        self._server: asyncio.AbstractServer | None = None
+
+    async def start(self) -> tuple[str, bytes]:
+        if self._server is None:
+            loop = asyncio.get_running_loop()
+            self._server = await loop.create_unix_server(lambda: _ServerConnection(self), self.address)
+        return self.address, self.token
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        for connection in list(self.connections):
+            connection.closed = True
+            connection.transport.close()
+        self.connections.clear()
+
+
+class _ClientConnection(asyncio.Protocol):
+    def __init__(self, client: "LocalCallClient"):
+        self.client = client
+        self.buffer = bytearray()
+
+    def connection_lost(self, exc) -> None:
+        self.client._lost("connection closed" if exc is None else str(exc))
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        frames = _split_frames(self.buffer, MAX_ANSWER_BYTES)
+        if frames is None:
+            self.client._lost("answer frame over the size limit")
+            return
+        for payload in frames:
+            try:
+                call_id, ok, value = pickle.loads(payload)
+            except Exception as exc:  # noqa: BLE001
+                self.client._lost(f"malformed answer ({type(exc).__name__})")
+                return
+            self.client._answered(call_id, ok, value)
+
+
+class LocalCallClient:
+    """One connection to a LocalCallServer; ``call`` is safe to use concurrently."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.transport: asyncio.Transport | None = None
+        self._pending: dict[int, tuple[asyncio.Future, asyncio.TimerHandle]] = {}
+        self._ids = itertools.count(1)
+        self.closed = False
+        self.methods: frozenset[str] = frozenset()  # what the server said it serves, if it said
+
+    @classmethod
+    async def connect(cls, name: str, address: str, token: bytes, timeout_s: float = 5.0) -> "LocalCallClient":
+        client = cls(name)
+        loop = asyncio.get_running_loop()
+        transport, _protocol = await asyncio.wait_for(
+            loop.create_unix_connection(lambda: _ClientConnection(client), address), timeout_s)
+        client.transport = transport
+        transport.write(token)
+        return client
+
+    def call(self, method: str, args: Iterable[Any], timeout_s: float) -> asyncio.Future:
+        """A future of the answer: the result, or LocalCallFailed (the method
+        raised), LocalCallLost (the connection went), asyncio.TimeoutError."""
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        if self.closed:
+            future.set_exception(LocalCallLost(f"connection to {self.name} is closed"))
+            return future
+        call_id = next(self._ids)
+        payload = pickle.dumps((call_id, method, tuple(args)), protocol=pickle.HIGHEST_PROTOCOL)
+        if len(payload) > MAX_REQUEST_BYTES:
+            future.set_exception(ValueError(f"request of {len(payload)} bytes over the limit"))
+            return future
+        self._pending[call_id] = (future, loop.call_later(timeout_s, self._expire, call_id))
+        self.transport.write(_frame(payload))
+        return future
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+        self._lost("closed by the caller")
+
+    def _answered(self, call_id: int, ok: bool, value: Any) -> None:
+        entry = self._pending.pop(call_id, None)
+        if entry is None:  # timed out meanwhile
+            return
+        future, timer = entry
+        timer.cancel()
+        if future.done():
+            return
+        if ok:
+            future.set_result(value)
+        else:
+            future.set_exception(LocalCallFailed(f"{self.name}: {value}"))
+
+    def _expire(self, call_id: int) -> None:
+        entry = self._pending.pop(call_id, None)
+        if entry is not None and not entry[0].done():
+            entry[0].set_exception(asyncio.TimeoutError())
+
+    def _lost(self, why: str) -> None:
+        if not self.closed:
+            self.closed = True
+            if self.transport is not None:
+                self.transport.close()
+        pending, self._pending = self._pending, {}
+        for future, timer in pending.values():
+            timer.cancel()
+            if not future.done():
+                future.set_exception(LocalCallLost(f"{self.name}: {why}"))

@@ -1,0 +1,216 @@
+"""core.local_calls: direct calls over a Unix socket, without Ray."""
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+
+import pytest
+
+from core.local_calls import (LocalCallClient, LocalCallFailed, LocalCallLost, LocalCallServer, TOKEN_BYTES)
+
+
+class Target:
+    def __init__(self):
+        self.running = 0
+        self.most_running = 0
+        self.release = asyncio.Event()
+
+    async def echo(self, *args):
+        return args
+
+    async def slow(self, value):
+        self.running += 1
+        self.most_running = max(self.most_running, self.running)
+        try:
+            await self.release.wait()
+        finally:
+            self.running -= 1
+        return value
+
+    async def fail(self):
+        raise RuntimeError("broken on purpose")
+
+    async def big(self, n):
+        return b"x" * n
+
+
+def _methods(target: Target) -> dict:
+    return {name: getattr(target, name) for name in ("echo", "slow", "fail", "big")}
+
+
+def run(coroutine):
+    return asyncio.run(asyncio.wait_for(coroutine, 20))
+
+
+async def _pair(target: Target, **server_options):
+    server = LocalCallServer("target", _methods(target), **server_options)
+    address, token = await server.start()
+    client = await LocalCallClient.connect("target", address, token)
+    return server, client
+
+
+def test_results_keep_their_types():
+    async def scenario():
+        server, client = await _pair(Target())
+        try:
+            value = (1, None, "s", b"\x00\xff", [(2, 3)], {"k": (4,)})
+            assert await client.call("echo", value, 5) == value
+            answer = await client.call("echo", ([("path", 0, 10, 5, 7)],), 5)
+            assert answer == ([("path", 0, 10, 5, 7)],) and type(answer[0][0]) is tuple
+        finally:
+            client.close()
+            server.close()
+
+    run(scenario())
+
+
+def test_calls_run_concurrently_and_answer_as_they_finish():
+    async def scenario():
+        target = Target()
+        server, client = await _pair(target)
+        try:
+            slow = client.call("slow", ("late",), 5)
+            fast = await client.call("echo", ("early",), 5)
+            assert fast == ("early",) and not slow.done()  # the parked call did not hold the other up
+            target.release.set()
+            assert await slow == "late"
+        finally:
+            client.close()
+            server.close()
+
+    run(scenario())
+
+
+def test_a_raising_method_fails_only_its_call():
+    async def scenario():
+        server, client = await _pair(Target())
+        try:
+            with pytest.raises(LocalCallFailed, match="RuntimeError: broken on purpose"):
+                await client.call("fail", (), 5)
+            with pytest.raises(LocalCallFailed, match="no local method"):
+                await client.call("nope", (), 5)
+            with pytest.raises(LocalCallFailed, match="TypeError"):
+                await client.call("slow", (1, 2, 3), 5)
+            assert await client.call("echo", (1,), 5) == (1,)  # the connection still serves
+        finally:
+            client.close()
+            server.close()
+
+    run(scenario())
+
+
+def test_timeout_then_the_late_answer_is_ignored():
+    async def scenario():
+        target = Target()
+        server, client = await _pair(target)
+        try:
+            with pytest.raises(asyncio.TimeoutError):
+                await client.call("slow", ("late",), 0.05)
+            target.release.set()
+            await asyncio.sleep(0.05)
+            assert await client.call("echo", (2,), 5) == (2,)
+            assert not client._pending
+        finally:
+            client.close()
+            server.close()
+
+    run(scenario())
+
+
+def test_server_close_fails_pending_calls_and_later_ones():
+    async def scenario():
+        server, client = await _pair(Target())
+        pending = client.call("slow", (1,), 5)
+        await asyncio.sleep(0.05)
+        server.close()
+        with pytest.raises(LocalCallLost):
+            await pending
+        assert client.closed
+        with pytest.raises(LocalCallLost):
+            await client.call("echo", (1,), 5)
+
+    run(scenario())
+
+
+def test_wrong_token_is_refused():
+    async def scenario():
+        server = LocalCallServer("target", _methods(Target()))
+        address, token = await server.start()
+        client = await LocalCallClient.connect("target", address, bytes(TOKEN_BYTES))
+        try:
+            with pytest.raises(LocalCallLost):
+                await client.call("echo", (1,), 5)
+            assert not server.connections
+        finally:
+            client.close()
+            server.close()
+
+    run(scenario())
+
+
+def test_oversized_or_malformed_request_closes_the_connection():
+    async def scenario():
+        server = LocalCallServer("target", _methods(Target()), max_request_bytes=1024)
+        address, token = await server.start()
+        for frame in (struct.pack(">I", 4096) + b"\x00" * 16, struct.pack(">I", 5) + b"junk!"):
+            reader, writer = await asyncio.open_unix_connection(address)
+            writer.write(token + frame)
+            await writer.drain()
+            assert await asyncio.wait_for(reader.read(), 5) == b""  # closed, nothing answered
+            writer.close()
+        client = await LocalCallClient.connect("target", address, token)  # the server goes on serving
+        assert await client.call("echo", (3,), 5) == (3,)
+        client.close()
+        server.close()
+
+    run(scenario())
+
+
+def test_reading_pauses_at_the_inflight_bound():
+    async def scenario():
+        target = Target()
+        server, client = await _pair(target, max_inflight=2)
+        try:
+            calls = [client.call("slow", (i,), 5) for i in range(6)]
+            await asyncio.sleep(0.1)
+            assert target.running == 2
+            target.release.set()
+            assert await asyncio.gather(*calls) == list(range(6))
+            assert target.most_running == 2
+        finally:
+            client.close()
+            server.close()
+
+    run(scenario())
+
+
+def test_answer_over_the_limit_is_a_failed_call(monkeypatch):
+    import core.local_calls as local_calls
+
+    monkeypatch.setattr(local_calls, "MAX_ANSWER_BYTES", 1000)
+
+    async def scenario():
+        server, client = await _pair(Target())
+        try:
+            assert await client.call("big", (100,), 5) == b"x" * 100
+            with pytest.raises(LocalCallFailed, match="over the limit"):
+                await client.call("big", (5000,), 5)
+        finally:
+            client.close()
+            server.close()
+
+    run(scenario())
+
+
+def test_the_socket_is_abstract_and_leaves_no_file():
+    async def scenario():
+        server = LocalCallServer("target", _methods(Target()))
+        address, _token = await server.start()
+        assert address.startswith("\0")
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        probe.connect(address)
+        probe.close()
+        server.close()
+
+    run(scenario())

@@ -438,8 +438,9 @@ def run_round(t: Target, r: int, a, run_id: str) -> dict:
             cpu = res.get("cpu") or {}
             print(f"  {t.name} #{r} {phase:8s}" + (
                 f"{res['mb_s']:8.1f} MB/s {res['records_s']:10.0f} rec/s "
-                f"({res['elapsed_s']:.2f}s; CPU% client {cpu.get('client_cpu_pct')} "
-                f"broker {cpu.get('broker_cpu_pct')} other {cpu.get('other_cpu_pct')})"
+                f"({res['elapsed_s']:.2f}s; CPU% client {cpu.get('client_cpu_pct')}"
+                f"{_client_kernel_note(cpu)} broker {cpu.get('broker_cpu_pct')} "
+                f"other {cpu.get('other_cpu_pct')})"
                 if res.get("ok") else f"FAIL: {res.get('error')}"), flush=True)
             for w in res.get("warnings", []):
                 t.note(f"{phase}: {w} (first seen in round {r + 1})", key=w[:24])
@@ -811,6 +812,14 @@ def run_case(t: Target, wl: Workload, a, topic: str) -> dict:
     return case
 
 
+def _client_kernel_note(cpu: dict) -> str:
+    """' (kernel K%, F k faults)' of a client phase, when recorded: a client
+    that faults on memory the host took back spends its time in the kernel."""
+    if cpu.get("client_kernel_cpu_pct") is None:
+        return ""
+    return f" (kernel {cpu['client_kernel_cpu_pct']:.0f}%, {cpu.get('client_page_faults', 0) / 1000:.0f}k faults)"
+
+
 def _fmt_case(case: dict) -> str:
     parts = []
     for phase in ("produce", "consume"):
@@ -824,6 +833,7 @@ def _fmt_case(case: dict) -> str:
                 if disk >= 1:
                     # page-cache reads that went to the disk (see procstat)
                     parts[-1] += f" ({disk:.0f} MB from disk)"
+                parts[-1] += _client_kernel_note(r.get("cpu") or {})
                 f = r.get("fetches")
                 if f and f.get("fetch_requests"):
                     # how the bytes came: a slow round with more, smaller

@@ -257,6 +257,7 @@ class LocalCallClient:
         self._pending: dict[int, tuple[asyncio.Future, asyncio.TimerHandle]] = {}
         self._ids = itertools.count(1)
         self.closed = False
+        self.closed_by_caller = False
         self.methods: frozenset[str] = frozenset()  # what the server said it serves, if it said
 
     @classmethod
@@ -287,6 +288,8 @@ class LocalCallClient:
         return future
 
     def close(self) -> None:
+        if not self.closed:
+            self.closed_by_caller = True
         if self.transport is not None:
             self.transport.close()
         self._lost("closed by the caller")

@@ -268,7 +268,10 @@ class EdgeService:
         except asyncio.TimeoutError:
             raise ActorCallFailed(ErrorCode.request_timed_out, "replica call timed out") from None
         except (LocalCallLost, LocalCallFailed) as exc:
-            log.warning("replica call %s failed: %s", method, str(exc)[:300])
+            # The edge closes a channel itself when its replica stops leading
+            # here (a metadata update): calls still parked on it end as expected.
+            log.log(logging.INFO if client.closed_by_caller else logging.WARNING,
+                    "replica call %s failed: %s", method, str(exc)[:300])
             raise ActorCallFailed(ErrorCode.not_leader_or_follower, str(exc)) from None
 
     async def delay_produce(self, required: list[tuple[str, int, int]], timeout_ms: int) -> dict:

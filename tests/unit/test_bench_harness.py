@@ -16,6 +16,7 @@ import pytest
 from bench.client import fetch_totals
 from bench.latency import latency_summary, latency_timeline, percentile, records_due, window_bounds
 from bench.procstat import (
+    CpuWindow,
     RssSampler,
     actor_processes,
     cpu_snapshot,
@@ -149,6 +150,22 @@ def test_cpu_split_attributes_clients_broker_and_other():
     unknown = cpu_split(dict(before, broker=None), dict(after, broker=None))
     assert unknown["broker_cpu_pct"] is None
     assert unknown["clients_cpu_pct"] == 125.0 and unknown["other_cpu_pct"] == 25.0
+
+
+def test_cpu_window_counts_the_clients_kernel_time_and_page_faults():
+    import mmap
+
+    window = CpuWindow(None).start()
+    region = mmap.mmap(-1, 64 << 20)
+    for offset in range(0, len(region), 4096):  # 16384 first touches: one fault each
+        region[offset] = 1
+    region.close()
+    cpu = window.stop()
+    assert cpu["client_page_faults"] >= 16384
+    assert 0 < cpu["client_kernel_cpu_pct"] <= cpu["client_cpu_pct"] + 1
+    line = _fmt_case({"consume": {"ok": True, "mb_s": 100.0, "cpu": {
+        "client_kernel_cpu_pct": 85.2, "client_page_faults": 102400}}})
+    assert "(kernel 85%, 102k faults)" in line
 
 
 def test_cpu_snapshot_counts_a_reaped_busy_child():

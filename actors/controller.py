@@ -373,7 +373,8 @@ class ControllerService(PartitionOperations):
                 "replica.fetch.max.bytes": c["replica.fetch.max.bytes"],
                 "replica.fetch.wait.max.ms": c["replica.fetch.wait.max.ms"],
                 "replica.fetch.backoff.ms": c["replica.fetch.backoff.ms"],
-                "actor.call.timeout.ms": c["raykafka.actor.call.timeout.ms"]}
+                "actor.call.timeout.ms": c["raykafka.actor.call.timeout.ms"],
+                "local.calls": c["raykafka.local.calls"]}
 
     async def _send_leader_and_isr(self, partitions: list[tuple[str, int]],
                                    exclude: frozenset[int] = frozenset()) -> None:

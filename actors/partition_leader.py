@@ -21,6 +21,7 @@ import ray
 
 from actors.follower import FollowerRole
 from cluster.partition import Partition
+from core.local_channels import LocalChannels, current_node_id
 from core.naming import partition_dir_name, purgatory_actor_name
 from storage.checkpoint import OffsetCheckpointFile
 from storage.log import Log, LogConfig
@@ -64,13 +65,6 @@ LOCAL_CALL_METHODS = ("append_shared", "read", "read_run", "list_offsets", "offs
                       "delete_records")
 
 
-def _node_id() -> str | None:
-    try:
-        return ray.get_runtime_context().get_node_id()
-    except Exception:  # noqa: BLE001 - driven without Ray (unit tests): no node
-        return None
-
-
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -87,7 +81,7 @@ class ReplicaActor(FollowerRole):
         self.namespace = namespace
         self.replica_config = {"replica.lag.time.max.ms": 30000, "replica.fetch.max.bytes": 1048576,
                                "replica.fetch.wait.max.ms": MAX_FOLLOWER_WAIT_MS,
-                               "replica.fetch.backoff.ms": 1000, "actor.call.timeout.ms": 30000,
+                               "replica.fetch.backoff.ms": 1000, "actor.call.timeout.ms": 30000, "local.calls": True,
                                "log.retention.check.interval.ms": 300000, "log.cleaner.backoff.ms": 15000,
                                "log.cleaner.dedupe.buffer.size": 128 * 1024 * 1024,
                                "log.cleaner.enable": True,
@@ -128,6 +122,7 @@ class ReplicaActor(FollowerRole):
         self._isr_lock: asyncio.Lock | None = None
         self._regions: dict = {}
         self._local_calls = None  # core.local_calls.LocalCallServer, opened for the edge on first ask
+        self._to_purgatory: LocalChannels | None = None
         self._cleaner = None
         self.counters = {"append_calls": 0, "append_sets": 0, "append_bytes": 0, "follower_fetches": 0}
         self._init_follower()
@@ -319,8 +314,8 @@ class ReplicaActor(FollowerRole):
                 update = ((self.topic, self.partition_index), p.high_watermark, p.last_stable_offset, len(p.isr),
                           p.min_insync_replicas, p.is_leader, p.leader_epoch)
                 try:
-                    unwatched = await asyncio.wait_for(self._purgatory.progress.remote([update]),
-                                                       self.call_timeout_s)
+                    unwatched = await self._purgatory_channels().call(self._purgatory, "progress", ([update],),
+                                                                      self.call_timeout_s)
                     # Nothing waits on us: stay quiet until the purgatory asks (report_progress).
                     # The last report of the loop reflects the purgatory's latest view.
                     self._purgatory_interested = not unwatched
@@ -328,9 +323,19 @@ class ReplicaActor(FollowerRole):
                     log.warning("progress report for %s-%d failed: %s", self.topic, self.partition_index,
                                 str(exc).splitlines()[0][:200])
                     self._purgatory = None
+                    self._purgatory_channels().close()
                     return
         finally:
             self._progress_inflight = False
+
+    def _purgatory_channels(self) -> LocalChannels:
+        # Progress reports go to the node's purgatory over a direct channel
+        # (core/local_channels.py) once it is up: one per HW move while
+        # someone waits, so as Ray calls they cost ~1.5 ms of CPU each.
+        if self._to_purgatory is None:
+            node = current_node_id() if self.replica_config["local.calls"] else None
+            self._to_purgatory = LocalChannels(node, self.call_timeout_s)
+        return self._to_purgatory
 
     def _after_change(self, hw_moved: bool = True, leadership: bool = False) -> None:
         self._wake_waiters()
@@ -457,13 +462,15 @@ class ReplicaActor(FollowerRole):
     # ---- edge -> leader ---------------------------------------------------------------------------
     def _close_local_calls(self) -> None:
         # The edge's pending calls fail as if the actor had gone (NOT_LEADER_OR_FOLLOWER).
+        if self._to_purgatory is not None:
+            self._to_purgatory.close()
         if self._local_calls is not None:
             self._local_calls.close()
             self._local_calls = None
 
     async def local_call_endpoint(self):
         """(node id, socket address, token, name, methods) of this replica's
-        direct-call socket for the edge on its node (net/replica_channels.py),
+        direct-call socket for the edge on its node (core/local_channels.py),
         or None once closed. The calls it serves run exactly as Ray calls of
         the same methods would, on this actor's event loop."""
         if self._closed:
@@ -474,7 +481,7 @@ class ReplicaActor(FollowerRole):
             self._local_calls = LocalCallServer(f"{self.topic}-{self.partition_index}@{self.broker_id}",
                                                 {name: getattr(self, name) for name in LOCAL_CALL_METHODS})
         address, token = await self._local_calls.start()
-        return _node_id(), address, token, self._local_calls.name, LOCAL_CALL_METHODS
+        return current_node_id(), address, token, self._local_calls.name, LOCAL_CALL_METHODS
 
     async def append(self, record_sets: list[tuple[bytes, int, int]], leader_epoch: int, tail: bool = False):
         """Append record sets (bytes, acks, timeout) -> one result per set.

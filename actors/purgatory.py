@@ -25,6 +25,8 @@ from typing import Hashable
 import ray
 from kio.schema.errors import ErrorCode
 
+from core.local_calls import LocalCallServer
+from core.local_channels import current_node_id
 from core.naming import replica_actor_name
 from delayed import AsyncTimerDriver, DelayedOperation, DelayedOperationPurgatory, SystemTimer
 
@@ -36,6 +38,9 @@ PURGE_INTERVAL = 1000
 MAX_PARKED = 100_000
 
 PartitionKey = tuple[str, int]
+
+# What the node's edge and leader replicas may call over the direct channel.
+LOCAL_CALL_METHODS = ("delay_produce", "delay_fetch", "progress")
 
 
 class PartitionProgress:
@@ -190,6 +195,7 @@ class PurgatoryActor:
         self.namespace = namespace
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         self._service: PurgatoryService | None = None
+        self._local_calls: LocalCallServer | None = None
 
     def _svc(self) -> PurgatoryService:
         if self._service is None:
@@ -220,6 +226,15 @@ class PurgatoryActor:
 
     async def forget(self, keys: list[tuple[str, int]]) -> None:
         self._svc().forget(keys)
+
+    async def local_call_endpoint(self):
+        """(node id, socket address, token, name, methods) of the direct-call
+        socket (core/local_calls.py) for the actors of this node."""
+        if self._local_calls is None:
+            self._local_calls = LocalCallServer(f"purgatory@{self.broker_id}",
+                                                {name: getattr(self, name) for name in LOCAL_CALL_METHODS})
+        address, token = await self._local_calls.start()
+        return current_node_id(), address, token, self._local_calls.name, LOCAL_CALL_METHODS
 
     async def stats(self) -> dict:
         svc = self._svc()

@@ -48,8 +48,13 @@ MAX_CONNECTIONS = 64
 
 
 class LocalCallLost(ConnectionError):
-    """The connection closed (the callee's process died or closed the server)
-    before the answer came: the call may or may not have run."""
+    """The connection closed (the callee's process died or closed the server,
+    or the caller closed it) before the answer came: the call may or may not
+    have run."""
+
+    def __init__(self, message: str, closed_by_caller: bool = False):
+        super().__init__(message)
+        self.closed_by_caller = closed_by_caller
 
 
 class LocalCallFailed(Exception):
@@ -321,4 +326,4 @@ class LocalCallClient:
         for future, timer in pending.values():
             timer.cancel()
             if not future.done():
-                future.set_exception(LocalCallLost(f"{self.name}: {why}"))
+                future.set_exception(LocalCallLost(f"{self.name}: {why}", self.closed_by_caller))

@@ -227,7 +227,7 @@ class EdgeActor:
 
         return {"connections": self.server.connection_count, **self.server.stats,
                 "metadata_version": self.service.metadata.version, "pid": os.getpid(),
-                **self.service.replica_channels.counters}
+                **self.service.local_channels.counters}
 
     async def stop(self) -> None:
         if self.server is not None:

@@ -20,11 +20,11 @@ from net.codec import MalformedRequest, decode_request, encode_response, respons
 from net.metadata_cache import MetadataCache
 from net.schema_build import build, nested, ZERO_THROTTLE
 from core.local_calls import LocalCallFailed, LocalCallLost
+from core.local_channels import LocalChannels
 from core.shared_region import SharedRegion
 from net.fetch_local_tail import LocalTail
 from net.fetch_read_ahead import FetchReadAhead
 from net.fetch_session import FetchSessionCache
-from net.replica_channels import ReplicaChannels
 from net.file_region import FdBudget, FileRecords, FileRegion, SplicedResponse
 from net.server import CloseConnection, Connection
 
@@ -45,6 +45,25 @@ class ActorCallFailed(Exception):
     def __init__(self, error: ErrorCode, message: str):
         super().__init__(message)
         self.error = error
+
+
+def _call_failure(exc: BaseException) -> ActorCallFailed | None:
+    """What a failed cross-actor call means to the client, or None for an
+    error of our own (re-raised). A gone actor (Ray's RayActorError /
+    ActorDiedError, or its direct channel lost) is NOT_LEADER_OR_FOLLOWER:
+    retriable, the client refreshes metadata; a timeout REQUEST_TIMED_OUT."""
+    if isinstance(exc, asyncio.TimeoutError):
+        return ActorCallFailed(ErrorCode.request_timed_out, "actor call timed out")
+    if isinstance(exc, (LocalCallLost, LocalCallFailed)):
+        # The edge closes a channel itself when its replica stops leading
+        # here (a metadata update): calls still parked on it end as expected.
+        quiet = isinstance(exc, LocalCallLost) and exc.closed_by_caller
+        log.log(logging.INFO if quiet else logging.WARNING, "direct actor call failed: %s", str(exc)[:300])
+        return ActorCallFailed(ErrorCode.not_leader_or_follower, str(exc))
+    if type(exc).__module__.startswith("ray"):
+        log.warning("actor call failed: %s", str(exc).splitlines()[0][:300])
+        return ActorCallFailed(ErrorCode.not_leader_or_follower, str(exc))
+    return None
 
 
 class RequestContext:
@@ -139,7 +158,7 @@ class PartitionAppender:
                         region.write(offset, records)
                         placed.append((offset, len(records), acks, set_timeout))
                         offset += len(records)
-                    results = await self.edge.replica_call(handle, "append_shared", region.path, placed,
+                    results = await self.edge.node_call(handle, "append_shared", region.path, placed,
                                                            leader_epoch, want_tail, timeout_s=timeout_s)
                     if results is None:  # the leader cannot map it (another node?): stop trying
                         self.close()
@@ -178,10 +197,11 @@ class EdgeService:
         self.metadata_ready = asyncio.Event()
         self.handlers = registry.handlers()
         self.call_timeout_s = config["raykafka.actor.call.timeout.ms"] / 1000
-        # Direct channels to the replicas on this node (net/replica_channels.py);
-        # off without the node's id or with raykafka.edge.local.calls=false.
-        self.replica_channels = ReplicaChannels(node_id if config["raykafka.edge.local.calls"] else None,
-                                                self.call_timeout_s)
+        # Direct channels to the replicas and the purgatory of this node
+        # (core/local_channels.py); off without the node's id or with
+        # raykafka.local.calls=false.
+        self.local_channels = LocalChannels(node_id if config["raykafka.local.calls"] else None,
+                                            self.call_timeout_s)
         self._leader_handles: dict[tuple[str, int], Any] = {}
         self._appenders: dict[tuple[str, int], PartitionAppender] = {}
         self.controller_handle: Any = None
@@ -219,7 +239,7 @@ class EdgeService:
     def apply_update_metadata(self, snapshot: dict, leader_handles: dict, controller_handle: Any) -> None:
         self.metadata.update(snapshot)
         self._leader_handles = dict(leader_handles)
-        self.replica_channels.keep_only(self._leader_handles.values())
+        self.local_channels.keep_only([*self._leader_handles.values(), self.purgatory])
         self.forget_cached_reads()  # leaders may have moved: nothing read before is answered again
         self.controller_handle = controller_handle
         for key in list(self._appenders):
@@ -241,46 +261,30 @@ class EdgeService:
     async def call(self, ref, timeout_s: float | None = None):
         try:
             return await asyncio.wait_for(ref, timeout_s or self.call_timeout_s)
-        except asyncio.TimeoutError:
-            raise ActorCallFailed(ErrorCode.request_timed_out, "actor call timed out") from None
         except Exception as exc:
-            # Ray raises RayActorError/ActorDiedError when the target is gone:
-            # clients get a retriable error and refresh metadata.
-            if type(exc).__module__.startswith("ray"):
-                log.warning("actor call failed: %s", str(exc).splitlines()[0][:300])
-                raise ActorCallFailed(ErrorCode.not_leader_or_follower, str(exc)) from None
-            raise
+            failure = _call_failure(exc)
+            if failure is None:
+                raise
+            raise failure from None
 
-    async def replica_call(self, handle, method: str, *args, timeout_s: float | None = None):
-        """A call to a replica actor: over its direct channel when the edge has
-        one (same node), else through Ray. Failures map as in call(): a lost
-        channel is a gone actor (NOT_LEADER_OR_FOLLOWER, the client refreshes
-        metadata), a timeout REQUEST_TIMED_OUT."""
-        timeout_s = timeout_s or self.call_timeout_s
-        channels = self.replica_channels
-        client = channels.client(handle, method)
-        if client is None:
-            channels.counters["ray_calls"] += 1
-            return await self.call(getattr(handle, method).remote(*args), timeout_s)
-        channels.counters["local_calls"] += 1
+    async def node_call(self, handle, method: str, *args, timeout_s: float | None = None):
+        """A call to a replica or the purgatory of this node: over its direct
+        channel when the edge has one, else through Ray; failures as in call()."""
         try:
-            return await client.call(method, args, timeout_s)
-        except asyncio.TimeoutError:
-            raise ActorCallFailed(ErrorCode.request_timed_out, "replica call timed out") from None
-        except (LocalCallLost, LocalCallFailed) as exc:
-            # The edge closes a channel itself when its replica stops leading
-            # here (a metadata update): calls still parked on it end as expected.
-            log.log(logging.INFO if client.closed_by_caller else logging.WARNING,
-                    "replica call %s failed: %s", method, str(exc)[:300])
-            raise ActorCallFailed(ErrorCode.not_leader_or_follower, str(exc)) from None
+            return await self.local_channels.call(handle, method, args, timeout_s or self.call_timeout_s)
+        except Exception as exc:
+            failure = _call_failure(exc)
+            if failure is None:
+                raise
+            raise failure from None
 
     async def delay_produce(self, required: list[tuple[str, int, int]], timeout_ms: int) -> dict:
         """Park a DelayedProduce; -> {(topic, partition): error code}."""
         if self.purgatory is None:
             return {(t, p): int(ErrorCode.request_timed_out) for t, p, _ in required}
         try:
-            return await self.call(self.purgatory.delay_produce.remote(required, timeout_ms),
-                                   timeout_s=timeout_ms / 1000 + self.call_timeout_s)
+            return await self.node_call(self.purgatory, "delay_produce", required, timeout_ms,
+                                        timeout_s=timeout_ms / 1000 + self.call_timeout_s)
         except ActorCallFailed as exc:
             return {(t, p): int(exc.error) for t, p, _ in required}
 
@@ -290,8 +294,8 @@ class EdgeService:
         if self.purgatory is None or timeout_ms <= 0:
             return False
         try:
-            return await self.call(self.purgatory.delay_fetch.remote(known_ends, isolation_level, timeout_ms),
-                                   timeout_s=timeout_ms / 1000 + self.call_timeout_s)
+            return await self.node_call(self.purgatory, "delay_fetch", known_ends, isolation_level, timeout_ms,
+                                        timeout_s=timeout_ms / 1000 + self.call_timeout_s)
         except ActorCallFailed:
             return False
 
@@ -494,7 +498,7 @@ class EdgeService:
             os.close(entry[0])
 
     def close(self) -> None:
-        self.replica_channels.close()
+        self.local_channels.close()
         for appender in self._appenders.values():
             appender.close()
         for fd, _ino in self._fds.values():

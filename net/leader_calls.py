@@ -20,6 +20,6 @@ async def call_leader(edge, topic: str, partition: int, method: str, *args: Any,
     if info.leader != edge.broker_id or handle is None:
         return failure(int(ErrorCode.not_leader_or_follower))
     try:
-        return await edge.replica_call(handle, method, *args, timeout_s=timeout_s)
+        return await edge.node_call(handle, method, *args, timeout_s=timeout_s)
     except ActorCallFailed as exc:
         return failure(int(exc.error))

@@ -91,7 +91,7 @@ async def _read(edge, want: _Wanted, isolation: int, zero_copy: bool, min_bytes:
             return
     for _attempt in range(3):
         try:
-            error, hw, lso, log_start, read = await edge.replica_call(
+            error, hw, lso, log_start, read = await edge.node_call(
                 handle, "read_run", want.offset, want.max_bytes, isolation, want.leader_epoch, min_bytes,
                 wait_ms, 1 + runs, timeout_s=wait_ms / 1000 + edge.call_timeout_s)
         except ActorCallFailed as exc:

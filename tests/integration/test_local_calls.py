@@ -1,5 +1,5 @@
 """Edge -> replica calls on one node over the replica's Unix socket
-(core/local_calls.py, net/replica_channels.py), on the real broker: a Kafka
+(core/local_calls.py, core/local_channels.py), on the real broker: a Kafka
 client's produce and consume go through it, and the edge's counters show that
 the per-request calls did not take Ray's task path."""
 from __future__ import annotations

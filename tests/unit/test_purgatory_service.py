@@ -92,3 +92,36 @@ def test_interest_handshake_quiets_unwatched_leaders_and_wakes_them():
         return await asyncio.wait_for(future, 1)
 
     assert run(go()) is True
+
+
+def test_the_purgatory_actor_serves_its_node_over_the_direct_channel():
+    """PurgatoryActor's local_call_endpoint (no Ray): a parked fetch and an
+    acks=all produce over one socket, completed by a progress report sent
+    over another, as the edge and a leader replica do."""
+    from actors.purgatory import LOCAL_CALL_METHODS, PurgatoryActor
+    from core.local_calls import LocalCallClient
+
+    async def go():
+        actor = PurgatoryActor(broker_id=7)
+        asked = []
+        actor._svc().ask_to_report = asked.extend  # the shell would ask the quiet leader through Ray
+        node, address, token, name, methods = await actor.local_call_endpoint()
+        assert node is None and name == "purgatory@7" and methods == LOCAL_CALL_METHODS
+        edge = await LocalCallClient.connect(name, address, token)
+        replica = await LocalCallClient.connect(name, address, token)
+        update = (KEY, 5, 5, 1, 1, True, 1)
+        assert await replica.call("progress", ([update],), 5) == [KEY]  # nothing waits yet
+        fetch = edge.call("delay_fetch", ([("t", 0, 5)], 0, 5000), 10)
+        produce = edge.call("delay_produce", ([("t", 0, 8)], 5000), 10)
+        await asyncio.sleep(0.05)
+        assert not fetch.done() and not produce.done()
+        assert asked == [KEY]  # the quiet leader is asked to report again
+        assert await replica.call("progress", ([(KEY, 8, 8, 1, 1, True, 1)],), 5) == [KEY]
+        assert await fetch is True
+        assert await produce == {KEY: 0}
+        assert await edge.call("delay_fetch", ([("t", 0, 8)], 0, 50), 10) is False  # expiry
+        edge.close()
+        replica.close()
+        actor._local_calls.close()
+
+    run(go())

@@ -1,30 +1,46 @@
-"""The edge's direct channels to the replica actors on its own node.
+"""Direct channels (core.local_calls) from one actor to the other actors of its
+node, opened on first use, with Ray's call as the way when there is none.
 
-Produce appends and consumer reads go to the leader replica once per request
-(or per coalesced group of requests). As Ray calls those cost ~1.1-1.6 ms of
-CPU on each side; over a core.local_calls socket ~0.15 ms. A channel is opened
-in the background the first time the edge calls a replica: one Ray call asks
-the replica for its socket (core.local_calls) and the node it runs on. Until
-the channel is up, and for replicas on other nodes or ones that refuse,
-calls keep going through Ray, so nothing waits for a channel.
+The edge calls its node's leader replicas once per produce request (or
+coalesced group of them) and per consumer read, and its purgatory per parked
+fetch or acks=all produce; a leader replica reports its progress to the
+purgatory. As Ray calls those cost ~1.1-1.6 ms of CPU on each side; over a
+socket ~0.15 ms.
 
-A channel belongs to one actor incarnation (keyed by Ray's actor id): a
-restarted replica is a new actor and gets a new channel. Channels of replicas
-that no longer lead here are closed on each metadata update.
+The first call to an actor goes through Ray and starts, in the background,
+one Ray call asking the actor for its socket (``local_call_endpoint()``: node
+id, address, token, name, methods) and the connection. Until the channel is
+up, for actors on other nodes, for methods the actor does not serve directly,
+and for a while after a failed attempt, calls go through Ray, so nothing
+waits for a channel.
+
+A channel belongs to one actor incarnation (Ray's actor id): a restarted
+actor is a new one and gets a new channel. ``keep_only`` closes the channels
+of actors the caller no longer talks to.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
-from typing import Any
+from typing import Any, Iterable
 
 from core.local_calls import LocalCallClient
 
-log = logging.getLogger("raykafka.edge")
+log = logging.getLogger("raykafka.local_calls")
 
-# After a failed or refused attempt, the edge retries a replica's channel this much later.
+# After a failed or refused attempt, the channel to that actor is tried again this much later.
 RETRY_AFTER_S = 30.0
+
+
+def current_node_id() -> str | None:
+    """The Ray node this process runs on; None outside a Ray worker."""
+    import ray
+
+    # Asking the runtime context outside a Ray process would start a local Ray.
+    if not ray.is_initialized():
+        return None
+    return ray.get_runtime_context().get_node_id()
 
 
 def actor_key(handle: Any) -> str:
@@ -32,9 +48,9 @@ def actor_key(handle: Any) -> str:
     return actor_id.hex() if actor_id is not None else f"object-{id(handle)}"
 
 
-class ReplicaChannels:
+class LocalChannels:
     def __init__(self, node_id: str | None, call_timeout_s: float):
-        # Without a node id (the edge's logic driven without Ray) no channel is opened.
+        # Without a node id (logic driven without Ray, or turned off) no channel is opened.
         self.node_id = node_id
         self.call_timeout_s = call_timeout_s
         self._clients: dict[str, LocalCallClient] = {}
@@ -45,6 +61,17 @@ class ReplicaChannels:
     @property
     def enabled(self) -> bool:
         return self.node_id is not None
+
+    def call(self, handle: Any, method: str, args: tuple, timeout_s: float) -> asyncio.Future:
+        """``handle.<method>(*args)``: over the channel when one is up (errors:
+        LocalCallLost, LocalCallFailed, asyncio.TimeoutError), else through
+        Ray (Ray's errors, asyncio.TimeoutError)."""
+        client = self.client(handle, method)
+        if client is None:
+            self.counters["ray_calls"] += 1
+            return asyncio.ensure_future(asyncio.wait_for(getattr(handle, method).remote(*args), timeout_s))
+        self.counters["local_calls"] += 1
+        return client.call(method, args, timeout_s)
 
     def client(self, handle: Any, method: str) -> LocalCallClient | None:
         """The open channel to the actor behind ``handle`` if it serves
@@ -80,7 +107,7 @@ class ReplicaChannels:
             else:
                 client.close()
         except Exception as exc:  # noqa: BLE001 - Ray, socket or timeout: Ray calls go on working
-            log.warning("no direct channel to replica %s (%s: %s); calls go through Ray", key,
+            log.warning("no direct channel to actor %s (%s: %s); calls go through Ray", key,
                         type(exc).__name__, str(exc).splitlines()[0][:200] if str(exc) else "")
             self._retry_at[key] = time.monotonic() + RETRY_AFTER_S
             self.counters["channels_refused"] += 1
@@ -88,9 +115,9 @@ class ReplicaChannels:
             if self._opening.get(key) is asyncio.current_task():
                 del self._opening[key]
 
-    def keep_only(self, handles) -> None:
+    def keep_only(self, handles: Iterable[Any]) -> None:
         """Close the channels (and forget attempts) of actors not among ``handles``."""
-        keep = {actor_key(h) for h in handles}
+        keep = {actor_key(h) for h in handles if h is not None}
         for key in [k for k in self._clients if k not in keep]:
             self._clients.pop(key).close()
         for key in [k for k in self._opening if k not in keep]:

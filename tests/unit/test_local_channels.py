@@ -1,5 +1,5 @@
-"""The edge's direct channels to replicas (net/replica_channels.py) and
-EdgeService.replica_call, with a stand-in for a Ray actor handle: the direct
+"""Direct channels to the actors of a node (core/local_channels.py) and
+EdgeService.node_call, with a stand-in for a Ray actor handle: the direct
 path and the Ray path must give the same answers and the same errors."""
 from __future__ import annotations
 
@@ -83,7 +83,7 @@ def run(coroutine):
 
 async def _until_channel(edge: EdgeService, handle) -> None:
     for _ in range(200):
-        if edge.replica_channels.client(handle, "read_run") is not None:
+        if edge.local_channels.client(handle, "read_run") is not None:
             return
         await asyncio.sleep(0.01)
     raise AssertionError("no channel opened")
@@ -94,13 +94,13 @@ def test_first_call_goes_through_ray_then_the_channel_carries_the_same_answers()
         edge = _edge()
         replica = Replica()
         handle = Handle(replica)
-        through_ray = await edge.replica_call(handle, "read_run", 5, 100)
+        through_ray = await edge.node_call(handle, "read_run", 5, 100)
         assert handle.ray_calls == ["read_run", "local_call_endpoint"]
         await _until_channel(edge, handle)
-        direct = await edge.replica_call(handle, "read_run", 5, 100)
+        direct = await edge.node_call(handle, "read_run", 5, 100)
         assert direct == through_ray and type(direct[4][0]) is tuple
         assert handle.ray_calls == ["read_run", "local_call_endpoint"]  # no Ray call for the second
-        counters = edge.replica_channels.counters
+        counters = edge.local_channels.counters
         assert counters["local_calls"] == 1 and counters["ray_calls"] == 1 and counters["channels_opened"] == 1
         edge.close()
         replica.server.close()
@@ -113,9 +113,9 @@ def test_methods_the_replica_does_not_serve_directly_go_through_ray():
         edge = _edge()
         replica = Replica()
         handle = Handle(replica)
-        await edge.replica_call(handle, "read_run", 0, 1)
+        await edge.node_call(handle, "read_run", 0, 1)
         await _until_channel(edge, handle)
-        assert await edge.replica_call(handle, "local_call_endpoint") is not None
+        assert await edge.node_call(handle, "local_call_endpoint") is not None
         assert handle.ray_calls.count("local_call_endpoint") == 2  # the edge's own ask, then this call
         edge.close()
         replica.server.close()
@@ -129,11 +129,11 @@ def test_a_replica_on_another_node_gets_no_channel():
         replica = Replica(node="node-b")
         handle = Handle(replica)
         for _ in range(3):
-            await edge.replica_call(handle, "read_run", 0, 1)
+            await edge.node_call(handle, "read_run", 0, 1)
             await asyncio.sleep(0.02)
         assert handle.ray_calls.count("read_run") == 3
         assert replica.endpoint_asks == 1  # refused once, not asked on every call
-        assert edge.replica_channels.counters["channels_refused"] == 1
+        assert edge.local_channels.counters["channels_refused"] == 1
         edge.close()
         replica.server.close()
 
@@ -142,11 +142,11 @@ def test_a_replica_on_another_node_gets_no_channel():
 
 def test_off_by_config_or_without_a_node_every_call_goes_through_ray():
     async def scenario():
-        for edge in (_edge(**{"raykafka.edge.local.calls": "false"}), _edge(node_id=None)):
+        for edge in (_edge(**{"raykafka.local.calls": "false"}), _edge(node_id=None)):
             handle = Handle(Replica())
-            await edge.replica_call(handle, "read_run", 0, 1)
+            await edge.node_call(handle, "read_run", 0, 1)
             await asyncio.sleep(0.02)
-            await edge.replica_call(handle, "read_run", 0, 1)
+            await edge.node_call(handle, "read_run", 0, 1)
             assert handle.ray_calls == ["read_run", "read_run"]
 
     run(scenario())
@@ -157,9 +157,9 @@ def test_a_lost_channel_is_a_gone_actor_and_the_next_call_uses_ray():
         edge = _edge()
         replica = Replica()
         handle = Handle(replica)
-        await edge.replica_call(handle, "read_run", 0, 1)
+        await edge.node_call(handle, "read_run", 0, 1)
         await _until_channel(edge, handle)
-        parked = asyncio.ensure_future(edge.replica_call(handle, "parked"))
+        parked = asyncio.ensure_future(edge.node_call(handle, "parked"))
         await asyncio.sleep(0.05)
         replica.server.close()  # the replica process died (or closed its socket)
         with pytest.raises(ActorCallFailed) as failed:
@@ -167,7 +167,7 @@ def test_a_lost_channel_is_a_gone_actor_and_the_next_call_uses_ray():
         assert failed.value.error == ErrorCode.not_leader_or_follower
         handle.dead = True
         with pytest.raises(ActorCallFailed) as failed:  # Ray now says the actor is gone, same code
-            await edge.replica_call(handle, "read_run", 0, 1)
+            await edge.node_call(handle, "read_run", 0, 1)
         assert failed.value.error == ErrorCode.not_leader_or_follower
         edge.close()
 
@@ -179,10 +179,10 @@ def test_a_timed_out_direct_call_is_request_timed_out():
         edge = _edge()
         replica = Replica()
         handle = Handle(replica)
-        await edge.replica_call(handle, "read_run", 0, 1)
+        await edge.node_call(handle, "read_run", 0, 1)
         await _until_channel(edge, handle)
         with pytest.raises(ActorCallFailed) as failed:
-            await edge.replica_call(handle, "parked", timeout_s=0.05)
+            await edge.node_call(handle, "parked", timeout_s=0.05)
         assert failed.value.error == ErrorCode.request_timed_out
         edge.close()
         replica.server.close()
@@ -195,13 +195,13 @@ def test_metadata_updates_close_channels_of_replicas_no_longer_leading_here():
         edge = _edge()
         replica = Replica()
         handle = Handle(replica)
-        await edge.replica_call(handle, "read_run", 0, 1)
+        await edge.node_call(handle, "read_run", 0, 1)
         await _until_channel(edge, handle)
-        client = edge.replica_channels.client(handle, "read_run")
-        edge.replica_channels.keep_only([handle])
+        client = edge.local_channels.client(handle, "read_run")
+        edge.local_channels.keep_only([handle])
         assert not client.closed
-        edge.replica_channels.keep_only([])
-        assert client.closed and edge.replica_channels.client(handle, "read_run") is None
+        edge.local_channels.keep_only([])
+        assert client.closed and edge.local_channels.client(handle, "read_run") is None
         edge.close()
         replica.server.close()
 
@@ -213,14 +213,14 @@ def test_a_channel_forgotten_while_opening_is_closed_not_kept():
         edge = _edge()
         replica = Replica()
         handle = Handle(replica)
-        await edge.replica_call(handle, "read_run", 0, 1)  # starts opening the channel
-        edge.replica_channels.keep_only([])  # the leader moved before the channel was up
+        await edge.node_call(handle, "read_run", 0, 1)  # starts opening the channel
+        edge.local_channels.keep_only([])  # the leader moved before the channel was up
         for _ in range(100):
             await asyncio.sleep(0.01)
-            if replica.server is not None and not replica.server.connections and not edge.replica_channels._opening:
+            if replica.server is not None and not replica.server.connections and not edge.local_channels._opening:
                 break
         assert replica.endpoint_asks == 1
-        assert not edge.replica_channels._clients and not edge.replica_channels._opening
+        assert not edge.local_channels._clients and not edge.local_channels._opening
         assert not replica.server.connections  # the connection it got was closed again
         edge.close()
         replica.server.close()

@@ -41,6 +41,8 @@ PartitionKey = tuple[str, int]
 
 # What the node's edge and leader replicas may call over the direct channel.
 LOCAL_CALL_METHODS = ("delay_produce", "delay_fetch", "progress")
+# One connection per leader replica of the node, plus its edges.
+MAX_LOCAL_CONNECTIONS = 10_000
 
 
 class PartitionProgress:
@@ -231,8 +233,13 @@ class PurgatoryActor:
         """(node id, socket address, token, name, methods) of the direct-call
         socket (core/local_calls.py) for the actors of this node."""
         if self._local_calls is None:
+            # Every leader replica of the node reports over its own connection,
+            # and one edge connection carries all of that edge's parked
+            # operations: bounds as wide as the actor's own (MAX_PARKED, Ray's
+            # max_concurrency of 100,000).
             self._local_calls = LocalCallServer(f"purgatory@{self.broker_id}",
-                                                {name: getattr(self, name) for name in LOCAL_CALL_METHODS})
+                                                {name: getattr(self, name) for name in LOCAL_CALL_METHODS},
+                                                max_inflight=MAX_PARKED, max_connections=MAX_LOCAL_CONNECTIONS)
         address, token = await self._local_calls.start()
         return current_node_id(), address, token, self._local_calls.name, LOCAL_CALL_METHODS
 

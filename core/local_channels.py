@@ -84,7 +84,10 @@ class LocalChannels:
         if client is not None:
             if not client.closed:
                 return client if method in client.methods else None
-            del self._clients[key]  # its process died or it closed the server: ask again
+            # The same actor closed its socket (it is stopping, or refused the
+            # connection) or its process died: Ray for a while, then ask again.
+            del self._clients[key]
+            self._retry_at[key] = time.monotonic() + RETRY_AFTER_S
         if key not in self._opening and self._retry_at.get(key, 0.0) <= time.monotonic():
             self._opening[key] = asyncio.ensure_future(self._open(key, handle))
         return None

@@ -165,6 +165,11 @@ def test_a_lost_channel_is_a_gone_actor_and_the_next_call_uses_ray():
         with pytest.raises(ActorCallFailed) as failed:
             await parked
         assert failed.value.error == ErrorCode.not_leader_or_follower
+        ray_calls = len(handle.ray_calls)
+        assert await edge.node_call(handle, "read_run", 0, 1)  # through Ray now
+        await asyncio.sleep(0.05)
+        assert handle.ray_calls[ray_calls:] == ["read_run"]  # the same actor is not asked again at once
+        assert replica.endpoint_asks == 1
         handle.dead = True
         with pytest.raises(ActorCallFailed) as failed:  # Ray now says the actor is gone, same code
             await edge.node_call(handle, "read_run", 0, 1)

@@ -4,6 +4,7 @@ path and the Ray path must give the same answers and the same errors."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
 from kio.schema.errors import ErrorCode
@@ -89,6 +90,22 @@ async def _until_channel(edge: EdgeService, handle) -> None:
     raise AssertionError("no channel opened")
 
 
+@contextlib.asynccontextmanager
+async def _connected():
+    """(edge, replica, handle) with the edge's channel to the replica up;
+    both closed afterwards."""
+    edge = _edge()
+    replica = Replica()
+    handle = Handle(replica)
+    await edge.node_call(handle, "read_run", 0, 1)
+    await _until_channel(edge, handle)
+    try:
+        yield edge, replica, handle
+    finally:
+        edge.close()
+        replica.server.close()
+
+
 def test_first_call_goes_through_ray_then_the_channel_carries_the_same_answers():
     async def scenario():
         edge = _edge()
@@ -110,15 +127,9 @@ def test_first_call_goes_through_ray_then_the_channel_carries_the_same_answers()
 
 def test_methods_the_replica_does_not_serve_directly_go_through_ray():
     async def scenario():
-        edge = _edge()
-        replica = Replica()
-        handle = Handle(replica)
-        await edge.node_call(handle, "read_run", 0, 1)
-        await _until_channel(edge, handle)
-        assert await edge.node_call(handle, "local_call_endpoint") is not None
-        assert handle.ray_calls.count("local_call_endpoint") == 2  # the edge's own ask, then this call
-        edge.close()
-        replica.server.close()
+        async with _connected() as (edge, replica, handle):
+            assert await edge.node_call(handle, "local_call_endpoint") is not None
+            assert handle.ray_calls.count("local_call_endpoint") == 2  # the edge's own ask, then this call
 
     run(scenario())
 
@@ -154,61 +165,44 @@ def test_off_by_config_or_without_a_node_every_call_goes_through_ray():
 
 def test_a_lost_channel_is_a_gone_actor_and_the_next_call_uses_ray():
     async def scenario():
-        edge = _edge()
-        replica = Replica()
-        handle = Handle(replica)
-        await edge.node_call(handle, "read_run", 0, 1)
-        await _until_channel(edge, handle)
-        parked = asyncio.ensure_future(edge.node_call(handle, "parked"))
-        await asyncio.sleep(0.05)
-        replica.server.close()  # the replica process died (or closed its socket)
-        with pytest.raises(ActorCallFailed) as failed:
-            await parked
-        assert failed.value.error == ErrorCode.not_leader_or_follower
-        ray_calls = len(handle.ray_calls)
-        assert await edge.node_call(handle, "read_run", 0, 1)  # through Ray now
-        await asyncio.sleep(0.05)
-        assert handle.ray_calls[ray_calls:] == ["read_run"]  # the same actor is not asked again at once
-        assert replica.endpoint_asks == 1
-        handle.dead = True
-        with pytest.raises(ActorCallFailed) as failed:  # Ray now says the actor is gone, same code
-            await edge.node_call(handle, "read_run", 0, 1)
-        assert failed.value.error == ErrorCode.not_leader_or_follower
-        edge.close()
+        async with _connected() as (edge, replica, handle):
+            parked = asyncio.ensure_future(edge.node_call(handle, "parked"))
+            await asyncio.sleep(0.05)
+            replica.server.close()  # the replica process died (or closed its socket)
+            with pytest.raises(ActorCallFailed) as failed:
+                await parked
+            assert failed.value.error == ErrorCode.not_leader_or_follower
+            ray_calls = len(handle.ray_calls)
+            assert await edge.node_call(handle, "read_run", 0, 1)  # through Ray now
+            await asyncio.sleep(0.05)
+            assert handle.ray_calls[ray_calls:] == ["read_run"]  # the same actor is not asked again at once
+            assert replica.endpoint_asks == 1
+            handle.dead = True
+            with pytest.raises(ActorCallFailed) as failed:  # Ray now says the actor is gone, same code
+                await edge.node_call(handle, "read_run", 0, 1)
+            assert failed.value.error == ErrorCode.not_leader_or_follower
 
     run(scenario())
 
 
 def test_a_timed_out_direct_call_is_request_timed_out():
     async def scenario():
-        edge = _edge()
-        replica = Replica()
-        handle = Handle(replica)
-        await edge.node_call(handle, "read_run", 0, 1)
-        await _until_channel(edge, handle)
-        with pytest.raises(ActorCallFailed) as failed:
-            await edge.node_call(handle, "parked", timeout_s=0.05)
-        assert failed.value.error == ErrorCode.request_timed_out
-        edge.close()
-        replica.server.close()
+        async with _connected() as (edge, replica, handle):
+            with pytest.raises(ActorCallFailed) as failed:
+                await edge.node_call(handle, "parked", timeout_s=0.05)
+            assert failed.value.error == ErrorCode.request_timed_out
 
     run(scenario())
 
 
 def test_metadata_updates_close_channels_of_replicas_no_longer_leading_here():
     async def scenario():
-        edge = _edge()
-        replica = Replica()
-        handle = Handle(replica)
-        await edge.node_call(handle, "read_run", 0, 1)
-        await _until_channel(edge, handle)
-        client = edge.local_channels.client(handle, "read_run")
-        edge.local_channels.keep_only([handle])
-        assert not client.closed
-        edge.local_channels.keep_only([])
-        assert client.closed and edge.local_channels.client(handle, "read_run") is None
-        edge.close()
-        replica.server.close()
+        async with _connected() as (edge, replica, handle):
+            client = edge.local_channels.client(handle, "read_run")
+            edge.local_channels.keep_only([handle])
+            assert not client.closed
+            edge.local_channels.keep_only([])
+            assert client.closed and edge.local_channels.client(handle, "read_run") is None
 
     run(scenario())
 

@@ -46,6 +46,8 @@ from cluster.groups import (AppendCompletion, GroupConfig, GroupCoordinator, Lea
                             TopicPartition)
 from cluster.groups.coordinator import CoordinatorStatus
 from core.config import BrokerConfig
+from core.local_calls import LocalCallServer
+from core.local_channels import LocalChannels, current_node_id
 from core.naming import purgatory_actor_name
 
 log = logging.getLogger("raykafka.group_coordinator")
@@ -55,6 +57,9 @@ E = ErrorCode
 
 # Appends batched into one replica call at most.
 MAX_SETS_PER_CALL = 64
+# What the edge of this node may call over the direct channel: the per-request calls.
+LOCAL_CALL_METHODS = ("join_group", "sync_group", "heartbeat", "leave_group", "commit_offsets", "fetch_offsets",
+                      "describe_groups", "list_groups", "delete_groups", "delete_offsets")
 LOAD_RETRY_S = 0.5
 
 
@@ -88,6 +93,9 @@ class GroupCoordinatorActor:
         self._appends_started = 0
         self._known_end = -1  # log end offset as far as our loads and appends know it
         self._purgatory: Any = None
+        self._local_calls_enabled = bool(broker_config.get("raykafka.local.calls", True))
+        self._to_node: LocalChannels | None = None  # to this node's replica and purgatory
+        self._local_calls: LocalCallServer | None = None  # for the edge, opened on first ask
         self.counters = collections.Counter()
 
     # ---- setup (needs the running loop) ------------------------------------------------------
@@ -209,8 +217,8 @@ class GroupCoordinatorActor:
         offset = state["log_start_offset"]
         records: list[tuple[bytes, Optional[bytes]]] = []
         while offset < target:
-            error, hw, _lso, log_start, slices = await asyncio.wait_for(
-                replica.read.remote(offset, self.load_buffer_bytes, 0, epoch), self.call_timeout_s)
+            error, hw, _lso, log_start, slices = await self._channels().call(
+                replica, "read", (offset, self.load_buffer_bytes, 0, epoch), self.call_timeout_s)
             if error:
                 raise RuntimeError(f"read at offset {offset} failed: {E(error).name}")
             if offset < log_start:
@@ -286,8 +294,8 @@ class GroupCoordinatorActor:
                 try:
                     if replica is None:
                         raise _NotLeader()
-                    results = await asyncio.wait_for(
-                        replica.append.remote([(batch, -1, self.commit_timeout_ms) for batch, _ in items], epoch),
+                    results = await self._channels().call(
+                        replica, "append", ([(batch, -1, self.commit_timeout_ms) for batch, _ in items], epoch),
                         timeout_s)
                 except asyncio.TimeoutError:
                     results = [(int(E.request_timed_out), -1, -1, -1, None, -1, -1)] * len(items)
@@ -347,9 +355,8 @@ class GroupCoordinatorActor:
         try:
             if self._purgatory is None:
                 self._purgatory = ray.get_actor(purgatory_actor_name(self.broker_id), namespace=self.namespace)
-            statuses = await asyncio.wait_for(
-                self._purgatory.delay_produce.remote([(OFFSETS_TOPIC, self.partition, offset)],
-                                                     self.commit_timeout_ms),
+            statuses = await self._channels().call(
+                self._purgatory, "delay_produce", ([(OFFSETS_TOPIC, self.partition, offset)], self.commit_timeout_ms),
                 self.commit_timeout_ms / 1000 + self.call_timeout_s)
         except asyncio.TimeoutError:
             return E.request_timed_out
@@ -359,6 +366,25 @@ class GroupCoordinatorActor:
             self._purgatory = None
             return E.request_timed_out
         return E(statuses.get(key, int(E.request_timed_out)))
+
+    # ---- direct calls on this node (core/local_calls.py) -----------------------------------------------
+    def _channels(self) -> LocalChannels:
+        # Each commit is an append to the offsets partition's leader replica
+        # (and, while followers lag, a DelayedProduce in the purgatory): over
+        # a channel each costs ~0.15 ms of CPU a side instead of Ray's ~1.3 ms.
+        if self._to_node is None:
+            node = current_node_id() if self._local_calls_enabled else None
+            self._to_node = LocalChannels(node, self.call_timeout_s)
+        return self._to_node
+
+    async def local_call_endpoint(self):
+        """(node id, socket address, token, name, methods) of the direct-call
+        socket for the edge of this node; the methods run as their Ray calls would."""
+        if self._local_calls is None:
+            self._local_calls = LocalCallServer(f"coordinator-{self.partition}@{self.broker_id}",
+                                                {name: getattr(self, name) for name in LOCAL_CALL_METHODS})
+        address, token = await self._local_calls.start()
+        return current_node_id(), address, token, self._local_calls.name, LOCAL_CALL_METHODS
 
     # ---- requests: edge -> coordinator ----------------------------------------------------------------
     @staticmethod

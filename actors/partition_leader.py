@@ -59,9 +59,10 @@ def choose_log_dir(log_dirs: list[str], topic: str, partition: int) -> Path:
     return Path(min(log_dirs, key=count))
 
 
-# What the edge may call over the direct channel: the per-request calls.
+# What the edge (and the node's group coordinators) may call over the direct
+# channel: the per-request calls.
 # Leadership, configuration and shutdown stay Ray calls.
-LOCAL_CALL_METHODS = ("append_shared", "read", "read_run", "list_offsets", "offset_for_leader_epoch",
+LOCAL_CALL_METHODS = ("append", "append_shared", "read", "read_run", "list_offsets", "offset_for_leader_epoch",
                       "delete_records")
 
 

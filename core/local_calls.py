@@ -57,6 +57,11 @@ class LocalCallLost(ConnectionError):
         self.closed_by_caller = closed_by_caller
 
 
+class LocalCallTooLarge(ValueError):
+    """The request would not fit in a frame (raised by call() at once, before
+    anything is sent): the caller takes another way."""
+
+
 class LocalCallFailed(Exception):
     """The callee's method raised; the message names the error."""
 
@@ -277,7 +282,8 @@ class LocalCallClient:
 
     def call(self, method: str, args: Iterable[Any], timeout_s: float) -> asyncio.Future:
         """A future of the answer: the result, or LocalCallFailed (the method
-        raised), LocalCallLost (the connection went), asyncio.TimeoutError."""
+        raised), LocalCallLost (the connection went), asyncio.TimeoutError.
+        Raises LocalCallTooLarge at once for a request over the frame limit."""
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         if self.closed:
@@ -286,8 +292,7 @@ class LocalCallClient:
         call_id = next(self._ids)
         payload = pickle.dumps((call_id, method, tuple(args)), protocol=pickle.HIGHEST_PROTOCOL)
         if len(payload) > MAX_REQUEST_BYTES:
-            future.set_exception(ValueError(f"request of {len(payload)} bytes over the limit"))
-            return future
+            raise LocalCallTooLarge(f"request of {len(payload)} bytes over the {MAX_REQUEST_BYTES}-byte limit")
         self._pending[call_id] = (future, loop.call_later(timeout_s, self._expire, call_id))
         self.transport.write(_frame(payload))
         return future

@@ -25,7 +25,7 @@ import logging
 import time
 from typing import Any, Iterable
 
-from core.local_calls import LocalCallClient
+from core.local_calls import LocalCallClient, LocalCallTooLarge
 
 log = logging.getLogger("raykafka.local_calls")
 
@@ -67,11 +67,16 @@ class LocalChannels:
         LocalCallLost, LocalCallFailed, asyncio.TimeoutError), else through
         Ray (Ray's errors, asyncio.TimeoutError)."""
         client = self.client(handle, method)
-        if client is None:
-            self.counters["ray_calls"] += 1
-            return asyncio.ensure_future(asyncio.wait_for(getattr(handle, method).remote(*args), timeout_s))
-        self.counters["local_calls"] += 1
-        return client.call(method, args, timeout_s)
+        if client is not None:
+            try:
+                future = client.call(method, args, timeout_s)
+            except LocalCallTooLarge:
+                pass  # Ray moves large arguments through its object store
+            else:
+                self.counters["local_calls"] += 1
+                return future
+        self.counters["ray_calls"] += 1
+        return asyncio.ensure_future(asyncio.wait_for(getattr(handle, method).remote(*args), timeout_s))
 
     def client(self, handle: Any, method: str) -> LocalCallClient | None:
         """The open channel to the actor behind ``handle`` if it serves

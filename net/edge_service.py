@@ -239,7 +239,8 @@ class EdgeService:
     def apply_update_metadata(self, snapshot: dict, leader_handles: dict, controller_handle: Any) -> None:
         self.metadata.update(snapshot)
         self._leader_handles = dict(leader_handles)
-        self.local_channels.keep_only([*self._leader_handles.values(), self.purgatory])
+        self.local_channels.keep_only([*self._leader_handles.values(), self.purgatory,
+                                       *self._coordinators.values()])
         self.forget_cached_reads()  # leaders may have moved: nothing read before is answered again
         self.controller_handle = controller_handle
         for key in list(self._appenders):
@@ -363,15 +364,15 @@ class EdgeService:
         if handle is None:
             return ErrorCode.not_coordinator, None
         try:
-            return None, await asyncio.wait_for(getattr(handle, method).remote(*args),
-                                                timeout_s or self.call_timeout_s)
+            return None, await self.local_channels.call(handle, method, args, timeout_s or self.call_timeout_s)
         except asyncio.TimeoutError:
             return ErrorCode.request_timed_out, None
         except Exception as exc:
-            if type(exc).__name__.startswith("RayTaskError"):  # a bug in the coordinator, not a move
+            if isinstance(exc, LocalCallFailed) or type(exc).__name__.startswith("RayTaskError"):
+                # a bug in the coordinator, not a move
                 log.error("group coordinator %s failed: %s", method, str(exc).splitlines()[-1][:300])
                 return ErrorCode.unknown_server_error, None
-            if not type(exc).__module__.startswith("ray"):
+            if not (isinstance(exc, LocalCallLost) or type(exc).__module__.startswith("ray")):
                 raise
             # The coordinator actor is gone (its node died, or it moved): rediscover.
             self._coordinators.pop(partition, None)

@@ -225,3 +225,19 @@ def test_a_channel_forgotten_while_opening_is_closed_not_kept():
         replica.server.close()
 
     run(scenario())
+
+
+def test_a_request_too_large_for_a_frame_goes_through_ray(monkeypatch):
+    import core.local_calls as local_calls
+
+    monkeypatch.setattr(local_calls, "MAX_REQUEST_BYTES", 4096)
+
+    async def scenario():
+        async with _connected() as (edge, replica, handle):
+            before = len(handle.ray_calls)
+            assert await edge.node_call(handle, "read_run", 0, 100) is not None  # small: direct
+            assert len(handle.ray_calls) == before
+            big = await edge.node_call(handle, "read_run", 0, b"x" * 10_000)  # pickled > 4096 bytes
+            assert handle.ray_calls[before:] == ["read_run"] and big[4][0][1][0][2] == b"x" * 10_000
+
+    run(scenario())

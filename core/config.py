@@ -268,8 +268,9 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("raykafka.local.calls", "bool", True,
               "Per-request calls between actors of one node (edge -> leader replica: appends, consumer "
               "reads, offset lookups; edge -> purgatory: parked fetches and acks=all produces; replica "
-              "-> purgatory: progress) go over a Unix socket the callee opens, instead of Ray's task "
-              "path (~0.15 vs ~1.3 ms of CPU per side); false: every call through Ray"),
+              "-> purgatory: progress; edge -> group coordinator: group requests; coordinator -> "
+              "offsets replica and purgatory: commits) go over a Unix socket the callee opens, instead "
+              "of Ray's task path (~0.15 vs ~1.3 ms of CPU per side); false: every call through Ray"),
     ConfigDef("raykafka.edge.processes", "int", 1,
               "Edge actors (Kafka listener processes) per node; above 1 they share the listener port "
               "with SO_REUSEPORT and the kernel spreads new connections across them", min=1, max=16),

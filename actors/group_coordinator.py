@@ -47,7 +47,7 @@ from cluster.groups import (AppendCompletion, GroupConfig, GroupCoordinator, Lea
 from cluster.groups.coordinator import CoordinatorStatus
 from core.config import BrokerConfig
 from core.local_calls import LocalCallServer
-from core.local_channels import LocalChannels, current_node_id
+from core.local_channels import LocalChannels
 from core.naming import purgatory_actor_name
 
 log = logging.getLogger("raykafka.group_coordinator")
@@ -373,18 +373,16 @@ class GroupCoordinatorActor:
         # (and, while followers lag, a DelayedProduce in the purgatory): over
         # a channel each costs ~0.15 ms of CPU a side instead of Ray's ~1.3 ms.
         if self._to_node is None:
-            node = current_node_id() if self._local_calls_enabled else None
-            self._to_node = LocalChannels(node, self.call_timeout_s)
+            self._to_node = LocalChannels.here(self._local_calls_enabled, self.call_timeout_s)
         return self._to_node
 
     async def local_call_endpoint(self):
         """(node id, socket address, token, name, methods) of the direct-call
         socket for the edge of this node; the methods run as their Ray calls would."""
         if self._local_calls is None:
-            self._local_calls = LocalCallServer(f"coordinator-{self.partition}@{self.broker_id}",
-                                                {name: getattr(self, name) for name in LOCAL_CALL_METHODS})
-        address, token = await self._local_calls.start()
-        return current_node_id(), address, token, self._local_calls.name, LOCAL_CALL_METHODS
+            self._local_calls = LocalCallServer.serving(f"coordinator-{self.partition}@{self.broker_id}", self,
+                                                        LOCAL_CALL_METHODS)
+        return await self._local_calls.endpoint()
 
     # ---- requests: edge -> coordinator ----------------------------------------------------------------
     @staticmethod

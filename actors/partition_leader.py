@@ -21,7 +21,8 @@ import ray
 
 from actors.follower import FollowerRole
 from cluster.partition import Partition
-from core.local_channels import LocalChannels, current_node_id
+from core.local_calls import LocalCallServer
+from core.local_channels import LocalChannels
 from core.naming import partition_dir_name, purgatory_actor_name
 from storage.checkpoint import OffsetCheckpointFile
 from storage.log import Log, LogConfig
@@ -122,7 +123,7 @@ class ReplicaActor(FollowerRole):
         self._purgatory_interested = True
         self._isr_lock: asyncio.Lock | None = None
         self._regions: dict = {}
-        self._local_calls = None  # core.local_calls.LocalCallServer, opened for the edge on first ask
+        self._local_calls: LocalCallServer | None = None  # for the edge, opened on first ask
         self._to_purgatory: LocalChannels | None = None
         self._cleaner = None
         self.counters = {"append_calls": 0, "append_sets": 0, "append_bytes": 0, "follower_fetches": 0}
@@ -334,8 +335,7 @@ class ReplicaActor(FollowerRole):
         # (core/local_channels.py) once it is up: one per HW move while
         # someone waits, so as Ray calls they cost ~1.5 ms of CPU each.
         if self._to_purgatory is None:
-            node = current_node_id() if self.replica_config["local.calls"] else None
-            self._to_purgatory = LocalChannels(node, self.call_timeout_s)
+            self._to_purgatory = LocalChannels.here(self.replica_config["local.calls"], self.call_timeout_s)
         return self._to_purgatory
 
     def _after_change(self, hw_moved: bool = True, leadership: bool = False) -> None:
@@ -477,12 +477,9 @@ class ReplicaActor(FollowerRole):
         if self._closed:
             return None
         if self._local_calls is None:
-            from core.local_calls import LocalCallServer
-
-            self._local_calls = LocalCallServer(f"{self.topic}-{self.partition_index}@{self.broker_id}",
-                                                {name: getattr(self, name) for name in LOCAL_CALL_METHODS})
-        address, token = await self._local_calls.start()
-        return current_node_id(), address, token, self._local_calls.name, LOCAL_CALL_METHODS
+            self._local_calls = LocalCallServer.serving(f"{self.topic}-{self.partition_index}@{self.broker_id}",
+                                                        self, LOCAL_CALL_METHODS)
+        return await self._local_calls.endpoint()
 
     async def append(self, record_sets: list[tuple[bytes, int, int]], leader_epoch: int, tail: bool = False):
         """Append record sets (bytes, acks, timeout) -> one result per set.

@@ -26,7 +26,6 @@ import ray
 from kio.schema.errors import ErrorCode
 
 from core.local_calls import LocalCallServer
-from core.local_channels import current_node_id
 from core.naming import replica_actor_name
 from delayed import AsyncTimerDriver, DelayedOperation, DelayedOperationPurgatory, SystemTimer
 
@@ -237,11 +236,10 @@ class PurgatoryActor:
             # and one edge connection carries all of that edge's parked
             # operations: bounds as wide as the actor's own (MAX_PARKED, Ray's
             # max_concurrency of 100,000).
-            self._local_calls = LocalCallServer(f"purgatory@{self.broker_id}",
-                                                {name: getattr(self, name) for name in LOCAL_CALL_METHODS},
-                                                max_inflight=MAX_PARKED, max_connections=MAX_LOCAL_CONNECTIONS)
-        address, token = await self._local_calls.start()
-        return current_node_id(), address, token, self._local_calls.name, LOCAL_CALL_METHODS
+            self._local_calls = LocalCallServer.serving(f"purgatory@{self.broker_id}", self, LOCAL_CALL_METHODS,
+                                                        max_inflight=MAX_PARKED,
+                                                        max_connections=MAX_LOCAL_CONNECTIONS)
+        return await self._local_calls.endpoint()
 
     async def stats(self) -> dict:
         svc = self._svc()

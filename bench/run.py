@@ -817,7 +817,8 @@ def _client_kernel_note(cpu: dict) -> str:
     that faults on memory the host took back spends its time in the kernel."""
     if cpu.get("client_kernel_cpu_pct") is None:
         return ""
-    return f" (kernel {cpu['client_kernel_cpu_pct']:.0f}%, {cpu.get('client_page_faults', 0) / 1000:.0f}k faults)"
+    faults_k = cpu.get("client_page_faults", 0) / 1000
+    return f" (kernel {cpu['client_kernel_cpu_pct']:.0f}%, {faults_k:.0f}k faults)"
 
 
 def _fmt_case(case: dict) -> str:
@@ -829,11 +830,12 @@ def _fmt_case(case: dict) -> str:
         if r.get("ok"):
             parts.append(f"{phase} {r['mb_s']:7.1f} MB/s")
             if phase == "consume":
-                disk = (r.get("cpu") or {}).get("disk_read_mb") or 0
+                cpu = r.get("cpu") or {}
+                disk = cpu.get("disk_read_mb") or 0
                 if disk >= 1:
                     # page-cache reads that went to the disk (see procstat)
                     parts[-1] += f" ({disk:.0f} MB from disk)"
-                parts[-1] += _client_kernel_note(r.get("cpu") or {})
+                parts[-1] += _client_kernel_note(cpu)
                 f = r.get("fetches")
                 if f and f.get("fetch_requests"):
                     # how the bytes came: a slow round with more, smaller

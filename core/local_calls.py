@@ -47,6 +47,16 @@ MAX_INFLIGHT_PER_CONNECTION = 10_000
 MAX_CONNECTIONS = 64
 
 
+def current_node_id() -> str | None:
+    """The Ray node this process runs on; None outside a Ray worker."""
+    import ray
+
+    # Asking the runtime context outside a Ray process would start a local Ray.
+    if not ray.is_initialized():
+        return None
+    return ray.get_runtime_context().get_node_id()
+
+
 class LocalCallLost(ConnectionError):
     """The connection closed (the callee's process died or closed the server,
     or the caller closed it) before the answer came: the call may or may not
@@ -66,23 +76,24 @@ class LocalCallFailed(Exception):
     """The callee's method raised; the message names the error."""
 
 
-def _split_frames(buffer: bytearray, limit: int) -> list[bytes] | None:
-    """Complete frames at the head of ``buffer`` (consumed from it); None if a
-    frame announces more than ``limit`` bytes."""
-    frames = []
-    start = 0
-    end = len(buffer)
-    while end - start >= 4:
-        (length,) = _LENGTH.unpack_from(buffer, start)
-        if length > limit:
-            return None
-        if end - start - 4 < length:
-            break
-        frames.append(bytes(buffer[start + 4:start + 4 + length]))
-        start += 4 + length
-    if start:
-        del buffer[:start]
-    return frames
+class _FrameTooLarge(Exception):
+    pass
+
+
+def _take_frame(buffer: bytearray, limit: int) -> bytes | None:
+    """The payload of the complete frame at the head of ``buffer`` (consumed
+    from it), or None while it is incomplete; _FrameTooLarge if it announces
+    more than ``limit`` bytes."""
+    if len(buffer) < 4:
+        return None
+    (length,) = _LENGTH.unpack_from(buffer, 0)
+    if length > limit:
+        raise _FrameTooLarge(length)
+    if len(buffer) - 4 < length:
+        return None
+    payload = bytes(buffer[4:4 + length])
+    del buffer[:4 + length]
+    return payload
 
 
 def _frame(payload: bytes) -> bytes:
@@ -141,16 +152,13 @@ class _ServerConnection(asyncio.Protocol):
         """Start the calls whose frames are complete, up to the in-flight bound;
         the rest wait in the buffer (reading pauses) until calls finish."""
         while not self.closed and self.inflight < self.server.max_inflight:
-            if len(self.buffer) < 4:
-                break
-            (length,) = _LENGTH.unpack_from(self.buffer, 0)
-            if length > self.server.max_request_bytes:
+            try:
+                payload = _take_frame(self.buffer, self.server.max_request_bytes)
+            except _FrameTooLarge:
                 self._drop("request frame over the size limit")
                 return
-            if len(self.buffer) - 4 < length:
+            if payload is None:
                 break
-            payload = bytes(self.buffer[4:4 + length])
-            del self.buffer[:4 + length]
             try:
                 call_id, method, args = pickle.loads(payload)
             except Exception as exc:  # noqa: BLE001 - any malformed frame ends the connection
@@ -219,11 +227,22 @@ class LocalCallServer:
         self.connections: set[_ServerConnection] = set()
         self._server: asyncio.AbstractServer | None = None
 
+    @classmethod
+    def serving(cls, name: str, target: Any, method_names: tuple[str, ...], **limits) -> "LocalCallServer":
+        """A server for these coroutine methods of ``target`` (an actor)."""
+        return cls(name, {method: getattr(target, method) for method in method_names}, **limits)
+
     async def start(self) -> tuple[str, bytes]:
         if self._server is None:
             loop = asyncio.get_running_loop()
             self._server = await loop.create_unix_server(lambda: _ServerConnection(self), self.address)
         return self.address, self.token
+
+    async def endpoint(self) -> tuple:
+        """What an actor's ``local_call_endpoint()`` answers (core/local_channels.py):
+        (node id, address, token, name, method names); starts serving."""
+        address, token = await self.start()
+        return current_node_id(), address, token, self.name, tuple(self.methods)
 
     def close(self) -> None:
         if self._server is not None:
@@ -245,11 +264,14 @@ class _ClientConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.buffer += data
-        frames = _split_frames(self.buffer, MAX_ANSWER_BYTES)
-        if frames is None:
-            self.client._lost("answer frame over the size limit")
-            return
-        for payload in frames:
+        while not self.client.closed:
+            try:
+                payload = _take_frame(self.buffer, MAX_ANSWER_BYTES)
+            except _FrameTooLarge:
+                self.client._lost("answer frame over the size limit")
+                return
+            if payload is None:
+                return
             try:
                 call_id, ok, value = pickle.loads(payload)
             except Exception as exc:  # noqa: BLE001

@@ -25,22 +25,12 @@ import logging
 import time
 from typing import Any, Iterable
 
-from core.local_calls import LocalCallClient, LocalCallTooLarge
+from core.local_calls import LocalCallClient, LocalCallTooLarge, current_node_id
 
 log = logging.getLogger("raykafka.local_calls")
 
 # After a failed or refused attempt, the channel to that actor is tried again this much later.
 RETRY_AFTER_S = 30.0
-
-
-def current_node_id() -> str | None:
-    """The Ray node this process runs on; None outside a Ray worker."""
-    import ray
-
-    # Asking the runtime context outside a Ray process would start a local Ray.
-    if not ray.is_initialized():
-        return None
-    return ray.get_runtime_context().get_node_id()
 
 
 def actor_key(handle: Any) -> str:
@@ -49,6 +39,11 @@ def actor_key(handle: Any) -> str:
 
 
 class LocalChannels:
+    @classmethod
+    def here(cls, enabled: bool, call_timeout_s: float) -> "LocalChannels":
+        """Channels from an actor to the others of its node (none if not enabled)."""
+        return cls(current_node_id() if enabled else None, call_timeout_s)
+
     def __init__(self, node_id: str | None, call_timeout_s: float):
         # Without a node id (logic driven without Ray, or turned off) no channel is opened.
         self.node_id = node_id
@@ -57,10 +52,6 @@ class LocalChannels:
         self._opening: dict[str, asyncio.Future] = {}
         self._retry_at: dict[str, float] = {}
         self.counters = {"local_calls": 0, "ray_calls": 0, "channels_opened": 0, "channels_refused": 0}
-
-    @property
-    def enabled(self) -> bool:
-        return self.node_id is not None
 
     def call(self, handle: Any, method: str, args: tuple, timeout_s: float) -> asyncio.Future:
         """``handle.<method>(*args)``: over the channel when one is up (errors:

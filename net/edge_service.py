@@ -197,8 +197,8 @@ class EdgeService:
         self.metadata_ready = asyncio.Event()
         self.handlers = registry.handlers()
         self.call_timeout_s = config["raykafka.actor.call.timeout.ms"] / 1000
-        # Direct channels to the replicas and the purgatory of this node
-        # (core/local_channels.py); off without the node's id or with
+        # Direct channels to the replicas, purgatory and group coordinators of
+        # this node (core/local_channels.py); off without the node's id or with
         # raykafka.local.calls=false.
         self.local_channels = LocalChannels(node_id if config["raykafka.local.calls"] else None,
                                             self.call_timeout_s)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import struct
 
@@ -43,24 +44,27 @@ def run(coroutine):
     return asyncio.run(asyncio.wait_for(coroutine, 20))
 
 
-async def _pair(target: Target, **server_options):
+@contextlib.asynccontextmanager
+async def _pair(target: Target, client_token: bytes | None = None, **server_options):
+    """(server, client) connected to each other (the client sending
+    ``client_token`` instead of the server's, if given); both closed afterwards."""
     server = LocalCallServer("target", _methods(target), **server_options)
     address, token = await server.start()
-    client = await LocalCallClient.connect("target", address, token)
-    return server, client
+    client = await LocalCallClient.connect("target", address, client_token or token)
+    try:
+        yield server, client
+    finally:
+        client.close()
+        server.close()
 
 
 def test_results_keep_their_types():
     async def scenario():
-        server, client = await _pair(Target())
-        try:
+        async with _pair(Target()) as (server, client):
             value = (1, None, "s", b"\x00\xff", [(2, 3)], {"k": (4,)})
             assert await client.call("echo", value, 5) == value
             answer = await client.call("echo", ([("path", 0, 10, 5, 7)],), 5)
             assert answer == ([("path", 0, 10, 5, 7)],) and type(answer[0][0]) is tuple
-        finally:
-            client.close()
-            server.close()
 
     run(scenario())
 
@@ -68,24 +72,19 @@ def test_results_keep_their_types():
 def test_calls_run_concurrently_and_answer_as_they_finish():
     async def scenario():
         target = Target()
-        server, client = await _pair(target)
-        try:
+        async with _pair(target) as (server, client):
             slow = client.call("slow", ("late",), 5)
             fast = await client.call("echo", ("early",), 5)
             assert fast == ("early",) and not slow.done()  # the parked call did not hold the other up
             target.release.set()
             assert await slow == "late"
-        finally:
-            client.close()
-            server.close()
 
     run(scenario())
 
 
 def test_a_raising_method_fails_only_its_call():
     async def scenario():
-        server, client = await _pair(Target())
-        try:
+        async with _pair(Target()) as (server, client):
             with pytest.raises(LocalCallFailed, match="RuntimeError: broken on purpose"):
                 await client.call("fail", (), 5)
             with pytest.raises(LocalCallFailed, match="no local method"):
@@ -93,9 +92,6 @@ def test_a_raising_method_fails_only_its_call():
             with pytest.raises(LocalCallFailed, match="TypeError"):
                 await client.call("slow", (1, 2, 3), 5)
             assert await client.call("echo", (1,), 5) == (1,)  # the connection still serves
-        finally:
-            client.close()
-            server.close()
 
     run(scenario())
 
@@ -103,48 +99,38 @@ def test_a_raising_method_fails_only_its_call():
 def test_timeout_then_the_late_answer_is_ignored():
     async def scenario():
         target = Target()
-        server, client = await _pair(target)
-        try:
+        async with _pair(target) as (server, client):
             with pytest.raises(asyncio.TimeoutError):
                 await client.call("slow", ("late",), 0.05)
             target.release.set()
             await asyncio.sleep(0.05)
             assert await client.call("echo", (2,), 5) == (2,)
             assert not client._pending
-        finally:
-            client.close()
-            server.close()
 
     run(scenario())
 
 
 def test_server_close_fails_pending_calls_and_later_ones():
     async def scenario():
-        server, client = await _pair(Target())
-        pending = client.call("slow", (1,), 5)
-        await asyncio.sleep(0.05)
-        server.close()
-        with pytest.raises(LocalCallLost):
-            await pending
-        assert client.closed
-        with pytest.raises(LocalCallLost):
-            await client.call("echo", (1,), 5)
+        async with _pair(Target()) as (server, client):
+            pending = client.call("slow", (1,), 5)
+            await asyncio.sleep(0.05)
+            server.close()
+            with pytest.raises(LocalCallLost):
+                await pending
+            assert client.closed
+            with pytest.raises(LocalCallLost):
+                await client.call("echo", (1,), 5)
 
     run(scenario())
 
 
 def test_wrong_token_is_refused():
     async def scenario():
-        server = LocalCallServer("target", _methods(Target()))
-        address, token = await server.start()
-        client = await LocalCallClient.connect("target", address, bytes(TOKEN_BYTES))
-        try:
+        async with _pair(Target(), client_token=bytes(TOKEN_BYTES)) as (server, client):
             with pytest.raises(LocalCallLost):
                 await client.call("echo", (1,), 5)
             assert not server.connections
-        finally:
-            client.close()
-            server.close()
 
     run(scenario())
 
@@ -170,17 +156,13 @@ def test_oversized_or_malformed_request_closes_the_connection():
 def test_reading_pauses_at_the_inflight_bound():
     async def scenario():
         target = Target()
-        server, client = await _pair(target, max_inflight=2)
-        try:
+        async with _pair(target, max_inflight=2) as (server, client):
             calls = [client.call("slow", (i,), 5) for i in range(6)]
             await asyncio.sleep(0.1)
             assert target.running == 2
             target.release.set()
             assert await asyncio.gather(*calls) == list(range(6))
             assert target.most_running == 2
-        finally:
-            client.close()
-            server.close()
 
     run(scenario())
 
@@ -191,14 +173,10 @@ def test_answer_over_the_limit_is_a_failed_call(monkeypatch):
     monkeypatch.setattr(local_calls, "MAX_ANSWER_BYTES", 1000)
 
     async def scenario():
-        server, client = await _pair(Target())
-        try:
+        async with _pair(Target()) as (server, client):
             assert await client.call("big", (100,), 5) == b"x" * 100
             with pytest.raises(LocalCallFailed, match="over the limit"):
                 await client.call("big", (5000,), 5)
-        finally:
-            client.close()
-            server.close()
 
     run(scenario())
 

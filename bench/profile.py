@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 from bench.procstat import _TICK, _stat, actor_processes, process_title, process_tree
-from bench.run import REPO, RaykafkaTarget, Workload, kill_tree, run_phase
+from bench.run import REPO, RaykafkaTarget, Workload, kill_tree, run_latency, run_phase
 
 RESULTS = REPO / "bench" / "results"
 
@@ -151,8 +151,12 @@ def profile_phase(phase: str, target: RaykafkaTarget, topic: str, wl: Workload, 
     edges = actor_processes(root, "EdgeActor")
     # The topic's replica is the newest ReplicaActor (the offsets replicas came first).
     replicas = sorted(actor_processes(root, "ReplicaActor"), key=_start_time, reverse=True)
+    sampled = [("edge", edges[:1]), ("replica", replicas[:1])]
+    if phase == "latency":
+        # a consumer at the tail parks its fetches there
+        sampled.append(("purgatory", actor_processes(root, "PurgatoryActor")[:1]))
     spies = []
-    for label, pids in (("edge", edges[:1]), ("replica", replicas[:1])):
+    for label, pids in sampled:
         for pid in pids:
             raw = out_dir / f"{phase}-{label}-{pid}.txt"
             p = start_pyspy(pid, raw, a.duration, a.rate, a.native)
@@ -161,7 +165,13 @@ def profile_phase(phase: str, target: RaykafkaTarget, topic: str, wl: Workload, 
     time.sleep(0.5)  # py-spy attaches
     before = tree_thread_cpu(root)
     w0 = time.perf_counter()
-    result = run_phase(phase, target.bootstrap, topic, wl, a, out_dir, broker_pid=root)
+    if phase == "latency":
+        result = run_latency(target, topic, a.latency_rate, a)
+        if result.get("ok"):
+            x = result["consume"]["latency"]
+            result.update(p50_ms=x["p50_ms"], p99_ms=x["p99_ms"], records_s=result["produce"]["achieved_rate"])
+    else:
+        result = run_phase(phase, target.bootstrap, topic, wl, a, out_dir, broker_pid=root)
     wall = time.perf_counter() - w0
     after = tree_thread_cpu(root)
     stacks = {}
@@ -177,7 +187,8 @@ def profile_phase(phase: str, target: RaykafkaTarget, topic: str, wl: Workload, 
 
 def print_phase(doc: dict) -> None:
     r = doc["result"]
-    print(f"\n### {doc['phase']}: {r.get('mb_s', 0):.1f} MB/s, {r.get('records_s', 0):.0f} records/s "
+    latency = f", p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms" if "p99_ms" in r else ""
+    print(f"\n### {doc['phase']}: {r.get('mb_s', 0):.1f} MB/s, {r.get('records_s', 0):.0f} records/s{latency} "
           f"(client window {doc['window_s']} s){'' if r.get('ok') else '  FAILED: ' + str(r.get('error'))[:200]}")
     print("\nBroker CPU in the window (seconds; threads by name):\n")
     print("| process | CPU s | % of window | top threads |")
@@ -205,6 +216,11 @@ def main(argv=None) -> int:
     ap.add_argument("--phase-timeout", type=float, default=120.0)
     ap.add_argument("--idle-timeout", type=float, default=30.0)
     ap.add_argument("--start-timeout", type=float, default=180.0)
+    ap.add_argument("--latency-rate", type=float, default=None,
+                    help="profile bench.run's latency phase at this many records/s (1 KiB, acks=1, "
+                         "subscribed consumer) instead of the produce and consume phases")
+    ap.add_argument("--latency-warmup-s", type=float, default=5.0)
+    ap.add_argument("--latency-window-s", type=float, default=15.0)
     a = ap.parse_args(argv)
     if pyspy_bin() is None:
         print("bench.profile: py-spy not found (.venv/bin/pip install -c constraints.txt -e '.[bench]'); "
@@ -227,7 +243,7 @@ def main(argv=None) -> int:
             print(f"create failed: {created}", file=sys.stderr)
             return 1
         time.sleep(2)  # the replica actor settles
-        for phase in ("produce", "consume"):
+        for phase in (("latency",) if a.latency_rate else ("produce", "consume")):
             docs.append(profile_phase(phase, target, topic, wl, a, out_dir))
     finally:
         target.stop()

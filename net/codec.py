@@ -47,7 +47,7 @@ def _writer(schema):
     return entity_writer(schema)
 
 
-def decode_request(api_key: int, api_version: int, frame: bytes) -> tuple[Any, Any]:
+def decode_request(api_key: int, api_version: int, frame: bytes | memoryview) -> tuple[Any, Any]:
     """Return (header, body) decoded with kio; raise MalformedRequest on bad bytes."""
     schema = request_schema(api_key, api_version)
     header_schema = schema.__header_schema__

@@ -11,16 +11,15 @@ import asyncio
 import collections
 import logging
 import os
-import struct
 import time
 from typing import Any, Awaitable, Callable
 
 from net.codec import MalformedRequest, peek_header
 from net.file_region import FileRegion, ResponseFrame
+from net.frame_receiver import FrameReceiver
 
 log = logging.getLogger("raykafka.net")
 
-_SIZE = struct.Struct(">i")
 
 
 class CloseConnection(Exception):
@@ -47,14 +46,14 @@ class ConnectionLimits:
 # dispatch(conn, api_key, api_version, correlation_id, frame) -> awaitable of
 # the encoded response (bytes, or a ResponseFrame whose file regions are sent
 # with sendfile), or None for "no response" (acks=0 produce).
-Dispatch = Callable[["Connection", int, int, int, bytes], Awaitable[bytes | ResponseFrame | None]]
+Dispatch = Callable[["Connection", int, int, int, bytes | memoryview], Awaitable[bytes | ResponseFrame | None]]
 
 
 class Connection:
     __slots__ = ("peer", "reader", "writer", "inflight", "inflight_bytes", "space", "closed",
                  "last_active", "requests_served", "client_software", "can_sendfile", "socket_fd")
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+    def __init__(self, reader: FrameReceiver, writer: asyncio.StreamWriter):
         self.reader = reader
         self.writer = writer
         peer = writer.get_extra_info("peername")
@@ -98,11 +97,14 @@ class KafkaServer:
     async def start(self, host: str, port: int, reuse_port: bool = False) -> int:
         # reuse_port: several edge processes of one node listen on the same port
         # (raykafka.edge.processes > 1); the kernel spreads connections over them.
-        self._server = await asyncio.start_server(
-            self._serve, host, port, reuse_address=True, reuse_port=reuse_port or None, limit=64 * 1024,
-            backlog=1024
+        self._server = await asyncio.get_running_loop().create_server(
+            lambda: FrameReceiver(self._connected), host, port, reuse_address=True,
+            reuse_port=reuse_port or None, backlog=1024
         )
         return self._server.sockets[0].getsockname()[1]
+
+    def _connected(self, reader: FrameReceiver, writer: asyncio.StreamWriter) -> None:
+        asyncio.ensure_future(self._serve(reader, writer))
 
     async def stop(self) -> None:
         if self._server is not None:
@@ -125,7 +127,7 @@ class KafkaServer:
             conn.space.set()
             conn.writer.close()
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _serve(self, reader: FrameReceiver, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         self._tasks.add(task)
         try:
@@ -135,7 +137,7 @@ class KafkaServer:
         finally:
             self._tasks.discard(task)
 
-    async def _serve_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _serve_connection(self, reader: FrameReceiver, writer: asyncio.StreamWriter) -> None:
         conn = Connection(reader, writer)
         if len(self._connections) >= self.limits.max_connections:
             log.warning("refusing connection from %s: max.connections=%d reached",
@@ -178,11 +180,10 @@ class KafkaServer:
         reader = conn.reader
         while not conn.closed:
             try:
-                size_bytes = await asyncio.wait_for(reader.readexactly(4), limits.idle_timeout_s)
+                size = await reader.read_size(limits.idle_timeout_s)
             except asyncio.TimeoutError:
                 log.info("closing idle connection from %s", conn.peer)
                 return
-            (size,) = _SIZE.unpack(size_bytes)
             if size <= 0 or size > limits.max_request_bytes:
                 # Includes HTTP ("GET " = 1195725856) and TLS hellos: Kafka
                 # logs InvalidReceiveException and closes.
@@ -203,7 +204,7 @@ class KafkaServer:
                 await self._queue_space.wait()
             self.queued_bytes += size
             try:
-                frame = await reader.readexactly(size)
+                frame = await reader.read_body(size)
             except BaseException:
                 self._release(size)
                 raise

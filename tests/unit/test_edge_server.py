@@ -221,3 +221,37 @@ def test_global_queued_bytes_budget_is_released_after_each_connection():
     frames, queued = run(go())
     assert all(f is not None for f in frames)
     assert queued == 0
+
+
+def test_a_produce_request_larger_than_the_receive_staging_is_decoded():
+    """Frames past net/frame_receiver.py's staging buffer arrive in their own
+    buffer; the edge must decode them like any other (kio reads them)."""
+    import datetime
+
+    from net.frame_receiver import STAGING_BYTES
+    from net.schema_build import nested
+
+    schema = request_schema(0, 9)
+    records = bytes(range(256)) * (4 * STAGING_BYTES // 256)  # opaque to the edge for an unknown topic
+    request = schema(transactional_id=None, acks=1, timeout=datetime.timedelta(seconds=5), topic_data=(
+        nested(schema, "TopicProduceData")(name="no-such-topic", partition_data=(
+            nested(schema, "PartitionProduceData")(index=0, records=records),)),))
+    payload = encode_request(request, 11)
+    assert len(payload) > 4 * STAGING_BYTES
+
+    async def go():
+        service, server = make_server()
+        port = await server.start("127.0.0.1", 0)
+        frames = await _send_recv(port, payload + api_versions_request(3, 12), read_frames=2)
+        await server.stop()
+        return frames
+
+    produced, versions = run(go())
+    assert produced is not None, "the edge closed the connection instead of answering"
+    correlation_id, body = decode_response(0, 9, produced)
+    assert correlation_id == 11
+    [topic] = body.responses
+    assert topic.name == "no-such-topic"
+    assert [p.error_code for p in topic.partition_responses] == [ErrorCode.unknown_topic_or_partition]
+    # and the connection goes on with the next (small) request
+    assert decode_response(18, 3, versions)[0] == 12

@@ -67,7 +67,12 @@ def thread_cpu(pid: int) -> dict[str, float]:
 
 
 def tree_thread_cpu(root: int) -> dict[int, dict]:
-    return {pid: {"title": process_title(pid), "threads": thread_cpu(pid)} for pid in process_tree(root)}
+    out = {}
+    for pid in process_tree(root):
+        st = _stat(pid)  # after the name: [7] minflt, [12] stime (ticks)
+        out[pid] = {"title": process_title(pid), "threads": thread_cpu(pid),
+                    "faults": int(st[7]) if st else 0, "sys_s": int(st[12]) / _TICK if st else 0.0}
+    return out
 
 
 def _start_time(pid: int) -> int:
@@ -85,6 +90,8 @@ def cpu_delta(before: dict[int, dict], after: dict[int, dict]) -> list[dict]:
         total = round(sum(threads.values()), 3)
         if total > 0:
             rows.append({"pid": pid, "title": a["title"][:60], "cpu_s": total,
+                         "sys_s": round(a.get("sys_s", 0.0) - b.get("sys_s", 0.0), 3),
+                         "faults": a.get("faults", 0) - b.get("faults", 0),
                          "threads": dict(sorted(threads.items(), key=lambda kv: -kv[1]))})
     return sorted(rows, key=lambda r: -r["cpu_s"])
 
@@ -191,11 +198,12 @@ def print_phase(doc: dict) -> None:
     print(f"\n### {doc['phase']}: {r.get('mb_s', 0):.1f} MB/s, {r.get('records_s', 0):.0f} records/s{latency} "
           f"(client window {doc['window_s']} s){'' if r.get('ok') else '  FAILED: ' + str(r.get('error'))[:200]}")
     print("\nBroker CPU in the window (seconds; threads by name):\n")
-    print("| process | CPU s | % of window | top threads |")
-    print("|---|---|---|---|")
+    print("| process | CPU s | % of window | of it kernel s | page faults | top threads |")
+    print("|---|---|---|---|---|---|")
     for row in doc["cpu"][:8]:
         threads = ", ".join(f"{n} {s:.2f}" for n, s in list(row["threads"].items())[:4])
-        print(f"| {row['title']} | {row['cpu_s']:.2f} | {100 * row['cpu_s'] / doc['window_s']:.0f}% | {threads} |")
+        print(f"| {row['title']} | {row['cpu_s']:.2f} | {100 * row['cpu_s'] / doc['window_s']:.0f}% "
+              f"| {row.get('sys_s', 0):.2f} | {row.get('faults', 0)} | {threads} |")
     for label, s in doc["stacks"].items():
         print(f"\npy-spy, {label} (pid {s['pid']}, {s['samples']} samples of running Python):\n")
         print("| self % | function | | inclusive % | function |")

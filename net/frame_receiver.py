@@ -77,7 +77,7 @@ class FrameReceiver(FlowControlMixin, asyncio.BufferedProtocol):
                 # Complete: until the reader takes it there is nowhere to
                 # put more bytes (get_buffer must not return an empty buffer).
                 self._pause()
-                self._wake()
+            self._wake()  # also on progress: the reader's inactivity timer starts again
             return
         self._end += nbytes
         self._wake()
@@ -112,8 +112,10 @@ class FrameReceiver(FlowControlMixin, asyncio.BufferedProtocol):
         self._start += 4
         return size
 
-    async def read_body(self, size: int) -> bytes | memoryview:
-        """The ``size`` bytes after the prefix (the server has checked ``size``)."""
+    async def read_body(self, size: int, timeout_s: float | None = None) -> bytes | memoryview:
+        """The ``size`` bytes after the prefix (the server has checked
+        ``size``); asyncio.TimeoutError when no byte of it arrives for
+        ``timeout_s``."""
         have = self._end - self._start
         if have >= size:
             frame = bytes(self._staging_view[self._start:self._start + size])
@@ -124,7 +126,7 @@ class FrameReceiver(FlowControlMixin, asyncio.BufferedProtocol):
             while self._end - self._start < size:
                 if self._end == len(self._staging):
                     self._compact()
-                await self._wait_for_data(None)
+                await self._wait_for_data(timeout_s)
             frame = bytes(self._staging_view[self._start:self._start + size])
             self._start += size
             self._resume()
@@ -136,7 +138,7 @@ class FrameReceiver(FlowControlMixin, asyncio.BufferedProtocol):
         try:
             self._resume()
             while self._body_filled < size:
-                await self._wait_for_data(None)
+                await self._wait_for_data(timeout_s)
         finally:
             self._body = self._body_view = None
         # Read-only, as a received frame is: kio's decoders refuse writable buffers.

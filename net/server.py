@@ -204,7 +204,12 @@ class KafkaServer:
                 await self._queue_space.wait()
             self.queued_bytes += size
             try:
-                frame = await reader.read_body(size)
+                frame = await reader.read_body(size, limits.idle_timeout_s)
+            except asyncio.TimeoutError:
+                self._release(size)
+                log.info("closing connection from %s: no byte of a %d-byte request for %.0f s",
+                         conn.peer, size, limits.idle_timeout_s)
+                return
             except BaseException:
                 self._release(size)
                 raise

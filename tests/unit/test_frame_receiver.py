@@ -228,3 +228,20 @@ def test_over_a_real_socket_with_a_mix_of_sizes():
         assert [bytes(f) for f in frames] == expected
 
     asyncio.run(run())
+
+
+def test_read_body_times_out_only_without_progress():
+    async def run():
+        r, _ = make_receiver(staging=16)
+        deliver(r, framed(b"z" * 100)[:10])
+        size = await r.read_size(1)
+        task = asyncio.ensure_future(r.read_body(size, timeout_s=0.2))
+        wire = framed(b"z" * 100)[10:]
+        for i in range(0, 60, 10):  # a slow sender: 10 bytes every 0.1 s, 0.6 s in all
+            await asyncio.sleep(0.1)
+            deliver(r, wire[i:i + 10])
+        assert not task.done()
+        with pytest.raises(asyncio.TimeoutError):  # then nothing for longer than the timeout
+            await asyncio.wait_for(task, 2)
+
+    asyncio.run(run())

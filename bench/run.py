@@ -352,23 +352,10 @@ def size_label(nbytes: int) -> str:
     return f"{nbytes // 1024}KiB" if nbytes % 1024 == 0 else f"{nbytes}B"
 
 
-# The client processes' glibc keeps up to 128 MiB of freed memory for reuse
-# instead of returning every large buffer to the kernel at once. librdkafka
-# allocates a fresh buffer per fetch response and per decompressed batch;
-# with glibc's defaults each lands on new pages, and on this VM the page
-# faults took 63-72% of the consumer's core (bench/PROFILE.md, session 7):
-# the consume rows measured the client's allocator, not the brokers. The
-# same environment for every target; brokers are not started with it.
-# --client-default-malloc turns it off.
-CLIENT_MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(128 << 20)}
-client_malloc_env = True
-
-
 def start_client(cmd: list[str], err_log: Path) -> subprocess.Popen:
-    env = {**os.environ, **CLIENT_MALLOC_ENV} if client_malloc_env else None
     with open(err_log, "w") as err:
         p = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=err,
-                             stdin=subprocess.DEVNULL, start_new_session=True, env=env)
+                             stdin=subprocess.DEVNULL, start_new_session=True)
     _children.add(p)
     return p
 
@@ -1315,9 +1302,6 @@ def parse_args(argv=None):
                          "most this long; the client process is killed 60 s later")
     ap.add_argument("--idle-timeout", type=float, default=30.0,
                     help="consume gives up (FAIL) after this long without a record")
-    ap.add_argument("--client-default-malloc", action="store_true",
-                    help="run the client processes with glibc's default malloc settings instead of "
-                         "CLIENT_MALLOC_ENV (see start_client)")
     ap.add_argument("--output", type=Path, help="JSON result path (default bench/results/<ts>.json)")
     a = ap.parse_args(argv)
     a.targets = [t.strip() for t in a.targets.split(",") if t.strip()]
@@ -1367,13 +1351,9 @@ def main(argv=None) -> int:
     signal.signal(signal.SIGHUP, _on_sigterm)
     machine = machine_info()
     run_id = time.strftime("%Y%m%d-%H%M%S")
-    global client_malloc_env
-    client_malloc_env = not a.client_default_malloc
     print(f"raykafka bench {run_id}: targets={','.join(a.targets)}; "
           f"{machine['cpus']} cores ({machine['cpus_usable']} usable) shared by "
-          f"client and broker; client malloc: "
-          f"{' '.join(f'{k}={v}' for k, v in CLIENT_MALLOC_ENV.items()) if client_malloc_env else 'glibc defaults'}",
-          flush=True)
+          f"client and broker", flush=True)
     load = os.getloadavg()
     machine["loadavg_at_start"] = [round(x, 2) for x in load]
     if load[0] > 0.5:

@@ -530,18 +530,3 @@ def test_fetch_totals_sum_the_real_brokers_of_a_statistics_document():
     assert fetch_totals(json.dumps(doc)) == {"fetch_requests": 10, "responses": 16,
                                              "rx_bytes": 10_000_000, "partial_message_sets": 1}
     assert fetch_totals(None) is None
-
-
-# ------------------------------------------------------------------ client processes
-@pytest.mark.parametrize("tuned", [True, False])
-def test_client_processes_get_the_malloc_settings_unless_turned_off(tmp_path, monkeypatch, tuned):
-    import bench.run as run
-
-    monkeypatch.setattr(run, "client_malloc_env", tuned)
-    keys = sorted(run.CLIENT_MALLOC_ENV)
-    for k in keys:
-        monkeypatch.delenv(k, raising=False)
-    code = f"import json, os; print(json.dumps({{k: os.environ.get(k) for k in {keys!r}}}))"
-    p = run.start_client([sys.executable, "-c", code], tmp_path / "err")
-    seen = run.finish_client(p, tmp_path / "err", 30, "env")
-    assert seen == (run.CLIENT_MALLOC_ENV if tuned else {k: None for k in keys})

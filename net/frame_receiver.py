@@ -148,7 +148,9 @@ class FrameReceiver(FlowControlMixin, asyncio.BufferedProtocol):
     def _compact(self) -> None:
         unread = self._end - self._start
         if self._start:
-            self._staging[:unread] = self._staging_view[self._start:self._end]
+            # Through a copy: a slice assignment from a view of the same
+            # buffer is a memcpy of overlapping bytes.
+            self._staging[:unread] = bytes(self._staging_view[self._start:self._end])
             self._start, self._end = 0, unread
 
     def _pause(self) -> None:

@@ -245,3 +245,38 @@ def test_read_body_times_out_only_without_progress():
             await asyncio.wait_for(task, 2)
 
     asyncio.run(run())
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_random_frames_in_random_chunks_come_out_intact(seed):
+    """Frames that straddle the staging buffer's end (compaction), fill it,
+    or exceed it, fed in chunks of any size while the reader drains."""
+    import random
+
+    rnd = random.Random(seed)
+
+    async def run():
+        r, t = make_receiver(staging=256)
+        bodies = [rnd.randbytes(rnd.choice([0, 1, 3, 100, 250, 252, 256, 257, 700, 3000])) for _ in range(200)]
+        wire = b"".join(framed(b) for b in bodies)
+        got = []
+
+        async def reader():
+            for _ in bodies:
+                got.append(bytes(await read_frame(r)))
+
+        task = asyncio.ensure_future(reader())
+        pos = 0
+        while pos < len(wire):
+            await asyncio.sleep(0)
+            if t.paused:
+                continue
+            buf = r.get_buffer(-1)
+            n = min(len(buf), len(wire) - pos, rnd.randint(1, 600))
+            buf[:n] = wire[pos:pos + n]
+            r.buffer_updated(n)
+            pos += n
+        await asyncio.wait_for(task, 5)
+        assert got == bodies
+
+    asyncio.run(run())

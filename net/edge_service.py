@@ -507,7 +507,8 @@ class EdgeService:
         self._fds.clear()
 
     # ---- dispatch ------------------------------------------------------------------------
-    def dispatch(self, conn: Connection, api_key: int, api_version: int, correlation_id: int, frame: bytes | memoryview):
+    def dispatch(self, conn: Connection, api_key: int, api_version: int, correlation_id: int,
+                 frame: bytes | memoryview):
         """Called in arrival order; returns an awaitable of the encoded response."""
         handler = self.handlers.get(api_key)
         if handler is None:

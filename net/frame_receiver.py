@@ -44,10 +44,11 @@ class FrameReceiver(FlowControlMixin, asyncio.BufferedProtocol):
         self._staging_view = memoryview(self._staging)
         self._start = 0  # unread bytes are _staging[_start:_end]
         self._end = 0
-        self._body: bytearray | None = None  # a large frame being received into its own buffer
-        self._body_view: memoryview | None = None
+        self._body: memoryview | None = None  # a large frame being received into its own buffer
         self._body_filled = 0
         self._waiter: asyncio.Future | None = None
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self._last_data = 0.0  # loop time of the last bytes received (for the inactivity timeout)
         self._eof = False
         self._error: BaseException | None = None
         self._reading_paused = False
@@ -65,19 +66,21 @@ class FrameReceiver(FlowControlMixin, asyncio.BufferedProtocol):
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._body is not None:
-            return self._body_view[self._body_filled:]
+            return self._body[self._body_filled:]
         if self._end == len(self._staging):
             self._compact()
         return self._staging_view[self._end:]
 
     def buffer_updated(self, nbytes: int) -> None:
+        self._last_data = self._loop.time()
         if self._body is not None:
+            # The reader wakes once, when the frame is complete; until it takes
+            # it there is nowhere to put more bytes (get_buffer must not
+            # return an empty buffer).
             self._body_filled += nbytes
             if self._body_filled == len(self._body):
-                # Complete: until the reader takes it there is nowhere to
-                # put more bytes (get_buffer must not return an empty buffer).
                 self._pause()
-            self._wake()  # also on progress: the reader's inactivity timer starts again
+                self._wake()
             return
         self._end += nbytes
         self._wake()
@@ -116,12 +119,6 @@ class FrameReceiver(FlowControlMixin, asyncio.BufferedProtocol):
         """The ``size`` bytes after the prefix (the server has checked
         ``size``); asyncio.TimeoutError when no byte of it arrives for
         ``timeout_s``."""
-        have = self._end - self._start
-        if have >= size:
-            frame = bytes(self._staging_view[self._start:self._start + size])
-            self._start += size
-            self._resume()
-            return frame
         if size <= len(self._staging):
             while self._end - self._start < size:
                 if self._end == len(self._staging):
@@ -131,16 +128,17 @@ class FrameReceiver(FlowControlMixin, asyncio.BufferedProtocol):
             self._start += size
             self._resume()
             return frame
+        have = self._end - self._start
         body = bytearray(size)
         body[:have] = self._staging_view[self._start:self._end]
         self._start = self._end = 0
-        self._body, self._body_view, self._body_filled = body, memoryview(body), have
+        self._body, self._body_filled = memoryview(body), have
         try:
             self._resume()
             while self._body_filled < size:
                 await self._wait_for_data(timeout_s)
         finally:
-            self._body = self._body_view = None
+            self._body = None
         # Read-only, as a received frame is: kio's decoders refuse writable buffers.
         return memoryview(body).toreadonly()
 
@@ -177,17 +175,26 @@ class FrameReceiver(FlowControlMixin, asyncio.BufferedProtocol):
         if self._end == len(self._staging) and self._start == 0 and self._body is None:
             raise RuntimeError("frame receiver: staging buffer full while waiting for more")
         self._resume()
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         self._waiter = waiter = loop.create_future()
-        timer = loop.call_later(timeout_s, _time_out, waiter) if timeout_s is not None else None
+        if timeout_s is not None:
+            self._last_data = loop.time()
+            self._idle_timer = loop.call_later(timeout_s, self._check_idle, waiter, timeout_s)
         try:
             await waiter
         finally:
             self._waiter = None
-            if timer is not None:
-                timer.cancel()
+            if self._idle_timer is not None:
+                self._idle_timer.cancel()
+                self._idle_timer = None
 
-
-def _time_out(waiter: asyncio.Future) -> None:
-    if not waiter.done():
-        waiter.set_exception(asyncio.TimeoutError())
+    def _check_idle(self, waiter: asyncio.Future, timeout_s: float) -> None:
+        """TimeoutError for the waiter after ``timeout_s`` without a byte;
+        bytes that did not complete what it waits for only move the deadline."""
+        if waiter.done():
+            return
+        idle = self._loop.time() - self._last_data
+        if idle >= timeout_s:
+            waiter.set_exception(asyncio.TimeoutError())
+        else:
+            self._idle_timer = self._loop.call_later(timeout_s - idle, self._check_idle, waiter, timeout_s)

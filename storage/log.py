@@ -514,8 +514,8 @@ class Log:
                 first = self._next_offset
                 stamped = stamp_client_batches(buf, first, leader_epoch, cfg.max_message_bytes, target)
                 if stamped is not None:
-                    last, batches, max_ts, off_max = stamped
-                    self._append_stamped(view, first, last, batches, max_ts, off_max, leader_epoch, now_ms)
+                    last, batches, max_ts, off_max, layout = stamped
+                    self._append_stamped(view, first, last, batches, max_ts, off_max, leader_epoch, now_ms, layout)
                     return AppendInfo(first, last, max_ts, off_max, batches, total, -1)
         headers = validate_batches(view, cfg.max_message_bytes, from_client=from_client)
         if cfg.compacted or (
@@ -556,13 +556,22 @@ class Log:
         return AppendInfo(first, last, max_ts, off_max, len(headers), total, append_time)
 
     def _append_stamped(
-        self, view, first: int, last: int, batches: int, max_ts: int, off_max: int, leader_epoch: int, now_ms: int
+        self,
+        view,
+        first: int,
+        last: int,
+        batches: int,
+        max_ts: int,
+        off_max: int,
+        leader_epoch: int,
+        now_ms: int,
+        layout=None,
     ) -> None:
         """Write batches whose offsets ``first..last`` are stamped; under the lock."""
         seg = self._maybe_roll(len(view), batches, max_ts, last, first, now_ms)
         if leader_epoch >= 0 and leader_epoch != self.leader_epoch_cache.latest_epoch:
             self.leader_epoch_cache.assign(leader_epoch, first)
-        seg.append(last, max_ts, off_max, view)
+        seg.append(last, max_ts, off_max, view, layout)
         assert last >= first == self._next_offset, (first, last, self._next_offset)
         self._next_offset = last + 1
         self._maybe_flush(now_ms)

@@ -29,6 +29,7 @@ from storage.record_batch import (
     LOG_OVERHEAD,
     MAX_RELATIVE_OFFSET,
     MIN_BATCH_LENGTH,
+    batch_layout,
 )
 from storage import records as _records
 
@@ -323,11 +324,12 @@ class LogSegment:
 
     # ----------------------------------------------------------------- write
 
-    def append(self, largest_offset: int, max_timestamp: int, offset_of_max_ts: int, buf) -> None:
+    def append(self, largest_offset: int, max_timestamp: int, offset_of_max_ts: int, buf, layout=None) -> None:
         """Append validated batches (offsets assigned) at the end of the file.
 
         ``largest_offset`` is the last offset in ``buf``; ``max_timestamp`` and
         ``offset_of_max_ts`` summarise its batches' max timestamps.
+        ``layout``, when the caller has it, is ``batch_layout(buf)``.
         """
         n = len(buf)
         if n == 0:
@@ -372,23 +374,19 @@ class LogSegment:
             index_offsets: list[int] = []
             index_positions: list[int] = []
             time_entries: list[tuple[int, int]] = []
-            unpack = HEADER.unpack_from
-            p = 0
-            while p < n:
-                h = unpack(view, p)
-                last = h[0] + h[6]
-                if h[8] > max_ts:
-                    max_ts, off_max = h[8], last
+            p = start
+            for size, last, ts in batch_layout(view) if layout is None else layout:
+                if ts > max_ts:
+                    max_ts, off_max = ts, last
                 if since > interval and index_room > 0:
                     index_offsets.append(last)
-                    index_positions.append(start + p)
+                    index_positions.append(p)
                     index_room -= 1
                     if time_room > 0 and max_ts > last_indexed_ts:
                         time_entries.append((max_ts, off_max))
                         last_indexed_ts = max_ts
                         time_room -= 1
                     since = 0
-                size = h[1] + LOG_OVERHEAD
                 since += size
                 p += size
             self._bytes_since_index = since

@@ -10,7 +10,7 @@ import pytest
 
 from storage.errors import CORRUPT_MESSAGE, INVALID_RECORD, MESSAGE_TOO_LARGE, InvalidRecordsError
 from storage.log import Log, LogConfig
-from storage.record_batch import StampedBatches, assign_offsets, stamp_client_batches, validate_batches
+from storage.record_batch import StampedBatches, assign_offsets, batch_layout, stamp_client_batches, validate_batches
 from storage.records import SimpleRecord, build_batch
 from tests.unit.test_storage_record_batch import rewrite_crc
 
@@ -48,7 +48,12 @@ def test_stamps_exactly_as_validate_then_assign(base, epoch):
         nxt += h.last_offset_delta + 1
         if h.max_timestamp > max_ts:
             max_ts, off_max = h.max_timestamp, nxt - 1
-    assert stamped == StampedBatches(last, len(headers), max_ts, off_max)
+    assert stamped == StampedBatches(last, len(headers), max_ts, off_max, batch_layout(exact))
+    # the layout the segment indexes from: each batch's size, last offset, max timestamp
+    nxt, pos = base, 0
+    for (size, batch_last, ts), h in zip(stamped.layout, headers, strict=True):
+        nxt += h.last_offset_delta + 1
+        assert (size, batch_last, ts) == (h.batch_length + 12, nxt - 1, h.max_timestamp)
     assert last == base + 3 + 1 + 5 + 2 - 1
     # the first batch holding the largest timestamp wins, as in Kafka
     assert max_ts == 9_002 and off_max == base + 3

@@ -23,8 +23,8 @@ import logging
 from typing import Hashable
 
 import ray
-from kio.schema.errors import ErrorCode
 
+from core import error_codes
 from core.local_calls import LocalCallServer
 from core.naming import replica_actor_name
 from delayed import AsyncTimerDriver, DelayedOperation, DelayedOperationPurgatory, SystemTimer
@@ -73,18 +73,18 @@ class DelayedProduce(DelayedOperation):
             if state is None:
                 continue
             if not state.is_leader:
-                self.status[key] = int(ErrorCode.not_leader_or_follower)
+                self.status[key] = error_codes.NOT_LEADER_OR_FOLLOWER
             elif state.high_watermark >= offset:
                 # Kafka's checkEnoughReplicasReachOffset.
                 self.status[key] = 0 if state.isr_size >= state.min_insync_replicas \
-                    else int(ErrorCode.not_enough_replicas_after_append)
+                    else error_codes.NOT_ENOUGH_REPLICAS_AFTER_APPEND
         if len(self.status) == len(self.required):
             return self.force_complete()
         return False
 
     def on_expiration(self) -> None:
         for key in self.required:
-            self.status.setdefault(key, int(ErrorCode.request_timed_out))
+            self.status.setdefault(key, error_codes.REQUEST_TIMED_OUT)
 
     def on_complete(self) -> None:
         if not self.future.done():

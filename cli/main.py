@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from core.config import BrokerConfig, ConfigError, load_properties_file
+from core.worker_setup import BROKER_RUNTIME_ENV
 
 log = logging.getLogger("raykafka")
 
@@ -51,6 +52,10 @@ def ray_system_config() -> dict:
         # Notice a dead node in ~1.5 s rather than ~15 s.
         "health_check_period_ms": 500, "health_check_failure_threshold": 3, "health_check_timeout_ms": 1000,
         "max_direct_call_object_size": MAX_INLINE_REPLY_BYTES,
+        # Ray starts a worker per CPU for the first driver, with no runtime
+        # environment; the broker's actors need its own (BROKER_RUNTIME_ENV),
+        # so those workers would only sit idle (~44 MiB each).
+        "prestart_worker_first_driver": False,
     }
 
 
@@ -278,7 +283,8 @@ class BrokerProcess:
 
         namespace = self.config["raykafka.namespace"]
         if self.args.ray_address:
-            ray.init(address=self.args.ray_address, namespace=namespace, logging_level=logging.WARNING)
+            ray.init(address=self.args.ray_address, namespace=namespace, logging_level=logging.WARNING,
+                     runtime_env=BROKER_RUNTIME_ENV)
             self._install_signal_handlers()
             return [ray.get_runtime_context().get_node_id()]
         # Unix socket paths must stay under ~107 bytes: keep Ray's dir short.
@@ -288,7 +294,7 @@ class BrokerProcess:
         if count == 1:
             ray.init(namespace=namespace, include_dashboard=self.args.dashboard, _temp_dir=self.ray_temp_dir,
                      logging_level=logging.WARNING, num_cpus=cpus, object_store_memory=512 * 1024 * 1024,
-                     _system_config=system_config)
+                     _system_config=system_config, runtime_env=BROKER_RUNTIME_ENV)
             node_ids = [ray.get_runtime_context().get_node_id()]
         else:
             from ray.cluster_utils import Cluster
@@ -309,7 +315,8 @@ class BrokerProcess:
                 "object_store_memory": 256 * 1024 * 1024, "_system_config": system_config})
             for i in range(1, count):
                 self.cluster.add_node(num_cpus=cpus, object_store_memory=256 * 1024 * 1024, **labels(i))
-            ray.init(address=self.cluster.address, namespace=namespace, logging_level=logging.WARNING)
+            ray.init(address=self.cluster.address, namespace=namespace, logging_level=logging.WARNING,
+                     runtime_env=BROKER_RUNTIME_ENV)
             node_ids = [n.node_id for n in self.cluster.list_all_nodes()]
             self._raylet_pids = [_raylet_pid(n) for n in self.cluster.list_all_nodes()]
         self.started_ray = True

@@ -65,3 +65,18 @@ def test_produce_and_consume_go_over_the_direct_channel(broker, topic_name):
     # channel was up went through Ray.
     print(f"edge -> replica calls: {local} direct, {through_ray} through Ray")
     assert local >= 10 and local > 3 * through_ray, (local, through_ray)
+
+
+def test_broker_workers_do_not_load_pyarrow_or_pydantic(broker):
+    """Ray would import both into every worker to register serializers when
+    they are installed (they are in the test venv, for Spark); the broker's
+    job keeps them out (core/worker_setup.py). Checked on the edge's process:
+    what it has mapped."""
+    import pyarrow  # noqa: F401  (installed here, so the check means something)
+    import pydantic  # noqa: F401
+
+    pid = edge_stats(broker)["pid"]
+    with open(f"/proc/{pid}/maps") as f:
+        mapped = f.read()
+    assert "/pyarrow/" not in mapped and "/pydantic_core/" not in mapped
+    assert "/ray/" in mapped  # the right process: a Ray worker

@@ -26,9 +26,11 @@ def test_storage_error_codes_equal_kafkas():
 
 
 def test_replica_modules_do_not_import_kio():
+    """A replica process imports its own module and, when it looks the node's
+    purgatory up (ray.get_actor loads the actor's class), the purgatory's."""
     import subprocess
     import sys
-    code = ("import sys; import actors.partition_leader; "
+    code = ("import sys; import actors.partition_leader, actors.purgatory; "
             "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('kio', 'hypothesis', 'kazoo')); "
             "print(bad); sys.exit(1 if bad else 0)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -29,4 +29,4 @@ def keep_workers_lean() -> None:
 
 
 # The broker job's runtime environment (every ray.init of cli/main.py).
-BROKER_RUNTIME_ENV = {"worker_process_setup_hook": f"{__name__}.{keep_workers_lean.__name__}"}
+BROKER_RUNTIME_ENV = {"worker_process_setup_hook": "core.worker_setup.keep_workers_lean"}

@@ -409,16 +409,7 @@ def batch_layout(buf) -> list[tuple[int, int, int]]:
     """``(size in bytes, last offset, max timestamp)`` of each batch of
     trusted, already validated and stamped bytes, in order (what
     ``stamp_client_batches`` returns as ``layout``)."""
-    unpack = HEADER.unpack_from
-    end = len(buf)
-    out = []
-    pos = 0
-    while pos + HEADER_SIZE <= end:
-        h = unpack(buf, pos)
-        size = h[1] + LOG_OVERHEAD
-        out.append((size, h[0] + h[6], h[8]))
-        pos += size
-    return out
+    return [(h[1] + LOG_OVERHEAD, h[0] + h[6], h[8]) for _, h in iter_headers(buf)]
 
 
 def iter_headers(buf, pos: int = 0, end: int | None = None):

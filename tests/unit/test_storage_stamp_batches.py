@@ -50,7 +50,7 @@ def test_stamps_exactly_as_validate_then_assign(base, epoch):
             max_ts, off_max = h.max_timestamp, nxt - 1
     assert stamped == StampedBatches(last, len(headers), max_ts, off_max, batch_layout(exact))
     # the layout the segment indexes from: each batch's size, last offset, max timestamp
-    nxt, pos = base, 0
+    nxt = base
     for (size, batch_last, ts), h in zip(stamped.layout, headers, strict=True):
         nxt += h.last_offset_delta + 1
         assert (size, batch_last, ts) == (h.batch_length + 12, nxt - 1, h.max_timestamp)

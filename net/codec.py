@@ -13,6 +13,8 @@ from typing import Any
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 
+from net.request_bounds import RequestOutOfBounds, check_request
+
 _HEAD = struct.Struct(">hhi")  # api_key, api_version, correlation_id
 _SIZE = struct.Struct(">i")
 
@@ -48,9 +50,18 @@ def _writer(schema):
 
 
 def decode_request(api_key: int, api_version: int, frame: bytes | memoryview) -> tuple[Any, Any]:
-    """Return (header, body) decoded with kio; raise MalformedRequest on bad bytes."""
+    """Return (header, body) decoded with kio; raise MalformedRequest on bad bytes.
+
+    Every count and length is checked against the frame first
+    (net/request_bounds.py): kio's native reader would allocate whatever a
+    lying count asks for and abort the process.
+    """
     schema = request_schema(api_key, api_version)
     header_schema = schema.__header_schema__
+    try:
+        check_request(header_schema, schema, frame)
+    except RequestOutOfBounds as exc:
+        raise MalformedRequest(f"api {api_key} v{api_version}: {exc}") from None
     try:
         header, used = _reader(header_schema)(frame, 0)
         body, body_used = _reader(schema)(frame, used)

@@ -51,6 +51,12 @@ DYNAMIC_BROKER_CONFIGS = ("leader.replication.throttled.rate", "follower.replica
 TOPIC_DELETION_RETRY_BACKOFF_S = 2.0
 # Bound on the event queue: edge requests beyond it are refused, not buffered forever.
 MAX_QUEUED_EVENTS = 10_000
+# Wall time a node needs to start one replica actor process, on top of the call
+# timeout when a LeaderAndIsr creates replicas: the raylet starts worker
+# processes a few at a time (as many as the node has cores), each ~0.55-0.75
+# CPU-s (bench/creation.py, README "Capacity"), so a 100-partition topic on a
+# 2-core node needs ~40-75 s, past the 30 s call timeout.
+ACTOR_START_BUDGET_S = 1.0
 
 
 class ControllerService(PartitionOperations):
@@ -381,6 +387,7 @@ class ControllerService(PartitionOperations):
         """Batched: all calls issued at once, awaited together. Brokers in `exclude` get none."""
         ctx = self.ctx
         calls = []
+        starting: dict[int, int] = {}  # broker -> replica actors this LeaderAndIsr creates
         for topic, p in partitions:
             state = ctx.states.get((topic, p))
             if state is None:
@@ -389,6 +396,8 @@ class ControllerService(PartitionOperations):
             for broker_id in replicas:
                 if broker_id not in ctx.brokers or broker_id in exclude:
                     continue
+                if (topic, p, broker_id) not in self.replica_handles:
+                    starting[broker_id] = starting.get(broker_id, 0) + 1
                 handle = self._replica(topic, p, broker_id)
                 if broker_id == state.leader:
                     ref = handle.become_leader.remote(ctx.epoch, state.leader_epoch, state.isr, replicas,
@@ -398,18 +407,23 @@ class ControllerService(PartitionOperations):
                     ref = handle.become_follower.remote(ctx.epoch, state.leader, state.leader_epoch,
                                                         state.isr, replicas, leader)
                 calls.append(((topic, p, broker_id), ref))
-        await self._await_all(calls, "LeaderAndIsr")
+        # Every node starts its new actors in parallel with the others, its own a few at a time.
+        await self._await_all(calls, "LeaderAndIsr", self.call_timeout_s
+                              + ACTOR_START_BUDGET_S * max(starting.values(), default=0))
         # Group coordinators move with the leaders of __consumer_offsets partitions.
         await sync_group_coordinators(self, partitions)
 
-    async def _await_all(self, calls, what: str) -> None:
+    async def _await_all(self, calls, what: str, timeout_s: float | None = None) -> None:
         if not calls:
             return
+        timeout_s = self.call_timeout_s if timeout_s is None else timeout_s
         results = await asyncio.gather(
-            *(asyncio.wait_for(ref, self.call_timeout_s) for _, ref in calls), return_exceptions=True)
+            *(asyncio.wait_for(ref, timeout_s) for _, ref in calls), return_exceptions=True)
         for (target, _), result in zip(calls, results):
             if isinstance(result, Exception):
-                log.error("%s to %s failed: %s", what, target, str(result).splitlines()[0][:300])
+                # A timeout's str() is empty: name its type instead of failing the whole event.
+                log.error("%s to %s failed: %s", what, target,
+                          (str(result).splitlines() or [type(result).__name__])[0][:300])
                 # A dead replica actor is recreated on the next LeaderAndIsr.
                 self.replica_handles.pop(target, None)
             elif isinstance(result, int) and result != 0:
@@ -591,13 +605,16 @@ class ControllerService(PartitionOperations):
         ctx = self.ctx
         results, created = [], []
         existing = set(ctx.topics) | set(ctx.topics_being_deleted)
+        capacity = self._node_capacity()  # raykafka.replicas.per.node.max: checked before any write
         for spec in specs:
             try:
                 plan = plan_topic(spec, self.config, ctx.live_broker_ids, existing,
-                                  racks={b: info.rack for b, info in ctx.brokers.items()})
+                                  racks={b: info.rack for b, info in ctx.brokers.items()},
+                                  capacity=capacity, internal=spec["name"].startswith("__"))
             except TopicSpecError as exc:
                 results.append(_error(spec["name"], int(exc.error), str(exc)))
                 continue
+            capacity.add(plan.assignment)  # later topics of this request (validate_only too) count it
             topic_id = new_zk_topic_id()
             if not validate_only:
                 try:
@@ -889,7 +906,8 @@ class ControllerService(PartitionOperations):
                                 "entries": describe_topic_config_entries(topic.configs, self.config)})
                 elif resource_type in (4, 8):  # BROKER, BROKER_LOGGER
                     out.append({"name": name, "error_code": 0, "error_message": None,
-                                "entries": describe_broker_config_entries(self.config) if resource_type == 4 else []})
+                                "entries": describe_broker_config_entries(self._described_broker_config(name))
+                                if resource_type == 4 else []})
                 else:
                     out.append(_error(name, 42, f"Unsupported resource type {resource_type}"))  # INVALID_REQUEST
             return out
@@ -909,7 +927,8 @@ class ControllerService(PartitionOperations):
 
 def _broker_state(broker_id: int, info: dict) -> BrokerState:
     return BrokerState(broker_id=broker_id, host=info.get("host"), port=info.get("port"), rack=info.get("rack"),
-                       ray_node_id=info.get("ray_node_id"), log_dirs=list(info.get("log_dirs") or []))
+                       ray_node_id=info.get("ray_node_id"), log_dirs=list(info.get("log_dirs") or []),
+                       replicas_max=info.get("replicas_max"))
 
 
 def _error(name: str, code: int, message: str) -> dict:

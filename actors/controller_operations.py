@@ -29,7 +29,8 @@ from cluster.leader_imbalance import imbalance_ratios, imbalanced_partitions
 from cluster.partition_state_machine import PartitionStateName as PS
 from cluster.reassignment import ReassignmentError, ReplicaAssignment, build_reassignment
 from cluster.replica_state_machine import ReplicaState as RS
-from cluster.topic_admin import TopicSpecError, assign_replicas, assign_replicas_rack_aware
+from cluster.capacity import NodeCapacity, internal_topic_reserve, replicas_per_broker
+from cluster.topic_admin import TopicSpecError, assign_within_capacity, check_capacity
 
 log = logging.getLogger("raykafka.controller")
 
@@ -52,13 +53,17 @@ class PartitionOperations:
                 return [{"name": s["name"], "error_code": NOT_CONTROLLER,
                          "error_message": "This is not the active controller"} for s in specs]
             results, grown = [], []
+            capacity = self._node_capacity()
             for spec in specs:
                 name = spec["name"]
                 try:
-                    added = self._plan_new_partitions(spec)
+                    added = self._plan_new_partitions(spec, capacity)
                 except TopicSpecError as exc:
                     results.append({"name": name, "error_code": int(exc.error), "error_message": str(exc)})
                     continue
+                # Later topics of the same request see these replicas (validate_only too:
+                # it must answer what the real request would).
+                capacity.add(added)
                 if not validate_only:
                     try:
                         merged = self.zk.add_partitions(name, added)
@@ -79,8 +84,9 @@ class PartitionOperations:
         event.__name__ = "create_partitions"
         return await self.submit(event)
 
-    def _plan_new_partitions(self, spec: dict) -> dict[int, list[int]]:
-        """Kafka's AdminZkClient.createPartitions checks, with its messages."""
+    def _plan_new_partitions(self, spec: dict, capacity: NodeCapacity | None = None) -> dict[int, list[int]]:
+        """Kafka's AdminZkClient.createPartitions checks, with its messages; then
+        raykafka.replicas.per.node.max (POLICY_VIOLATION, the whole topic's growth)."""
         ctx = self.ctx
         name, count = spec["name"], spec["count"]
         topic = ctx.topics.get(name)
@@ -118,14 +124,50 @@ class PartitionOperations:
                                          f"Inconsistent replication factor between partitions, partition 0 has "
                                          f"{rf} while partitions [{current}] have replication factors "
                                          f"[{len(replicas)}], respectively.")
-            return {current + i: list(r) for i, r in enumerate(manual)}
+            added = {current + i: list(r) for i, r in enumerate(manual)}
+            check_capacity(added, capacity, name.startswith("__"))
+            return added
         racks = {b: info.rack for b, info in ctx.brokers.items() if info.rack}
         live = ctx.live_broker_ids
-        if racks and len(racks) == len(live):
-            fresh = assign_replicas_rack_aware(count - current, rf, racks)
-        else:
-            fresh = assign_replicas(count - current, rf, live)
+        if racks and len(racks) != len(live):
+            racks = {}
+        fresh = assign_within_capacity(count - current, rf, live, racks, capacity, name.startswith("__"))
+        check_capacity(fresh, capacity, name.startswith("__"))
         return {current + p: replicas for p, replicas in fresh.items()}
+
+    # ---- capacity: raykafka.replicas.per.node.max (issue 18) ----------------------------------------------
+    def _node_capacity(self) -> NodeCapacity:
+        """Each live broker's stated capacity (from its /brokers/ids registration)
+        and the replicas assigned to it now, topics being deleted included (their
+        actors live until deleted). Until __consumer_offsets exists, room for it
+        is kept on every broker, so user topics cannot starve consumer groups."""
+        from actors.group_coordinator import OFFSETS_TOPIC
+
+        ctx = self.ctx
+        capacity = {b: info.replicas_max for b, info in ctx.brokers.items()}
+        hosting = replicas_per_broker(t.assignment for t in ctx.topics.values())
+        reserved = {}
+        if OFFSETS_TOPIC not in ctx.topics:
+            reserved = internal_topic_reserve(ctx.brokers, self.config["offsets.topic.num.partitions"],
+                                              self.config["offsets.topic.replication.factor"])
+        return NodeCapacity(capacity, hosting, reserved, OFFSETS_TOPIC)
+
+    def _described_broker_config(self, name: str):
+        """The broker config DescribeConfigs shows for broker `name`: this
+        controller's, with that broker's own replica capacity (computed on its
+        node when not set), so admin tools see each node's limit."""
+        try:
+            info = self.ctx.brokers.get(int(name)) if self.ctx and name else None
+        except ValueError:
+            info = None
+        if info is None or info.replicas_max is None:
+            return self.config
+        from cluster.capacity import CAPACITY_KEY
+        from core.config import BrokerConfig
+
+        explicit = {k for k in self.config.as_dict() if self.config.is_explicit(k)}
+        # Keep the source honest: a computed default stays DEFAULT_CONFIG.
+        return BrokerConfig({**self.config.as_dict(), CAPACITY_KEY: info.replicas_max}, explicit)
 
     # ---- leader elections: ElectLeaders (43), /admin/preferred_replica_election, auto rebalance -----------
     async def elect_leaders(self, election_type: int, partitions: list[tuple[str, int]] | None,

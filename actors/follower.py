@@ -21,7 +21,8 @@ log = logging.getLogger("raykafka.follower")
 
 
 class FollowerRole:
-    """Mixin: requires self.partition, self.log, self.replica_config, self._wake_waiters, self._after_change."""
+    """Mixin: requires self.partition, self.log, self.replica_config, self._wake_waiters, self._after_change,
+    self._traffic, self._poke_timer."""
 
     def _init_follower(self) -> None:
         self._fetcher: asyncio.Task | None = None
@@ -55,6 +56,8 @@ class FollowerRole:
         error = self.partition.make_follower(controller_epoch, leader_id, leader_epoch, isr, replicas)
         if error:
             return error
+        self._traffic()
+        self._poke_timer()  # a follower has no ISR check
         self._stop_fetcher()
         self._after_change(True, leadership=True)  # waiters on this replica as leader must give up
         if leader_handle is not None and leader_id >= 0:
@@ -111,6 +114,8 @@ class FollowerRole:
                 await asyncio.sleep(backoff_s)
                 continue
             try:
+                if result["records"]:
+                    self._traffic()  # replicating data: normal priority (a flag unless idle)
                 p.append_as_follower(result["records"], result["high_watermark"], result["log_start_offset"])
                 throttle.record_follower(len(result["records"]))
                 caught_up = self.log.log_end_offset >= result["high_watermark"]

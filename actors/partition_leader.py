@@ -20,7 +20,11 @@ from pathlib import Path
 import ray
 
 from actors.follower import FollowerRole
+from cluster import replica_schedule as duties
 from cluster.partition import Partition
+from cluster.replica_schedule import ReplicaSchedule
+from core import idle_priority
+from core.idle_priority import IdlePriority
 from core.local_calls import LocalCallServer
 from core.local_channels import LocalChannels
 from core.naming import partition_dir_name, purgatory_actor_name
@@ -42,6 +46,13 @@ MAX_CONSUMER_WAIT_MS = 60_000
 # Bound on the consecutive reads of one read_run answer (its slices are a few
 # tuples each; the bytes stay in the segment files).
 MAX_READ_RUN = 16
+# A replica with no traffic this long is idle: its timer goes quiet and its
+# process yields the CPU to busy ones (core/idle_priority.py, issue 18).
+IDLE_AFTER_S = 10.0
+# Kafka's LogManager starts its retention check this long after startup.
+RETENTION_FIRST_CHECK_S = 30.0
+# RAYKAFKA_IDLE_PRIORITY=0 keeps idle replicas at normal priority (bench.density's A/B switch).
+IDLE_PRIORITY_ENV = "RAYKAFKA_IDLE_PRIORITY"
 
 
 def choose_log_dir(log_dirs: list[str], topic: str, partition: int) -> Path:
@@ -127,6 +138,13 @@ class ReplicaActor(FollowerRole):
         self._to_purgatory: LocalChannels | None = None
         self._cleaner = None
         self.counters = {"append_calls": 0, "append_sets": 0, "append_bytes": 0, "follower_fetches": 0}
+        # One timer for every periodic duty (cluster/replica_schedule.py).
+        self._schedule = ReplicaSchedule()
+        self._timer_wake: asyncio.Event | None = None
+        self._idle = IdlePriority(
+            self.replica_config.get("replica.idle.after.ms", IDLE_AFTER_S * 1000) / 1000,
+            enabled=os.environ.get(IDLE_PRIORITY_ENV, "1") != "0" and idle_priority.supported(),
+            on_busy=self._poke_timer)
         self._init_follower()
 
     def _io_executor(self) -> ThreadPoolExecutor:
@@ -174,46 +192,90 @@ class ReplicaActor(FollowerRole):
 
     def _ensure_background(self) -> None:
         if not self._background:
-            loop = asyncio.get_running_loop()
-            self._background = [loop.create_task(self._checkpoint_loop()), loop.create_task(self._isr_loop()),
-                                loop.create_task(self._log_maintenance_loop())]
+            self._background = [asyncio.get_running_loop().create_task(self._timer_loop())]
 
     @property
     def call_timeout_s(self) -> float:
         return self.replica_config["actor.call.timeout.ms"] / 1000
 
-    async def _checkpoint_loop(self) -> None:
-        while not self._closed:
-            await asyncio.sleep(CHECKPOINT_INTERVAL_S)
-            try:
-                await self._write_checkpoints_off_loop()
-                self.log.maybe_flush(_now_ms())
-            except Exception:
-                log.exception("checkpointing %s-%d failed", self.topic, self.partition_index)
+    def _poke_timer(self) -> None:
+        """Re-plan the timer now (leadership or config changed, traffic after an idle period)."""
+        if self._timer_wake is not None:
+            self._timer_wake.set()
 
-    async def _log_maintenance_loop(self) -> None:
-        """Kafka's LogManager and LogCleaner duties for this one log: retention,
-        delayed file deletion, compaction (in a worker thread: the log takes
-        its lock only to swap cleaned segments in)."""
-        config = self.replica_config
+    def _traffic(self) -> None:
+        # Hot path: a flag, plus a switch back to normal priority once per idle period.
+        self._idle.touch()
+
+    def _checkpoint_pending(self) -> bool:
+        if self._checkpoint_values(self.log.recovery_point) != {n: self._checkpointed.get(n)
+                                                              for n in self._checkpoints}:
+            return True
+        # A time-based flush (flush.ms) still owed to data appended before the replica went idle.
+        return self.log.config.flush_ms is not None and self.log.recovery_point < self.log.log_end_offset
+
+    def _plan(self, now: float) -> None:
+        """Which duties this replica has right now; cheap, run before every sleep."""
+        config, p, plan = self.replica_config, self.partition, self._schedule
+        # Kafka's high-watermark checkpoint: every 5 s while there is traffic;
+        # an idle replica's files are current after its last one.
+        plan.set(duties.CHECKPOINT, not self._idle.idle or self._checkpoint_pending(), CHECKPOINT_INTERVAL_S, now)
+        # Kafka's isr-expiration task; a leader with no other replica has nobody to drop.
+        plan.set(duties.ISR, p.is_leader and len(p.replicas) > 1,
+                 max(0.05, config["replica.lag.time.max.ms"] / 2000), now)
         retention_every = config["log.retention.check.interval.ms"] / 1000
+        plan.enable(duties.RETENTION, retention_every, now, first_in=min(retention_every, RETENTION_FIRST_CHECK_S))
         cleaner_every = config["log.cleaner.backoff.ms"] / 1000
-        next_retention = next_clean = time.monotonic()
-        loop = asyncio.get_running_loop()
+        if config["log.cleaner.enable"] and self.log.config.compacted:
+            plan.enable(duties.CLEAN, cleaner_every, now, first_in=min(cleaner_every, 1.0))
+        else:
+            plan.disable(duties.CLEAN)
+
+    async def _timer_loop(self) -> None:
+        """Kafka's scheduler for this one replica: checkpoints, the ISR check,
+        LogManager/LogCleaner duties (retention, delayed file deletion,
+        compaction in a worker thread: the log takes its lock only to swap
+        cleaned segments in). Sleeps until the earliest due duty."""
+        self._timer_wake = wake = asyncio.Event()
         while not self._closed:
-            await asyncio.sleep(max(0.05, min(retention_every, cleaner_every, 1.0)))
+            now = time.monotonic()
+            self._plan(now)
+            delay = min(self._schedule.next_delay(now), self._idle.next_tick_in())
+            if delay > 0:
+                try:
+                    await asyncio.wait_for(wake.wait(), None if delay == float("inf") else delay)
+                except asyncio.TimeoutError:
+                    pass
+                wake.clear()
             if self._closed:  # stopped (or deleted) while this loop slept
                 break
-            now = time.monotonic()
-            try:
-                if now >= next_retention:
-                    next_retention = now + retention_every
-                    await self.run_retention()
-                if now >= next_clean and config["log.cleaner.enable"] and self.log.config.compacted:
-                    next_clean = now + cleaner_every
-                    await loop.run_in_executor(None, self._clean_once)
-            except Exception:
-                log.exception("log maintenance of %s-%d failed", self.topic, self.partition_index)
+            was_idle = self._idle.idle
+            if self._idle.tick() and not was_idle:
+                await self._became_idle()
+            for duty in self._schedule.take_due(time.monotonic()):
+                try:
+                    await self._run_duty(duty)
+                except Exception:
+                    log.exception("%s of %s-%d failed", duty, self.topic, self.partition_index)
+
+    async def _run_duty(self, duty: str) -> None:
+        if duty == duties.CHECKPOINT:
+            if self._checkpoint_pending():  # unchanged values: no hop to the I/O thread
+                await self._write_checkpoints_off_loop()
+            self.log.maybe_flush(_now_ms())
+        elif duty == duties.ISR:
+            await self._check_isr()
+        elif duty == duties.RETENTION:
+            await self.run_retention()
+        elif duty == duties.CLEAN:
+            await asyncio.get_running_loop().run_in_executor(None, self._clean_once)
+
+    async def _became_idle(self) -> None:
+        # An idle replica keeps no ZooKeeper session (kazoo's threads and
+        # pings): the next ISR change opens one again.
+        zk, self._zk = self._zk, None
+        if zk is not None:
+            await asyncio.get_running_loop().run_in_executor(None, zk.close)
 
     async def run_retention(self) -> dict:
         """Delete segments past retention.ms / retention.bytes (never the active one,
@@ -245,12 +307,15 @@ class ReplicaActor(FollowerRole):
         """A topic config changed (AlterConfigs): applies at once, no restart."""
         self.log.config = LogConfig(**log_config)
         self.partition.min_insync_replicas = min_insync_replicas
+        self._poke_timer()  # cleanup.policy decides whether the cleaner is scheduled
 
     async def delete_records(self, offset: int, current_leader_epoch: int, timeout_ms: int = 30000):
         """DeleteRecords on the leader -> (error, low watermark). Waits (bounded)
         until every in-sync follower has moved its log start too (Kafka's
         DelayedDeleteRecords); they learn it from their next fetch."""
         from storage.errors import OffsetOutOfRangeError
+
+        self._traffic()
 
         error = self.partition.check_leader(current_leader_epoch)
         if error:
@@ -353,7 +418,8 @@ class ReplicaActor(FollowerRole):
         if self._zk is None:
             from metadata.kafka_zk import KafkaZkClient
 
-            self._zk = KafkaZkClient(self.zk_connect, session_timeout_ms=18000)
+            self._zk = KafkaZkClient(self.zk_connect, session_timeout_ms=self.replica_config.get(
+                "zookeeper.session.timeout.ms", 18000))
             self._zk.start(ensure_paths=False)
         return self._zk
 
@@ -397,22 +463,21 @@ class ReplicaActor(FollowerRole):
             self._after_change(True)
             return hw_moved
 
-    async def _isr_loop(self) -> None:
+    async def _check_isr(self) -> None:
         """Shrink the ISR of followers lagging more than replica.lag.time.max.ms."""
-        lag_ms = self.replica_config["replica.lag.time.max.ms"]
-        while not self._closed:
-            await asyncio.sleep(max(0.05, lag_ms / 2000))
-            p = self.partition
-            if not p.is_leader:
-                continue
-            lagging = p.out_of_sync_replicas(_now_ms(), lag_ms)
-            if lagging:
-                await self._alter_isr(tuple(r for r in p.isr if r not in lagging))
+        p = self.partition
+        if not p.is_leader:
+            return
+        lagging = p.out_of_sync_replicas(_now_ms(), self.replica_config["replica.lag.time.max.ms"])
+        if lagging:
+            await self._alter_isr(tuple(r for r in p.isr if r not in lagging))
 
     # ---- controller -> replica ---------------------------------------------------------------
     async def become_leader(self, controller_epoch: int, leader_epoch: int, isr: list[int],
                             replicas: list[int], zk_version: int = -1) -> int:
         self._ensure_background()
+        self._traffic()  # clients follow a new leader at once: back to normal priority
+        self._poke_timer()  # the ISR check depends on the replica set
         if controller_epoch < self.partition.controller_epoch or leader_epoch < self.partition.leader_epoch:
             # A stale request (a deposed controller, or a reordered one) changes nothing,
             # not even this replica's fetching as a follower.
@@ -430,6 +495,7 @@ class ReplicaActor(FollowerRole):
         if error:
             return error
         self._closed = True
+        self._poke_timer()
         self._close_local_calls()
         self._stop_fetcher()
         self._stop_io_thread()
@@ -450,6 +516,7 @@ class ReplicaActor(FollowerRole):
         self._close_local_calls()
         if not self._closed:
             self._closed = True
+            self._poke_timer()
             self._stop_fetcher()
             self._stop_io_thread()
             self._write_checkpoints(flush=True)
@@ -491,6 +558,7 @@ class ReplicaActor(FollowerRole):
             results = [(6, -1, -1, -1, None, -1, -1)] * len(record_sets)  # NOT_LEADER_OR_FOLLOWER
             return (results, None) if tail else results
         self._ensure_background()
+        self._traffic()
         counters = self.counters
         counters["append_calls"] += 1
         counters["append_sets"] += len(record_sets)
@@ -565,6 +633,10 @@ class ReplicaActor(FollowerRole):
         p = self.partition
         count = max(1, min(count, MAX_READ_RUN))
         result = p.read_run(fetch_offset, max_bytes, isolation_level, current_leader_epoch, count)
+        if result[4]:
+            # Data served is traffic; a consumer long-polling an idle
+            # partition is not (its answer comes on the append, which is).
+            self._traffic()
         if max_wait_ms <= 0:
             return result
         deadline = time.monotonic() + min(max_wait_ms, MAX_CONSUMER_WAIT_MS) / 1000
@@ -579,6 +651,7 @@ class ReplicaActor(FollowerRole):
             result = p.read_run(fetch_offset, max_bytes, isolation_level, current_leader_epoch, count)
 
     async def list_offsets(self, timestamp: int, isolation_level: int, current_leader_epoch: int):
+        self._traffic()
         return self.partition.list_offsets(timestamp, isolation_level, current_leader_epoch)
 
     async def offset_for_leader_epoch(self, current_leader_epoch: int, leader_epoch: int):
@@ -610,6 +683,9 @@ class ReplicaActor(FollowerRole):
             if result["expand_isr"] is not None:
                 await self._alter_isr(result["expand_isr"])
                 result["high_watermark"] = p.high_watermark
+            if result["records"] or result["expand_isr"] is not None:
+                # Replicated data is traffic; an idle follower's empty polls are not.
+                self._traffic()
             held_back = bool(result["records"]) and throttle.leader_should_hold_back(follower_in_isr)
             if held_back:
                 result["records"] = b""

@@ -41,6 +41,9 @@ class BrokerState:
     rack: str | None
     ray_node_id: str | None
     log_dirs: list[str]
+    # raykafka.replicas.per.node.max of the broker's node, as it registered it
+    # (None: a broker that states none, e.g. an older version: no limit).
+    replicas_max: int | None = None
 
 
 class ControllerContext:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import time
 from typing import Callable, Iterable
 
-from core.config import INT64_MAX, validate_throttled_replicas
+from core.throttled_replicas import INT64_MAX, validate_throttled_replicas
 
 # Kafka's ReplicationQuotaManagerConfig defaults.
 DEFAULT_WINDOW_NUM = 11

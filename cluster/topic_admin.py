@@ -10,6 +10,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from cluster.capacity import NodeCapacity, place_with_room
 from core.config import TOPIC_CONFIGS, BrokerConfig, ConfigError, validate_topic_configs
 from core.naming import topic_name_error
 
@@ -114,8 +115,14 @@ def assign_replicas_rack_aware(num_partitions: int, replication_factor: int, rac
 
 
 def plan_topic(spec: dict[str, Any], config: BrokerConfig, live_brokers: list[int],
-               existing_topics: set[str], racks: dict[int, str | None] | None = None) -> TopicPlan:
-    """Validate one CreateTopics entry; raise TopicSpecError with Kafka's code."""
+               existing_topics: set[str], racks: dict[int, str | None] | None = None,
+               capacity: NodeCapacity | None = None, internal: bool = False) -> TopicPlan:
+    """Validate one CreateTopics entry; raise TopicSpecError with Kafka's code.
+
+    With `capacity`, replicas go to brokers with room (place_with_room) and a
+    topic that would still put a broker past raykafka.replicas.per.node.max is
+    refused whole with POLICY_VIOLATION (Kafka's answer for a topic a broker
+    policy rejects), manual assignments included."""
     name = spec["name"]
     problem = topic_name_error(name)
     if problem:
@@ -168,12 +175,35 @@ def plan_topic(spec: dict[str, Any], config: BrokerConfig, live_brokers: list[in
             # Kafka's RackAwareMode.Enforced.
             raise TopicSpecError(ErrorCode.unknown_server_error,
                                  "Not all brokers have rack information for replica rack aware assignment.")
-        if known:
-            assignment = assign_replicas_rack_aware(num_partitions, replication_factor, known)
-        else:
-            assignment = assign_replicas(num_partitions, replication_factor, live_brokers)
+        assignment = assign_within_capacity(num_partitions, replication_factor, live_brokers, known, capacity,
+                                            internal)
+    check_capacity(assignment, capacity, internal)
     configs = {k: str(v) for k, v in (spec.get("configs") or {}).items()}
     return TopicPlan(name, assignment, configs)
+
+
+def assign_within_capacity(num_partitions: int, replication_factor: int, live_brokers: list[int],
+                           racks: dict[int, str], capacity: NodeCapacity | None,
+                           internal: bool = False) -> dict[int, list[int]]:
+    """Kafka's assignment (rack-aware when every broker has a rack), over the
+    brokers with room when capacities are known."""
+    def assign(n: int, rf: int, brokers: list[int]) -> dict[int, list[int]]:
+        if racks:
+            return assign_replicas_rack_aware(n, rf, {b: racks[b] for b in brokers})
+        return assign_replicas(n, rf, brokers)
+
+    if capacity is None:
+        return assign(num_partitions, replication_factor, list(live_brokers))
+    return place_with_room(num_partitions, replication_factor, list(live_brokers), capacity, assign, internal)
+
+
+def check_capacity(assignment: dict[int, list[int]], capacity: NodeCapacity | None, internal: bool = False) -> None:
+    """POLICY_VIOLATION naming the limit when `assignment` overfills a broker."""
+    if capacity is None:
+        return
+    violation = capacity.check(assignment, internal)
+    if violation is not None:
+        raise TopicSpecError(ErrorCode.policy_violation, violation.message())
 
 
 def described_configs(configs: dict[str, str], broker: BrokerConfig) -> dict[str, dict[str, Any]]:

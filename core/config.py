@@ -111,20 +111,8 @@ INT64_MAX = 2**63 - 1
 
 _COMPRESSION = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 
-_THROTTLED_REPLICA = re.compile(r"[0-9]+:[0-9]+")
-
-
-def validate_throttled_replicas(items: list[str]) -> None:
-    """Kafka's ThrottledReplicaListValidator: the literal "*" (every replica of
-    the topic) or a list of "partitionId:brokerId" entries ([] = none)."""
-    if "".join(items).strip() == "*":
-        return
-    for item in items:
-        if not _THROTTLED_REPLICA.fullmatch(item.strip()):
-            raise ValueError(
-                "must be the literal '*' or a list of replicas in the following format: "
-                "[partitionId]:[brokerId],[partitionId]:[brokerId],..."
-            )
+# The replicas import it without this module (core/throttled_replicas.py).
+from core.throttled_replicas import validate_throttled_replicas  # noqa: E402,F401
 
 
 def _defs(*items: ConfigDef) -> dict[str, ConfigDef]:
@@ -271,6 +259,15 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
               "-> purgatory: progress; edge -> group coordinator: group requests; coordinator -> "
               "offsets replica and purgatory: commits) go over a Unix socket the callee opens, instead "
               "of Ray's task path (~0.15 vs ~1.3 ms of CPU per side); false: every call through Ray"),
+    # Every replica is a process (~48 MiB PSS, ~1.1% of a core idle): a node
+    # that hosts too many stops serving (issue 18). Unset: computed at start
+    # from the node's cores and memory (cluster/capacity.py,
+    # default_replicas_per_node; 90 on a 2-core 24 GiB machine). Each broker
+    # publishes its value in /brokers/ids/<id>; the controller refuses
+    # CreateTopics/CreatePartitions/auto-creation beyond it (POLICY_VIOLATION).
+    ConfigDef("raykafka.replicas.per.node.max", "int", None,
+              "Partition replicas (Ray actors) this broker's node may host; creations beyond it are refused "
+              "with POLICY_VIOLATION. Unset: min(cores * 0.5 / 0.011, memory * 0.5 / 48 MiB)", min=1),
     ConfigDef("raykafka.edge.processes", "int", 1,
               "Edge actors (Kafka listener processes) per node; above 1 they share the listener port "
               "with SO_REUSEPORT and the kernel spreads new connections across them", min=1, max=16),

@@ -93,7 +93,12 @@ class EdgeActor:
         self.zk = KafkaZkClient(self.zk_connect, session_timeout_ms=config["zookeeper.session.timeout.ms"])
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, self.zk.start)
-        extra = {"ray_node_id": ray.get_runtime_context().get_node_id(), "log_dirs": self.log_dirs}
+        from cluster.capacity import node_capacity
+
+        extra = {"ray_node_id": ray.get_runtime_context().get_node_id(), "log_dirs": self.log_dirs,
+                 # This node's replica capacity, for the controller's placement and
+                 # refusals (issue 18); Kafka clients ignore unknown fields here.
+                 "replicas_max": node_capacity(config["raykafka.replicas.per.node.max"])}
         # broker.rack, else the Ray node's "rack" label: racks follow the machines Ray knows.
         rack = config["broker.rack"] or ray.get_runtime_context().get_node_labels().get("rack")
         await loop.run_in_executor(None, lambda: self.zk.register_broker(

@@ -26,7 +26,7 @@ from kio.schema.errors import ErrorCode
 
 from net.codec import encode_request, request_schema
 from net.request_bounds import check_request
-from storage.records import build_batch
+from storage.records import SimpleRecord, build_batch
 
 _INT_RANGES = {
     "int8": (-(2**7), 2**7 - 1), "int16": (-(2**15), 2**15 - 1), "int32": (-(2**31), 2**31 - 1),
@@ -126,10 +126,11 @@ class RequestGenerator:
 
     def records(self) -> bytes:
         rng = self.rng
-        batches = [build_batch([(rng.randbytes(rng.randint(0, 8)), rng.randbytes(rng.randint(0, 64)))
-                                for _ in range(rng.randint(1, 4))])
-                   for _ in range(rng.randint(1, 2))]
-        return b"".join(batches)
+        timestamp = 1_700_000_000_000 + rng.randrange(10**9)
+        return b"".join(
+            build_batch([SimpleRecord(key=rng.randbytes(rng.randint(0, 8)), value=rng.randbytes(rng.randint(0, 64)),
+                                      timestamp=timestamp + i) for i in range(rng.randint(1, 4))])
+            for _ in range(rng.randint(1, 2)))
 
 
 def _unwrap(field_type):

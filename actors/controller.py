@@ -486,19 +486,25 @@ class ControllerService(PartitionOperations):
             except Exception:
                 pass
             self._edge_watches.pop(broker_id, None)
-            self.enqueue(lambda: self._on_edge_died(broker_id))
+            self.enqueue(lambda: self._on_edge_died(broker_id, edge._actor_id.hex()))
 
         self._edge_watches[broker_id] = self.loop.create_task(watch())
 
-    def _on_edge_died(self, broker_id: int):
+    def _on_edge_died(self, broker_id: int, dead_edge_id: str | None = None):
         async def event():
             if not self.is_active or broker_id not in self.ctx.brokers:
                 return
             info = self.zk.get_broker(broker_id)
-            if info is not None:
+            # A replacement edge (started by the broker's supervisor) may have
+            # registered already: only the dead edge's own registration is ignored.
+            replaced = info is not None and dead_edge_id is not None and \
+                info.get("edge_actor_id") not in (None, dead_edge_id)
+            if info is not None and not replaced:
                 self._dead_registrations[broker_id] = info.get("timestamp")
             log.warning("broker %d's edge died (Ray death watch)", broker_id)
             await self._apply_broker_changes({}, [], [broker_id])
+            if replaced:
+                await self._on_broker_change()  # re-admit it under its new edge
 
         event.__name__ = f"edge_died({broker_id})"
         return event()

@@ -27,6 +27,14 @@ A thin asyncio shell over ``cluster.groups.GroupCoordinator`` (the rules):
 Every await on another actor is bounded (``raykafka.actor.call.timeout.ms``,
 ``offsets.commit.timeout.ms``).
 
+A coordinator whose process dies is restarted by Ray (unlimited restarts, on
+its node) with its state gone. Nothing tells it to load again (the controller
+sees no leadership change), so on its first call the restarted incarnation
+asks the offsets partition's replica on its node whether it leads and, if so,
+elects itself at that leader epoch and loads the log as on ``elect``;
+meanwhile, and while loading, requests get NOT_COORDINATOR or
+COORDINATOR_LOAD_IN_PROGRESS, both retriable.
+
 ``sync_group_coordinators`` and ``ensure_offsets_topic_spec`` are the
 controller's side (actors/controller.py calls them).
 """
@@ -97,9 +105,14 @@ class GroupCoordinatorActor:
         self._to_node: LocalChannels | None = None  # to this node's replica and purgatory
         self._local_calls: LocalCallServer | None = None  # for the edge, opened on first ask
         self.counters = collections.Counter()
+        # Restarted by Ray after its process died: reclaim leadership on first use.
+        self._needs_recovery = _restarted_by_ray()
+        self._recovery: Optional[asyncio.Task] = None
 
     # ---- setup (needs the running loop) ------------------------------------------------------
     def _ensure(self) -> GroupCoordinator:
+        if self._needs_recovery and self._recovery is None:
+            self._recovery = asyncio.get_running_loop().create_task(self._recover())
         if self.coordinator is None:
             from delayed import AsyncTimerDriver, SystemTimer
 
@@ -108,6 +121,32 @@ class GroupCoordinatorActor:
             self.coordinator = GroupCoordinator(timer, self._append_records, self.group_config,
                                                 partition=self.partition)
         return self.coordinator
+
+    # ---- recovery after a restart --------------------------------------------------------------
+    async def _recover(self) -> None:
+        """Serve again as the dead incarnation did, if the replica on this node
+        still leads the offsets partition (and the controller has not elected
+        or resigned this coordinator since the restart)."""
+        from core.naming import replica_actor_name
+
+        name = replica_actor_name(OFFSETS_TOPIC, self.partition, self.broker_id)
+        loop = asyncio.get_running_loop()
+        try:
+            replica = await asyncio.wait_for(
+                loop.run_in_executor(None, lambda: ray.get_actor(name, namespace=self.namespace)), self.call_timeout_s)
+            state = await asyncio.wait_for(replica.state.remote(), self.call_timeout_s)
+        except Exception as exc:  # noqa: BLE001 - no replica here (yet): the next call tries again
+            log.warning("restarted group coordinator for %s-%d: no leader replica to recover from (%s)",
+                        OFFSETS_TOPIC, self.partition, str(exc).splitlines()[0][:200] if str(exc) else repr(exc))
+            await asyncio.sleep(LOAD_RETRY_S)
+            self._recovery = None
+            return
+        self._needs_recovery = False
+        if self.leader_epoch >= 0 or not state["is_leader"]:
+            return  # the controller spoke meanwhile, or another broker leads: nothing to reclaim
+        log.info("restarted group coordinator for %s-%d reloads at leader epoch %d", OFFSETS_TOPIC,
+                 self.partition, state["leader_epoch"])
+        await self.elect(state["leader_epoch"], replica)
 
     # ---- ownership: controller -> coordinator --------------------------------------------------
     async def elect(self, leader_epoch: int, replica: Any) -> int:
@@ -379,6 +418,7 @@ class GroupCoordinatorActor:
     async def local_call_endpoint(self):
         """(node id, socket address, token, name, methods) of the direct-call
         socket for the edge of this node; the methods run as their Ray calls would."""
+        self._ensure()  # a restarted coordinator starts reclaiming its partition
         if self._local_calls is None:
             self._local_calls = LocalCallServer.serving(f"coordinator-{self.partition}@{self.broker_id}", self,
                                                         LOCAL_CALL_METHODS)
@@ -459,6 +499,16 @@ class _NotLeader(Exception):
     pass
 
 
+def _restarted_by_ray() -> bool:
+    """True in an actor process Ray started again after the previous one died."""
+    if not ray.is_initialized():
+        return False  # driven without Ray (unit tests)
+    try:
+        return bool(ray.get_runtime_context().was_current_actor_reconstructed)
+    except Exception:  # noqa: BLE001 - not inside an actor
+        return False
+
+
 GroupCoordinatorActorRemote = ray.remote(GroupCoordinatorActor)
 
 
@@ -511,6 +561,8 @@ async def sync_group_coordinators(service: Any, partitions: Iterable[tuple[str, 
                     handle = GroupCoordinatorActorRemote.options(
                         name=name, namespace=service.namespace, lifetime="detached", get_if_exists=True,
                         num_cpus=0, max_concurrency=10_000, scheduling_strategy=strategy,
+                        # A dead coordinator process comes back (and reloads, _recover).
+                        max_restarts=-1,
                     ).remote(p, broker_id, len(topic.assignment), service.config.as_dict(), service.namespace)
                     handles[key] = handle
                 ref = handle.elect.remote(state.leader_epoch, service._replica(OFFSETS_TOPIC, p, broker_id))

@@ -15,6 +15,12 @@ what completes parked operations:
 
 Follower fetches long-poll inside the leader replica itself (one call, no
 extra hop), so they do not come through here.
+
+Nothing here is durable: the actor is created with unlimited Ray restarts
+(cli/main.py), and a restarted purgatory starts empty. Operations parked in
+the dead process fail at their callers (the edge answers a retriable error);
+a partition it has no progress for yet is asked to report, as a quiet one is,
+since its leader may have gone quiet towards the dead incarnation.
 """
 from __future__ import annotations
 
@@ -42,6 +48,8 @@ PartitionKey = tuple[str, int]
 LOCAL_CALL_METHODS = ("delay_produce", "delay_fetch", "progress")
 # One connection per leader replica of the node, plus its edges.
 MAX_LOCAL_CONNECTIONS = 10_000
+# Bound on looking up the leaders asked to report (Ray's GCS).
+ASK_TIMEOUT_S = 10.0
 
 
 class PartitionProgress:
@@ -133,6 +141,9 @@ class PurgatoryService:
         # Partitions whose leader stopped reporting because nothing waited on
         # them; parking an operation there asks the leader to report again.
         self.quiet: set[PartitionKey] = set()
+        # Partitions never reported here whose leaders were asked to report
+        # (asked once: a report, or the leader's next leadership change, follows).
+        self.asked_unknown: set[PartitionKey] = set()
         self.ask_to_report = None  # callable(list[key]), set by the actor
 
     def parked(self) -> int:
@@ -160,10 +171,15 @@ class PurgatoryService:
         return future
 
     def _wake_quiet(self, keys) -> None:
+        """Ask the leaders of these partitions to report if they may not: quiet
+        ones, and ones never heard from (this purgatory may be a restarted one,
+        and their leaders quiet towards its dead predecessor)."""
         quiet = [k for k in keys if k in self.quiet]
-        if quiet and self.ask_to_report is not None:
+        unknown = [k for k in keys if k not in self.progress and k not in self.asked_unknown]
+        if (quiet or unknown) and self.ask_to_report is not None:
             self.quiet.difference_update(quiet)
-            self.ask_to_report(quiet)
+            self.asked_unknown.update(unknown)
+            self.ask_to_report(quiet + unknown)
 
     def watched(self, key: PartitionKey) -> bool:
         return bool(self.produce.watched_operations(key) or self.fetch.watched_operations(key))
@@ -177,6 +193,7 @@ class PurgatoryService:
             if current is not None and leader_epoch < current.leader_epoch:
                 continue  # a stale report from a deposed leader
             self.progress[key] = PartitionProgress(hw, lso, isr_size, min_isr, is_leader, leader_epoch)
+            self.asked_unknown.discard(key)
             completed += self.produce.check_and_complete(key)
             completed += self.fetch.check_and_complete(key)
         self.produce.purge_completed()
@@ -188,6 +205,7 @@ class PurgatoryService:
     def forget(self, keys: list[Hashable]) -> None:
         for key in keys:
             self.progress.pop(tuple(key), None)
+            self.asked_unknown.discard(tuple(key))
 
 
 class PurgatoryActor:
@@ -206,11 +224,27 @@ class PurgatoryActor:
 
     def _ask_to_report(self, keys: list[PartitionKey]) -> None:
         """Tell quiet leaders that someone waits on them (fire and forget)."""
-        for topic, partition in keys:
-            try:
-                leader = ray.get_actor(replica_actor_name(topic, partition, self.broker_id), namespace=self.namespace)
-            except ValueError:
-                continue
+        asyncio.get_running_loop().create_task(self._ask(list(keys)))
+
+    async def _ask(self, keys: list[PartitionKey]) -> None:
+        def lookup() -> list:
+            found = []
+            for topic, partition in keys:
+                try:
+                    found.append(ray.get_actor(replica_actor_name(topic, partition, self.broker_id),
+                                               namespace=self.namespace))
+                except ValueError:
+                    continue
+            return found
+
+        # Name lookups ask Ray's GCS: off the event loop, which serves parked operations.
+        try:
+            leaders = await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(None, lookup),
+                                             ASK_TIMEOUT_S)
+        except Exception as exc:  # noqa: BLE001 - the next parked operation asks again for quiet ones
+            log.warning("asking leaders %s to report failed: %r", keys[:5], exc)
+            return
+        for leader in leaders:
             leader.report_progress.remote()
 
     async def delay_produce(self, required: list[tuple[str, int, int]], timeout_ms: int) -> dict:
@@ -240,6 +274,16 @@ class PurgatoryActor:
                                                         max_inflight=MAX_PARKED,
                                                         max_connections=MAX_LOCAL_CONNECTIONS)
         return await self._local_calls.endpoint()
+
+    async def park(self) -> None:
+        """Never returns: the supervisor in `raykafka start` holds this call
+        open so Ray tells it within milliseconds when this process dies."""
+        await asyncio.Event().wait()
+
+    async def pid(self) -> int:
+        import os
+
+        return os.getpid()
 
     async def stats(self) -> dict:
         svc = self._svc()

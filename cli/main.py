@@ -26,6 +26,12 @@ from core.worker_setup import BROKER_RUNTIME_ENV
 log = logging.getLogger("raykafka")
 
 READY_TIMEOUT_S = 120
+# Bounds on replacing a dead edge (cli/supervision.py): its start (bind,
+# ZooKeeper registration) and its first metadata from the controller.
+REPLACE_START_TIMEOUT_S = 30
+REPLACE_READY_TIMEOUT_S = 30
+# How long the supervisor waits for Ray to bring a restarted purgatory back.
+RESTART_WAIT_S = 30
 
 
 def _environment_for_ray() -> None:
@@ -137,6 +143,13 @@ class BrokerProcess:
         self.zk_connect: str | None = None
         self.cluster = None  # ray.cluster_utils.Cluster with --nodes
         self.nodes: list[dict] = []  # one per broker this process started
+        # Supervision (cli/supervision.py): a pending park() call per watched
+        # actor, keyed (broker id, "edge", k) (k = 0 the primary, k >= 1 a
+        # sibling) or (broker id, "purgatory", 0); it fails when the process dies.
+        self._watches: dict[tuple, object] = {}
+        from cli.supervision import RestartPolicy
+
+        self.restarts = RestartPolicy()
 
     def _install_signal_handlers(self) -> None:
         signal.signal(signal.SIGTERM, lambda *_: self.stop_requested.set())
@@ -158,7 +171,13 @@ class BrokerProcess:
             self.shutdown()
             return 1
         print(f"raykafka ready on {host}:{port}", flush=True)
+        for node in self.nodes:
+            self._watch_node(node)
         while not self.stop_requested.wait(0.5):
+            try:
+                self._supervise()
+            except Exception:
+                log.exception("supervision round failed")
             if self.revive_requested.is_set():
                 self.revive_requested.clear()
                 try:
@@ -236,6 +255,11 @@ class BrokerProcess:
             fresh = self._start_node(self.zk_connect, node["broker_id"], node["log_dirs"], ray_node.node_id, index)
             self._wait_ready([fresh])
             self.nodes[index] = fresh
+            for key in [k for k in self._watches if k[0] == node["broker_id"]]:
+                del self._watches[key]
+            for key in [k for k in self.restarts.pending() if k[0] == node["broker_id"]]:
+                self.restarts.forget(key)
+            self._watch_node(fresh)
         self._write_nodes_file()
 
     def _identify(self, zk_connect: str, log_dirs: list[str], configured: int) -> tuple[int, str]:
@@ -345,8 +369,7 @@ class BrokerProcess:
             config = config.with_values({"listeners": f"PLAINTEXT://{listener.host}:{listener.port + index}",
                                          "advertised.listeners": None})
         purgatory = _create_named(PurgatoryActorRemote, purgatory_actor_name(broker_id), namespace,
-                                  dict(num_cpus=0, max_concurrency=100_000, scheduling_strategy=here),
-                                  broker_id, namespace)
+                                  _purgatory_options(here), broker_id, namespace)
         controller = _create_named(ControllerActorRemote, controller_actor_name(broker_id), namespace,
                                    dict(num_cpus=0, max_concurrency=1000, scheduling_strategy=here),
                                    broker_id, config, zk_connect, namespace)
@@ -363,8 +386,9 @@ class BrokerProcess:
                                   broker_id, config, zk_connect, log_dirs, purgatory)
                     for k in range(1, config["raykafka.edge.processes"])]
         sibling_pids = []
+        # The port actually bound (listeners may name port 0): a replacement edge binds it again.
+        bound_port = ray.get(edge.listening_port.remote(), timeout=READY_TIMEOUT_S)
         if siblings:
-            bound_port = ray.get(edge.listening_port.remote(), timeout=READY_TIMEOUT_S)
             sibling_pids = ray.get([s.start_sibling.remote(bound_port, host, port) for s in siblings],
                                    timeout=READY_TIMEOUT_S)
             ray.get(edge.set_siblings.remote(siblings), timeout=READY_TIMEOUT_S)
@@ -373,8 +397,177 @@ class BrokerProcess:
             self.controller, self.edge = controller, edge
         return {"broker_id": broker_id, "host": host, "port": port, "ray_node_id": node_id,
                 "log_dirs": log_dirs, "edge_pid": edge_pid, "edge_pids": [edge_pid, *sibling_pids],
+                "purgatory_pid": ray.get(purgatory.pid.remote(), timeout=READY_TIMEOUT_S),
+                "bound_port": bound_port, "index": index,
                 "raylet_pid": self._raylet_pids[index] if self.cluster else None,
-                "_edge": edge, "_edge_siblings": siblings, "_controller": controller, "_purgatory": purgatory}
+                "_edge": edge, "_edge_siblings": siblings, "_controller": controller, "_purgatory": purgatory,
+                "_config": config}
+
+    # ---- supervision: dead edges are replaced, a restarted purgatory is seen (cli/supervision.py) ----
+    def _watch_node(self, node: dict) -> None:
+        broker_id = node["broker_id"]
+        for k, edge in enumerate([node["_edge"], *node["_edge_siblings"]]):
+            self._watches[(broker_id, "edge", k)] = edge.park.remote()
+        self._watches[(broker_id, "purgatory", 0)] = node["_purgatory"].park.remote()
+
+    def _supervise(self) -> None:
+        """One round: note the watched actors that died, replace those due."""
+        import ray
+
+        if self._watches:
+            refs = {ref: key for key, ref in self._watches.items()}
+            ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=0)
+            for ref in ready:
+                key = refs[ref]
+                del self._watches[key]
+                try:
+                    ray.get(ref, timeout=0)
+                    log.warning("%s's park() returned; watching it again", _describe(key))
+                    self._watches[key] = self._watched_handle(key).park.remote()
+                except Exception as exc:
+                    log.warning("%s died (%s)", _describe(key), type(exc).__name__)
+                    self.restarts.died(key, time.monotonic())
+        # Primaries before siblings: a replaced sibling is handed to its primary.
+        for key in sorted(self.restarts.pending(), key=lambda k: (k[0], k[1] != "purgatory", k[2])):
+            node = self._node(key[0])
+            if node is None:
+                self.restarts.forget(key)
+                continue
+            from cli.supervision import Action
+
+            decision = self.restarts.decide(key, time.monotonic(), self._node_alive(node),
+                                            self.stop_requested.is_set())
+            if decision.action is Action.LEAVE:
+                log.warning("not replacing %s: %s", _describe(key), decision.reason)
+                self.restarts.forget(key)
+            elif decision.action is Action.REPLACE:
+                started = time.monotonic()
+                try:
+                    if key[1] == "purgatory":
+                        self._recover_purgatory(node)
+                    elif key[2] == 0:
+                        self._replace_edge(node)
+                    else:
+                        self._replace_sibling(node, key[2])
+                except Exception as exc:
+                    due = self.restarts.died(key, time.monotonic())
+                    log.error("replacing %s failed (%s); next try in %.1f s", _describe(key),
+                              str(exc).splitlines()[0][:300] if str(exc) else repr(exc), due - time.monotonic())
+                    continue
+                self.restarts.replaced(key)
+                self._watches[key] = self._watched_handle(key).park.remote()
+                self._write_nodes_file()
+                log.info("%s is back (%s) in %.0f ms", _describe(key), decision.reason,
+                         (time.monotonic() - started) * 1000)
+
+    def _node(self, broker_id: int) -> dict | None:
+        return next((n for n in self.nodes if n["broker_id"] == broker_id), None)
+
+    def _watched_handle(self, key: tuple):
+        node = self._node(key[0])
+        if key[1] == "purgatory":
+            return node["_purgatory"]
+        return node["_edge"] if key[2] == 0 else node["_edge_siblings"][key[2] - 1]
+
+    def _node_alive(self, node: dict) -> bool:
+        """Whether the broker's Ray node is up (its raylet, when this process
+        started it, else Ray's view)."""
+        import psutil
+        import ray
+
+        pid = node.get("raylet_pid")
+        if pid is not None and not (psutil.pid_exists(pid) and
+                                    psutil.Process(pid).status() != psutil.STATUS_ZOMBIE):
+            return False
+        return any(n.get("NodeID") == node["ray_node_id"] and n.get("Alive") for n in ray.nodes())
+
+    def _edge_options(self, node: dict) -> dict:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        return dict(num_cpus=0, max_concurrency=10_000,
+                    scheduling_strategy=NodeAffinitySchedulingStrategy(node["ray_node_id"], soft=False))
+
+    def _replace_edge(self, node: dict) -> None:
+        """A new primary edge for a broker whose edge process died: same name,
+        same broker id, the port the dead one had bound; it deletes the dead
+        one's ZooKeeper registration, and the controller re-admits the broker
+        when the new one appears."""
+        import ray
+
+        from core.config import parse_listener
+        from core.naming import edge_actor_name
+        from net.edge import EdgeActorRemote
+
+        broker_id, namespace = node["broker_id"], self.config["raykafka.namespace"]
+        dead = node["_edge"]
+        listener = parse_listener(node["_config"]["listeners"])
+        config = node["_config"].with_values({"listeners": f"PLAINTEXT://{listener.host}:{node['bound_port']}"})
+        edge = _create_named(EdgeActorRemote, edge_actor_name(broker_id), namespace, self._edge_options(node),
+                             broker_id, config, self.zk_connect, node["log_dirs"], node["_purgatory"])
+        try:
+            host, port = ray.get(edge.start.remote(dead._actor_id.hex()), timeout=REPLACE_START_TIMEOUT_S)
+            pid = ray.get(edge.pid.remote(), timeout=REPLACE_START_TIMEOUT_S)
+            if node["_edge_siblings"]:
+                ray.get(edge.set_siblings.remote(node["_edge_siblings"]), timeout=REPLACE_START_TIMEOUT_S)
+            if not ray.get(edge.wait_ready.remote(REPLACE_READY_TIMEOUT_S), timeout=REPLACE_READY_TIMEOUT_S + 5):
+                raise StartupError(f"the replacement edge of broker {broker_id} got no metadata in time")
+        except Exception:
+            _quietly(lambda: ray.kill(edge, no_restart=True))
+            raise
+        node.update(_edge=edge, edge_pid=pid, host=host, port=port)
+        node["edge_pids"][0] = pid
+        if node["index"] == 0:
+            self.edge = edge
+
+    def _replace_sibling(self, node: dict, k: int) -> None:
+        import ray
+
+        from core.naming import edge_sibling_actor_name
+        from net.edge import EdgeActorRemote
+
+        broker_id, namespace = node["broker_id"], self.config["raykafka.namespace"]
+        sibling = _create_named(EdgeActorRemote, edge_sibling_actor_name(broker_id, k), namespace,
+                                self._edge_options(node), broker_id, node["_config"], self.zk_connect,
+                                node["log_dirs"], node["_purgatory"])
+        try:
+            pid = ray.get(sibling.start_sibling.remote(node["bound_port"], node["host"], node["port"]),
+                          timeout=REPLACE_START_TIMEOUT_S)
+        except Exception:
+            _quietly(lambda: ray.kill(sibling, no_restart=True))
+            raise
+        node["_edge_siblings"][k - 1] = sibling
+        node["edge_pids"][k] = pid
+        # The primary forwards its latest metadata to the new sibling (if the
+        # primary is itself being replaced, its replacement does).
+        try:
+            ray.get(node["_edge"].set_siblings.remote(node["_edge_siblings"]), timeout=REPLACE_START_TIMEOUT_S)
+        except Exception as exc:
+            log.warning("broker %d: handing the new edge %d to the primary failed: %r", broker_id, k, exc)
+
+    def _recover_purgatory(self, node: dict) -> None:
+        """Ray restarts the purgatory (max_restarts=-1): wait for it and note
+        its pid. If Ray gave up on it (killed for good), a new one is created
+        and handed to the edges; replicas and coordinators look it up by name."""
+        import ray
+        from ray.exceptions import ActorDiedError
+
+        from actors.purgatory import PurgatoryActorRemote
+        from core.naming import purgatory_actor_name
+
+        try:
+            node["purgatory_pid"] = ray.get(node["_purgatory"].pid.remote(), timeout=RESTART_WAIT_S)
+            return
+        except ActorDiedError:
+            pass
+        broker_id, namespace = node["broker_id"], self.config["raykafka.namespace"]
+        log.warning("the purgatory of broker %d is gone for good: creating a new one", broker_id)
+        opts = _purgatory_options(self._edge_options(node)["scheduling_strategy"])
+        purgatory = _create_named(PurgatoryActorRemote, purgatory_actor_name(broker_id), namespace, opts,
+                                  broker_id, namespace)
+        node["purgatory_pid"] = ray.get(purgatory.pid.remote(), timeout=RESTART_WAIT_S)
+        node["_purgatory"] = purgatory
+        for edge in [node["_edge"], *node["_edge_siblings"]]:
+            _quietly(lambda: ray.get(edge.set_purgatory.remote(purgatory), timeout=REPLACE_START_TIMEOUT_S))
 
     def _wait_ready(self, nodes: list[dict]) -> None:
         import ray
@@ -504,6 +697,20 @@ def _create_named(actor_class, name: str, namespace: str, options: dict, *args):
             except Exception:
                 pass
             time.sleep(1)
+
+
+def _purgatory_options(scheduling_strategy) -> dict:
+    # Ray restarts a dead purgatory on its node, under the same actor id, so
+    # every handle to it (the edges', replicas' and coordinators') stays
+    # valid; it keeps nothing that must outlive its process.
+    return dict(num_cpus=0, max_concurrency=100_000, scheduling_strategy=scheduling_strategy, max_restarts=-1)
+
+
+def _describe(key: tuple) -> str:
+    broker_id, role, k = key
+    if role == "purgatory":
+        return f"the purgatory of broker {broker_id}"
+    return f"the edge of broker {broker_id}" if k == 0 else f"edge {k} of broker {broker_id}"
 
 
 def _raylet_pid(node) -> int | None:

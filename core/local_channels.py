@@ -14,9 +14,12 @@ up, for actors on other nodes, for methods the actor does not serve directly,
 and for a while after a failed attempt, calls go through Ray, so nothing
 waits for a channel.
 
-A channel belongs to one actor incarnation (Ray's actor id): a restarted
-actor is a new one and gets a new channel. ``keep_only`` closes the channels
-of actors the caller no longer talks to.
+A channel belongs to one actor incarnation: a new actor has a new Ray actor
+id and gets a new channel; an actor Ray restarted (the purgatory, group
+coordinators) keeps its id, so when its process dies the channel is lost
+and, after a short pause, asked for again from the new process (calls go
+through Ray meanwhile). ``keep_only`` closes the channels of actors the
+caller no longer talks to.
 """
 from __future__ import annotations
 
@@ -31,6 +34,13 @@ log = logging.getLogger("raykafka.local_calls")
 
 # After a failed or refused attempt, the channel to that actor is tried again this much later.
 RETRY_AFTER_S = 30.0
+# After a channel the callee's side dropped (its process died: Ray restarts
+# it, with a new socket): ask again this much later. Short, or every call to a
+# restarted purgatory would take Ray's ~10x dearer path for RETRY_AFTER_S.
+RETRY_AFTER_LOST_S = 1.0
+# ... but only for a channel that had worked this long: one dropped sooner (a
+# callee refusing it, or dying again and again) waits RETRY_AFTER_S.
+QUICK_RETRY_MIN_LIFE_S = 5.0
 
 
 def actor_key(handle: Any) -> str:
@@ -51,6 +61,7 @@ class LocalChannels:
         self._clients: dict[str, LocalCallClient] = {}
         self._opening: dict[str, asyncio.Future] = {}
         self._retry_at: dict[str, float] = {}
+        self._opened_at: dict[str, float] = {}
         self.counters = {"local_calls": 0, "ray_calls": 0, "channels_opened": 0, "channels_refused": 0}
 
     def call(self, handle: Any, method: str, args: tuple, timeout_s: float) -> asyncio.Future:
@@ -81,9 +92,13 @@ class LocalChannels:
             if not client.closed:
                 return client if method in client.methods else None
             # The same actor closed its socket (it is stopping, or refused the
-            # connection) or its process died: Ray for a while, then ask again.
+            # connection) or its process died: Ray for a while, then ask again
+            # (a failed ask waits RETRY_AFTER_S).
             del self._clients[key]
-            self._retry_at[key] = time.monotonic() + RETRY_AFTER_S
+            now = time.monotonic()
+            lived = now - self._opened_at.pop(key, now)
+            quick = not client.closed_by_caller and lived >= QUICK_RETRY_MIN_LIFE_S
+            self._retry_at[key] = now + (RETRY_AFTER_LOST_S if quick else RETRY_AFTER_S)
         if key not in self._opening and self._retry_at.get(key, 0.0) <= time.monotonic():
             self._opening[key] = asyncio.ensure_future(self._open(key, handle))
         return None
@@ -101,6 +116,7 @@ class LocalChannels:
             client.methods = frozenset(methods)
             if self._opening.get(key) is asyncio.current_task():  # not forgotten (closed) meanwhile
                 self._clients[key] = client
+                self._opened_at[key] = time.monotonic()
                 self._retry_at.pop(key, None)
                 self.counters["channels_opened"] += 1
             else:
@@ -119,6 +135,7 @@ class LocalChannels:
         keep = {actor_key(h) for h in handles if h is not None}
         for key in [k for k in self._clients if k not in keep]:
             self._clients.pop(key).close()
+            self._opened_at.pop(key, None)
         for key in [k for k in self._opening if k not in keep]:
             self._opening.pop(key)  # its _open closes the client it gets
         for key in [k for k in self._retry_at if k not in keep]:

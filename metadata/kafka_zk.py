@@ -741,13 +741,21 @@ class KafkaZkClient:
         extra: Mapping[str, Any] | None = None,
         *,
         wait_for_stale_s: float | None = None,
+        replace_stale: Callable[[dict[str, Any]], bool] | None = None,
     ) -> dict[str, Any]:
         """Create the ephemeral /brokers/ids/<id>; returns the JSON written.
 
         A registration left by a session that died without closing (kill -9)
         stays until ZooKeeper expires it, so by default we wait up to one session
         timeout (plus a little, since expiry is checked once per tick) for it to go.
-        Raises BrokerIdInUseError if it is still held by another session then."""
+        Raises BrokerIdInUseError if it is still held by another session then.
+
+        ``replace_stale``: for a caller that knows the previous holder is dead
+        (the supervisor replacing an edge whose process died): a registration
+        owned by another session for which it answers True (given that
+        registration's JSON) is deleted at once instead of waited for. The
+        delete is conditional on the znode's version, so a registration that
+        changed in between is looked at again."""
         path = zk_paths.broker_path(broker_id)
         body = broker_registration_json(broker_id, host, port, rack, extra)
         data = encode_json(body)
@@ -770,6 +778,8 @@ class KafkaZkClient:
                 # Our own create whose answer was lost with a dropped connection.
                 self._set(path, data)
                 return body
+            if replace_stale is not None and self._delete_stale_registration(path, stat, replace_stale):
+                continue
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise BrokerIdInUseError(broker_id, stat.ephemeralOwner)
@@ -778,6 +788,30 @@ class KafkaZkClient:
                 broker_id, stat.ephemeralOwner, remaining,
             )
             gone.wait(remaining)
+
+    def _delete_stale_registration(self, path: str, stat: Any,
+                                   replace_stale: Callable[[dict[str, Any]], bool]) -> bool:
+        """Delete the registration at ``path`` (held by another session, as of
+        ``stat``) if ``replace_stale`` says it is a dead holder's; True if the
+        caller should try to create again."""
+        found = self._get(path)
+        if found is None:
+            return True  # gone meanwhile
+        raw, current = found
+        if current.ephemeralOwner != stat.ephemeralOwner or current.ephemeralOwner == self.session_id:
+            return True  # changed hands meanwhile: look again
+        try:
+            existing = decode_json(raw)
+        except Exception:  # noqa: BLE001 - not ours to judge: wait for it as for any other holder
+            return False
+        if not isinstance(existing, dict) or not replace_stale(existing):
+            return False
+        try:
+            self._delete(path, current.version)
+        except BadVersionError:
+            return True
+        log.info("deleted %s left by dead session 0x%x", path, current.ephemeralOwner)
+        return True
 
     def deregister_broker(self, broker_id: int) -> bool:
         """Delete /brokers/ids/<id> if this session owns it (a controlled shutdown)."""

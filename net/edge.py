@@ -13,11 +13,20 @@ life, so per-connection request ordering is unchanged. Fetch sessions are
 per edge: a client that reconnects and lands on another edge gets
 FETCH_SESSION_ID_NOT_FOUND for its incremental fetch and falls back to a full
 fetch, which Kafka clients do on their own.
+
+An edge whose process dies is replaced by the `raykafka start` process that
+created it (cli/main.py, BrokerProcess supervision): a new actor under the
+same name, on the port the dead one had bound, that deletes the dead edge's
+/brokers/ids registration (recognised by its `edge_actor_id`) rather than
+waiting for its ZooKeeper session to expire. A new primary numbers its
+forwarded updates after every number its predecessor used, so siblings that
+outlived it take them.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 import ray
 
@@ -48,8 +57,11 @@ class EdgeActor:
         self.reuse_port = self.config["raykafka.edge.processes"] > 1
         self.siblings: list = []  # on the primary: handles of edges 1..N-1 of this node
         self._last_update: tuple | None = None  # the primary's latest applied UpdateMetadata
-        self._forward_seq = 0  # primary: number of the latest UpdateMetadata sent to the siblings
-        self._applied_forward_seq = 0  # sibling: the newest forwarded UpdateMetadata applied
+        # primary: number of the latest UpdateMetadata sent to the siblings, as
+        # (incarnation, count): a replacement primary starts a later incarnation
+        # (its start time), so its first update is newer than all its predecessor's.
+        self._forward_seq = (time.time_ns(), 0)
+        self._applied_forward_seq = (0, 0)  # sibling: the newest forwarded UpdateMetadata applied
 
     def _limits(self) -> ConnectionLimits:
         config = self.config
@@ -71,8 +83,12 @@ class EdgeActor:
         self.bound_port = await self.server.start(self.listener.host, port, reuse_port=self.reuse_port)
         return self.bound_port
 
-    async def start(self) -> tuple[str, int]:
-        """Bind, then register the broker; returns the advertised (host, port)."""
+    async def start(self, replaces: str | None = None) -> tuple[str, int]:
+        """Bind, then register the broker; returns the advertised (host, port).
+
+        replaces: the Ray actor id of this broker's previous edge, known dead
+        (the supervisor saw it die): its registration, still held by its
+        ZooKeeper session until that expires, is deleted instead of waited for."""
         config = self.config
         advertised = parse_listener(config["advertised.listeners"], "advertised.listeners") \
             if config["advertised.listeners"] else None
@@ -98,11 +114,19 @@ class EdgeActor:
         extra = {"ray_node_id": ray.get_runtime_context().get_node_id(), "log_dirs": self.log_dirs,
                  # This node's replica capacity, for the controller's placement and
                  # refusals (issue 18); Kafka clients ignore unknown fields here.
-                 "replicas_max": node_capacity(config["raykafka.replicas.per.node.max"])}
+                 "replicas_max": node_capacity(config["raykafka.replicas.per.node.max"]),
+                 # Which edge incarnation holds the registration: a replacement deletes
+                 # only its dead predecessor's, and the controller tells a dead edge's
+                 # registration from its replacement's.
+                 "edge_actor_id": ray.get_runtime_context().get_actor_id()}
+        replace_stale = None
+        if replaces is not None:
+            def replace_stale(existing: dict) -> bool:
+                return existing.get("edge_actor_id") == replaces
         # broker.rack, else the Ray node's "rack" label: racks follow the machines Ray knows.
         rack = config["broker.rack"] or ray.get_runtime_context().get_node_labels().get("rack")
         await loop.run_in_executor(None, lambda: self.zk.register_broker(
-            self.broker_id, host, port, rack=rack, extra=extra))
+            self.broker_id, host, port, rack=rack, extra=extra, replace_stale=replace_stale))
         log.info("broker %d listening on %s:%d, advertised as %s:%d", self.broker_id, self.listener.host,
                  self.bound_port, host, port)
         return host, port
@@ -134,8 +158,8 @@ class EdgeActor:
         # Numbered, because Ray does not promise that an async actor runs calls
         # in the order they were sent: a sibling skips an update older than one
         # it has already applied.
-        self._forward_seq += 1
-        seq = self._forward_seq
+        incarnation, count = self._forward_seq
+        seq = self._forward_seq = (incarnation, count + 1)
         calls = [s.update_metadata.remote(snapshot, leader_handles, controller_handle, seq) for s in self.siblings]
         timeout_s = self.service.call_timeout_s
         results = await asyncio.gather(*(asyncio.wait_for(ref, timeout_s) for ref in calls),
@@ -166,10 +190,11 @@ class EdgeActor:
         return True
 
     async def update_metadata(self, snapshot: dict, leader_handles: dict, controller_handle,
-                              forward_seq: int | None = None) -> int:
+                              forward_seq: tuple[int, int] | None = None) -> int:
         """From the controller (forward_seq None), or forwarded by the primary
         edge of this node (numbered)."""
         if forward_seq is not None:
+            forward_seq = tuple(forward_seq)
             if forward_seq <= self._applied_forward_seq:
                 return 0  # an older update overtaken by a newer one
             self._applied_forward_seq = forward_seq
@@ -193,9 +218,16 @@ class EdgeActor:
         return os.getpid()
 
     async def park(self) -> None:
-        """Never returns: the controller holds this call open so Ray tells it
-        within milliseconds when this edge (its node) dies."""
+        """Never returns: the controller (and the supervisor in `raykafka
+        start`) hold this call open so Ray tells them within milliseconds when
+        this edge (its node) dies."""
         await asyncio.Event().wait()
+
+    async def set_purgatory(self, purgatory) -> None:
+        """The node's purgatory was re-created (a new actor): park operations there."""
+        self.purgatory = purgatory
+        if self.service is not None:
+            self.service.purgatory = purgatory
 
     async def live_broker_ids(self) -> list[int]:
         return sorted(self.service.metadata.brokers) if self.service is not None else []

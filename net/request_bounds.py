@@ -18,6 +18,7 @@ writer uses: `kafka_type`, `tag`, `__flexible__`, optionality) and cached.
 from __future__ import annotations
 
 import functools
+import struct
 from dataclasses import fields, is_dataclass
 from types import EllipsisType, NoneType, UnionType
 from typing import Callable, Union, get_args, get_origin
@@ -86,6 +87,9 @@ def _int16(buf: memoryview, pos: int, end: int) -> tuple[int, int]:
     if pos + 2 > end:
         raise RequestOutOfBounds("int16 length runs past the end of the frame")
     return int.from_bytes(buf[pos:pos + 2], "big", signed=True), pos + 2
+
+
+_INT32 = struct.Struct(">i")
 
 
 def _int32(buf: memoryview, pos: int, end: int) -> tuple[int, int]:
@@ -192,10 +196,13 @@ def _array(element: Walker, flexible: bool, element_min: int, element_fixed: int
 # ---- entities ----------------------------------------------------------------------------------
 
 class _FieldShape:
-    __slots__ = ("walker", "min_size", "fixed")
+    """How to walk one field: `walker` always works; `kind` (with `args`) lets
+    the entity's generated walker inline the common cases instead of a call."""
 
-    def __init__(self, walker: Walker, min_size: int, fixed: int | None):
-        self.walker, self.min_size, self.fixed = walker, min_size, fixed
+    __slots__ = ("walker", "min_size", "fixed", "kind", "args")
+
+    def __init__(self, walker: Walker, min_size: int, fixed: int | None, kind: str = "call", args: tuple = ()):
+        self.walker, self.min_size, self.fixed, self.kind, self.args = walker, min_size, fixed, kind, args
 
 
 def _unwrap(field_type):
@@ -233,6 +240,7 @@ def _field_shape(field, flexible: bool, is_request_header: bool, is_tag: bool) -
     inner, optional, is_array = _unwrap(field.type)
     if is_tag:
         optional = False  # a tagged field's absence is its null (as kio's writer has it)
+    kind = "call"
     if is_request_header and field.name == "client_id":
         # Kafka keeps the header's client_id a legacy nullable string in every version.
         walker, min_size, fixed = _legacy_string, 2, None
@@ -246,20 +254,71 @@ def _field_shape(field, flexible: bool, is_request_header: bool, is_tag: bool) -
         walker = _primitive_walker(kafka_type, flexible)
         fixed = _FIXED_SIZES.get(kafka_type)
         min_size = fixed if fixed is not None else (1 if flexible else (2 if kafka_type == "string" else 4))
+        if walker is _compact_bytes:
+            kind = "compact"
     if is_array:
-        walker = _array(walker, flexible, max(min_size, 1), fixed)
-        min_size, fixed = (1 if flexible else 4), None
-    return _FieldShape(walker, min_size, fixed)
+        element, element_min, element_fixed = walker, max(min_size, 1), fixed
+        walker = _array(element, flexible, element_min, element_fixed)
+        return _FieldShape(walker, 1 if flexible else 4, None, "array", (element, flexible, element_min, element_fixed))
+    return _FieldShape(walker, min_size, fixed, kind)
+
+
+# Source of the inlined steps of a generated entity walker. Every read checks
+# `end` before it touches the buffer; a run of fixed-size fields only moves
+# `pos`, and the check at the end of the entity (or the next read) catches a
+# run that went past the end.
+_INLINE_VARINT = """\
+    if sizes is not None:
+        sizes.append((pos, "uvarint"))
+    if pos >= end:
+        raise RequestOutOfBounds("varint runs past the end of the frame")
+    n = buf[pos]
+    if n < 128:
+        pos += 1
+    else:
+        n, pos = read_uvarint(buf, pos, end)
+"""
+_INLINE_COMPACT = _INLINE_VARINT + """\
+    if n > 1:
+        n -= 1
+        if n > end - pos:
+            raise RequestOutOfBounds(f"compact string/bytes declares {n} bytes, but there are only "
+                                     f"{end - pos} bytes remaining")
+        pos += n
+"""
+_INLINE_LEGACY_COUNT = """\
+    if sizes is not None:
+        sizes.append((pos, "int32"))
+    if pos + 4 > end:
+        raise RequestOutOfBounds("int32 length runs past the end of the frame")
+    n = _unpack_int32(buf, pos)[0]
+    pos += 4
+    if n < -1:
+        raise RequestOutOfBounds(f"array count {n}")
+"""
+_INLINE_ARRAY_BODY = """\
+    if n > 0:
+        if n * {element_min} > end - pos:
+            raise RequestOutOfBounds(f"tried to allocate a collection of size {{n}}, but there are only "
+                                     f"{{end - pos}} bytes remaining")
+        budget.take(n)
+{advance}
+"""
 
 
 @functools.cache
 def _entity_shape(entity_type) -> _FieldShape:
     flexible = bool(entity_type.__flexible__)
     is_request_header = entity_type.__name__ == "RequestHeader"
-    steps: list[Walker | int] = []  # a walker, or a run of fixed-size bytes merged into one step
     tagged: dict[int, Walker] = {}
     min_size = 0
-    for field in fields(entity_type):
+    lines: list[str] = []
+    namespace: dict = {"RequestOutOfBounds": RequestOutOfBounds, "read_uvarint": read_uvarint,
+                       "_unpack_int32": _INT32.unpack_from, "_walk_tagged_fields": _walk_tagged_fields,
+                       "known_tags": tagged}
+    fixed_run = 0
+    all_fixed = not flexible
+    for index, field in enumerate(fields(entity_type)):
         tag = field.metadata.get("tag")
         shape = _field_shape(field, flexible, is_request_header, tag is not None)
         if tag is not None:
@@ -267,32 +326,41 @@ def _entity_shape(entity_type) -> _FieldShape:
             continue
         min_size += shape.min_size
         if shape.fixed is not None:
-            if steps and isinstance(steps[-1], int):
-                steps[-1] += shape.fixed
+            fixed_run += shape.fixed
+            continue
+        all_fixed = False
+        if fixed_run:
+            lines.append(f"    pos += {fixed_run}\n")
+            fixed_run = 0
+        if shape.kind == "compact":
+            lines.append(_INLINE_COMPACT)
+        elif shape.kind == "array":
+            element, element_flexible, element_min, element_fixed = shape.args
+            lines.append(_INLINE_VARINT + "    n -= 1\n" if element_flexible else _INLINE_LEGACY_COUNT)
+            if element_fixed is not None:
+                advance = f"        pos += n * {element_fixed}"
             else:
-                steps.append(shape.fixed)
+                namespace[f"element_{index}"] = element
+                advance = f"        for _ in range(n):\n            pos = element_{index}(buf, pos, end, budget)"
+            lines.append(_INLINE_ARRAY_BODY.format(element_min=element_min, advance=advance))
         else:
-            steps.append(shape.walker)
+            namespace[f"step_{index}"] = shape.walker
+            lines.append(f"    pos = step_{index}(buf, pos, end, budget)\n")
+    if fixed_run:
+        lines.append(f"    pos += {fixed_run}\n")
     if flexible:
         min_size += 1  # the tagged-field count
-
-    all_fixed = not flexible and all(isinstance(s, int) for s in steps)
-    fixed_total = sum(steps) if all_fixed else None
-    plan = tuple(steps)
-
-    def walk(buf, pos, end, budget):
-        for step in plan:
-            if step.__class__ is int:
-                pos += step
-                if pos > end:
-                    raise RequestOutOfBounds(f"{entity_type.__name__} runs past the end of the frame")
-            else:
-                pos = step(buf, pos, end, budget)
-        if flexible:
-            pos = _walk_tagged_fields(buf, pos, end, budget, tagged)
-        return pos
-
-    return _FieldShape(walk, min_size, fixed_total)
+        # Almost every entity carries no tagged field: one zero byte.
+        lines.append("    if sizes is None and pos < end and buf[pos] == 0:\n        pos += 1\n"
+                     "    else:\n        pos = _walk_tagged_fields(buf, pos, end, budget, known_tags)\n")
+    lines.append("    if pos > end:\n"
+                 f"        raise RequestOutOfBounds({entity_type.__name__ + ' runs past the end of the frame'!r})\n"
+                 "    return pos\n")
+    source = "def walk(buf, pos, end, budget):\n    sizes = budget.sizes\n" + "".join(lines)
+    exec(compile(source, f"<bounds walker of {entity_type.__module__}.{entity_type.__name__}>", "exec"),
+         namespace)
+    fixed_total = min_size if all_fixed else None
+    return _FieldShape(namespace["walk"], min_size, fixed_total)
 
 
 def _walk_tagged_fields(buf, pos, end, budget, known: dict[int, Walker]) -> int:

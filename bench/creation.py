@@ -39,7 +39,8 @@ def run(partitions: int, as_topics: bool, overrides: dict[str, str]) -> dict:
     data = Path(tempfile.mkdtemp(prefix="rk-bench-creation-"))
     broker = BrokerProcess(data / "data", overrides=overrides).start()
     try:
-        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        # librdkafka caps a request's wait at socket.timeout.ms (60 s by default).
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap, "socket.timeout.ms": 300000})
         if as_topics:
             new = [NewTopic(f"c-{i}", num_partitions=1, replication_factor=1) for i in range(partitions)]
         else:
@@ -47,7 +48,7 @@ def run(partitions: int, as_topics: bool, overrides: dict[str, str]) -> dict:
         names = [t.topic for t in new]
         cpu0 = broker.cpu_seconds()
         t0 = time.monotonic()
-        futures = admin.create_topics(new, request_timeout=600, operation_timeout=600)
+        futures = admin.create_topics(new, request_timeout=300, operation_timeout=280)
         errors = {}
         for name, f in futures.items():
             try:

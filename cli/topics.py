@@ -22,8 +22,8 @@ import re
 import sys
 from typing import Optional
 
-from cli.admin_client import (LIST_PARTITION_REASSIGNMENTS, OP_DELETE, OP_SET, AdminClient, AdminError,
-                              ConfigEntry, NewTopic, OngoingReassignment, PartitionInfo, TopicInfo)
+from cli.admin_client import (DESCRIBE_CONFIGS, LIST_PARTITION_REASSIGNMENTS, OP_DELETE, OP_SET, AdminClient,
+                              AdminError, ConfigEntry, NewTopic, OngoingReassignment, PartitionInfo, TopicInfo)
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -212,6 +212,54 @@ def describe_lines(topics: list[TopicInfo], configs: dict[str, list[ConfigEntry]
     return lines
 
 
+def broker_usage_lines(topics: list[TopicInfo], brokers: list[int],
+                       capacities: dict[int, Optional[int]]) -> list[str]:
+    """One line per live broker: the partition replicas it hosts (every topic,
+    internal ones included) and its raykafka.replicas.per.node.max ("unknown"
+    when the broker states none). Not in kafka-topics.sh: every replica here is
+    a process, and a broker refuses creations past its capacity (issue 18)."""
+    hosted = {b: 0 for b in brokers}
+    for topic in topics:
+        for partition in topic.partitions.values():
+            for b in partition.replicas:
+                hosted[b] = hosted.get(b, 0) + 1
+    lines = []
+    for b in sorted(hosted):
+        cap = capacities.get(b)
+        lines.append("\t".join([f"Broker: {b}", f"Replicas: {hosted[b]}",
+                                f"Capacity: {cap if cap is not None else 'unknown'}"]))
+    return lines
+
+
+CAPACITY_KEY = "raykafka.replicas.per.node.max"
+RESOURCE_BROKER = 4
+
+
+def broker_capacities(client: AdminClient, brokers: list[int]) -> dict[int, Optional[int]]:
+    """Each broker's raykafka.replicas.per.node.max, by DescribeConfigs on the
+    broker resources (the controller answers each with that broker's own value,
+    computed on its node when not set). Missing or unparsable: None."""
+    from net.codec import request_schema
+    from net.schema_build import build, nested
+
+    if not brokers or not client.supports(DESCRIBE_CONFIGS):
+        return {}
+    conn = client.bootstrap
+    resource_cls = nested(request_schema(DESCRIBE_CONFIGS, conn.version_for(DESCRIBE_CONFIGS)),
+                          "DescribeConfigsResource")
+    answer = conn.request(DESCRIBE_CONFIGS, include_synonyms=False, include_documentation=False,
+                          resources=tuple(build(resource_cls, resource_type=RESOURCE_BROKER, resource_name=str(b),
+                                                configuration_keys=(CAPACITY_KEY,)) for b in brokers))
+    out: dict[int, Optional[int]] = {}
+    for r in answer.results:
+        value = next((c.value for c in r.configs if c.name == CAPACITY_KEY), None)
+        try:
+            out[int(r.resource_name)] = int(value) if value is not None else None
+        except ValueError:
+            continue
+    return out
+
+
 def new_partition_assignment(assignment: dict[int, list[int]], current_count: int) -> list[list[int]]:
     """--alter --replica-assignment lists every partition: only those past the current count are new."""
     return [assignment[p] for p in sorted(assignment) if p >= current_count]
@@ -258,6 +306,16 @@ def cmd_describe(client: AdminClient, args) -> int:
         reassignments = client.list_partition_reassignments(
             [(n, p) for n in names for p in cluster.topics[n].partitions])
     filter_name = next((f for f in REPORT_FILTERS if getattr(args, f)), None)
+    if filter_name is None and not args.topics_with_overrides:
+        # Usage first, so the topic and partition lines keep kafka-topics.sh's shape and order.
+        brokers = sorted(cluster.brokers)
+        try:
+            capacities = broker_capacities(client, brokers)
+        except AdminError as exc:
+            _error(f"cannot read the brokers' capacities: {exc}")
+            capacities = {}
+        for line in broker_usage_lines(list(cluster.topics.values()), brokers, capacities):
+            print(line)
     for line in describe_lines([cluster.topics[n] for n in names], configs, reassignments, set(cluster.brokers),
                                filter_name, args.topics_with_overrides):
         print(line)

@@ -30,7 +30,12 @@ def broker(session_dir):
                                        "log.retention.check.interval.ms": "500",
                                        "log.cleaner.backoff.ms": "500",
                                        # One offsets partition: fewer actor processes for the shared broker.
-                                       "offsets.topic.num.partitions": "1"})
+                                       "offsets.topic.num.partitions": "1",
+                                       # The suite's tests hold ~35 replicas on this broker at most (most
+                                       # delete their topics), under the computed default (90 on 2 cores,
+                                       # 45 on 1): pinned so the suite does not depend on the runner's
+                                       # cores; the limit itself is tested in test_capacity.py.
+                                       "raykafka.replicas.per.node.max": "200"})
     process.start()
     yield process
     code = process.stop()

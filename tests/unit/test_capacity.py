@@ -161,3 +161,58 @@ def test_other_errors_come_before_the_capacity_check():
 def test_no_capacity_keeps_the_old_behaviour():
     plan = plan_topic(spec("t", 300, 1), CONFIG, [1], set())
     assert plan.num_partitions == 300
+
+
+# ---- the controller's view: registrations, CreatePartitions (PartitionOperations without Ray) ----------------
+from actors.controller_operations import PartitionOperations  # noqa: E402
+from cluster.controller_context import BrokerState, ControllerContext, TopicState  # noqa: E402
+
+
+class _Controller(PartitionOperations):
+    def __init__(self, capacities: dict[int, int | None], topics: dict[str, dict[int, list[int]]],
+                 offsets_partitions: int = 1):
+        self.config = BrokerConfig.from_sources(overrides=[("offsets.topic.num.partitions", str(offsets_partitions))])
+        self.ctx = ControllerContext(1, "c")
+        self.ctx.brokers = {b: BrokerState(b, "h", 1, None, None, [], replicas_max=m) for b, m in capacities.items()}
+        self.ctx.topics = {n: TopicState(n, "id", a, {}, internal=n.startswith("__")) for n, a in topics.items()}
+
+
+def test_node_capacity_counts_every_topic_and_keeps_room_for_the_offsets_topic():
+    c = _Controller({1: 10, 2: None}, {"t": {0: [1, 2], 1: [1]}}, offsets_partitions=3)
+    cap = c._node_capacity()
+    assert cap.usage() == {1: (2, 10), 2: (1, None)}
+    # 3 offsets partitions, rf min(3, 2 brokers) = 2: ceil(6 / 2) = 3 kept on each broker.
+    assert cap.room(1) == 10 - 2 - 3
+    c.ctx.topics["__consumer_offsets"] = TopicState("__consumer_offsets", "id", {0: [1]}, {}, internal=True)
+    assert c._node_capacity().room(1) == 10 - 3  # created: it counts, nothing is kept any more
+
+
+def test_create_partitions_beyond_capacity_is_policy_violation():
+    c = _Controller({1: 5}, {"t": {0: [1], 1: [1]}, "__consumer_offsets": {0: [1]}})
+    cap = c._node_capacity()
+    assert c._plan_new_partitions({"name": "t", "count": 4, "assignments": None}, cap) == {2: [1], 3: [1]}
+    with pytest.raises(TopicSpecError) as err:
+        c._plan_new_partitions({"name": "t", "count": 5, "assignments": None}, cap)
+    assert err.value.error == ErrorCode.policy_violation
+    assert "would place 3 replicas on broker 1 holding 3 of raykafka.replicas.per.node.max=5" in str(err.value)
+    with pytest.raises(TopicSpecError):
+        c._plan_new_partitions({"name": "t", "count": 5, "assignments": [[1], [1], [1]]}, cap)
+
+
+def test_describe_configs_shows_each_brokers_own_capacity():
+    c = _Controller({1: 90, 2: None}, {})
+    assert c._described_broker_config("1")[CAPACITY_KEY] == 90
+    assert not c._described_broker_config("1").is_explicit(CAPACITY_KEY)  # computed: DEFAULT source
+    assert c._described_broker_config("2")[CAPACITY_KEY] is None
+    assert c._described_broker_config("")[CAPACITY_KEY] is None
+
+
+def test_describe_lists_usage_per_broker():
+    from cli.admin_client import PartitionInfo, TopicInfo
+    from cli.topics import broker_usage_lines
+
+    topics = [TopicInfo("a", {0: PartitionInfo(0, 1, (1, 2), (1, 2)), 1: PartitionInfo(1, 2, (2, 3), (2, 3))}),
+              TopicInfo("__consumer_offsets", {0: PartitionInfo(0, 1, (1,), (1,))}, internal=True)]
+    assert broker_usage_lines(topics, [1, 2, 3, 4], {1: 90, 2: 90, 3: 45}) == [
+        "Broker: 1\tReplicas: 2\tCapacity: 90", "Broker: 2\tReplicas: 2\tCapacity: 90",
+        "Broker: 3\tReplicas: 1\tCapacity: 45", "Broker: 4\tReplicas: 0\tCapacity: unknown"]

@@ -146,11 +146,36 @@ def test_a_killed_purgatory_comes_back_and_acks_all_works_again(broker):
     assert ledger.flush(60) == 0 and len(ledger.acked) == 2000
     before = node(broker)
 
-    ledger.send(200)  # some of these are parked in the purgatory when it dies
+    # A consumer tailing partition 0 long-polls: its fetches park in the purgatory
+    # for up to fetch.wait.max.ms, and only a progress report there ends them early.
+    tail = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "tail", "enable.auto.commit": False,
+                     "fetch.wait.max.ms": 20000, "reconnect.backoff.max.ms": 500})
+    end = tail.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1]
+    tail.assign([TopicPartition(topic, 0, end)])
+    assert tail.consume(10, timeout=1.0) == []  # a fetch is parked now
+
+    ledger.send(200)  # some of these are in flight when it dies
     killed_at = kill9(before["purgatory_pid"])
     took = back_within(broker, ledger, killed_at)
     print(f"purgatory kill -9: acks=all produce acknowledged again after {took:.2f} s")
     assert took < BACK_WITHIN_S, f"acks=all produce worked again only after {took:.1f} s"
+
+    # New parked fetches reach the restarted purgatory, and the leader reports to it.
+    try:
+        time.sleep(1.0)  # the consumer's fetch is parked again, now in the new purgatory
+        sent_at = time.monotonic()
+        ledger.producer.produce(topic, value=b"wake-up", partition=0, on_delivery=ledger._report)
+        ledger.sent += 1
+        ledger.producer.flush(10)
+        got = []
+        while not any(m.value() == b"wake-up" for m in got):
+            assert time.monotonic() - sent_at < 10, "the tailing consumer never got the new record"
+            got += [m for m in tail.consume(100, timeout=0.2) if m.error() is None]
+        waited = time.monotonic() - sent_at
+        print(f"purgatory kill -9: a parked fetch woke {waited:.2f} s after the produce")
+        assert waited < 5, "the parked fetch was not woken by the partition's progress"
+    finally:
+        tail.close()
 
     deadline = time.monotonic() + 10
     while node(broker)["purgatory_pid"] == before["purgatory_pid"]:
@@ -161,4 +186,52 @@ def test_a_killed_purgatory_comes_back_and_acks_all_works_again(broker):
     ledger.send(500)
     count = check_all_acknowledged_present(broker, ledger)
     print(f"purgatory kill -9: {count} acknowledged records all present")
-    assert count == ledger.sent == 2701
+    assert count == ledger.sent == 2702
+
+
+def coordinator_pids(broker: BrokerProcess) -> list[int]:
+    pids = []
+    for proc in broker.tree():
+        try:
+            if "GroupCoordinatorActor" in " ".join(proc.cmdline()):
+                pids.append(proc.pid)
+        except psutil.NoSuchProcess:
+            continue
+    return pids
+
+
+def test_a_killed_group_coordinator_comes_back_with_its_committed_offsets(broker):
+    from confluent_kafka import KafkaException
+
+    topic = "supervised-group"
+    create_topic(broker.bootstrap, topic, PARTITIONS)
+    ledger = Ledger(broker.bootstrap, topic)
+    ledger.send(100)
+    assert ledger.flush(60) == 0
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "supervised", "enable.auto.commit": False,
+                         "reconnect.backoff.max.ms": 500, "retry.backoff.ms": 50})
+    try:
+        tps = [TopicPartition(topic, p, 7 + p) for p in range(PARTITIONS)]
+        consumer.commit(offsets=tps, asynchronous=False)
+        [pid] = coordinator_pids(broker)
+        killed_at = kill9(pid)
+        # The restarted coordinator has reloaded the group's offsets from the log.
+        while True:
+            try:
+                committed = consumer.committed([TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=2)
+                if all(tp.error is None for tp in committed):
+                    break
+            except KafkaException:
+                pass
+            assert time.monotonic() - killed_at < 30, broker.log_tail()
+        took = time.monotonic() - killed_at
+        print(f"group coordinator kill -9: committed offsets served again after {took:.2f} s")
+        assert took < BACK_WITHIN_S
+        assert [(tp.partition, tp.offset) for tp in committed] == [(p, 7 + p) for p in range(PARTITIONS)]
+        consumer.commit(offsets=[TopicPartition(topic, p, 20) for p in range(PARTITIONS)], asynchronous=False)
+        assert [tp.offset for tp in consumer.committed([TopicPartition(topic, p) for p in range(PARTITIONS)],
+                                                       timeout=10)] == [20] * PARTITIONS
+        new_pids = coordinator_pids(broker)
+        assert len(new_pids) == 1 and new_pids != [pid], "Ray restarted the coordinator in a new process"
+    finally:
+        consumer.close()

@@ -380,7 +380,9 @@ class ControllerService(PartitionOperations):
                 "replica.fetch.wait.max.ms": c["replica.fetch.wait.max.ms"],
                 "replica.fetch.backoff.ms": c["replica.fetch.backoff.ms"],
                 "actor.call.timeout.ms": c["raykafka.actor.call.timeout.ms"],
-                "local.calls": c["raykafka.local.calls"]}
+                "local.calls": c["raykafka.local.calls"],
+                # The session a leader opens to commit ISR changes (issue 18: was fixed at 18 s).
+                "zookeeper.session.timeout.ms": c["zookeeper.session.timeout.ms"]}
 
     async def _send_leader_and_isr(self, partitions: list[tuple[str, int]],
                                    exclude: frozenset[int] = frozenset()) -> None:

@@ -55,8 +55,17 @@ def ray_system_config() -> dict:
     cluster's own config applies there: `ray start --head --system-config`,
     as deploy/ray-cluster.yaml does)."""
     return {
-        # Notice a dead node in ~1.5 s rather than ~15 s.
-        "health_check_period_ms": 500, "health_check_failure_threshold": 3, "health_check_timeout_ms": 1000,
+        # Whole-node loss only (a dead actor process, replica or edge, is seen
+        # by Ray's death watch in ~10-55 ms, independent of this): the GCS
+        # asks every raylet each second and declares its node dead after 10
+        # consecutive failed checks. A raylet that died on a reachable host
+        # refuses the call at once: ~10 s. A host that vanishes silently costs
+        # each check its 3 s timeout: at most ~40 s. A saturated node
+        # (load average 75-160 with ~240 replicas, issue 18) answered late
+        # under the old 500 ms x 3 / 1 s timeout (~1.5 s) and was declared
+        # dead, taking every actor of a single-node broker with it; now its
+        # raylet has to miss every check for 10-40 s in a row.
+        "health_check_period_ms": 1000, "health_check_failure_threshold": 10, "health_check_timeout_ms": 3000,
         "max_direct_call_object_size": MAX_INLINE_REPLY_BYTES,
         # Ray starts a worker per CPU for the first driver, with no runtime
         # environment; the broker's actors need its own (BROKER_RUNTIME_ENV),

@@ -220,7 +220,8 @@ def test_default_capacity_refuses_cleanly_and_the_node_survives(tmp_path):
         before = {k: node.get(k) for k in ("raylet_pid", "edge_pid")}
         [described] = admin.describe_configs([ConfigResource("BROKER", str(node["broker_id"]))]).values()
         assert described.result(timeout=30)[CAPACITY_KEY].value == str(capacity)
-        create(admin, [NewTopic("first", 1, 1)])
+        # 3 partitions like the others, so the node can fill to exactly its capacity.
+        assert create(admin, [NewTopic("first", 3, 1)]) == {"first": None}
         roundtrip(broker.bootstrap, "first")  # __consumer_offsets (3 partitions) exists from here on
 
         names = [f"many-{i:03d}" for i in range(100)]

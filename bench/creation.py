@@ -9,6 +9,31 @@ leader for every partition. The broker's own start is not timed.
 
 Prints one JSON line with the figures (and the per-phase split: CreateTopics
 answered, all leaders in Metadata).
+
+Figures, 2-core / 24 GiB VM shared with other sessions' benchmarks (load
+average 25-85 during the runs), one 100-partition topic, RF 1:
+
+- before (22029ea): CreateTopics failed after 30 s: the LeaderAndIsr that
+  creates the replicas timed out (its wait covered the actors' start), and
+  the timeout's log line raised IndexError, so no UpdateMetadata was sent and
+  Metadata never showed the leaders; Ray itself took ~78 s to start the 100
+  replica processes.
+- after (ACTOR_START_BUDGET_S in actors/controller.py): answered without
+  error with every leader in Metadata in 60.0 s and 62.0 s (load 85 and 25);
+  1.16-1.20 CPU-s of the broker's process tree per replica.
+- the same with the worker setup hook passed to the raylet as the
+  environment variable Ray reads it from (`__RAY_WORKER_PROCESS_SETUP_HOOK_ENV_VAR`)
+  instead of a job runtime_env (cli/main.py, not changed here): 36.0 s,
+  0.67 CPU-s per replica. Any non-empty runtime_env makes the raylet start
+  every worker through setup_worker.py (a second Python start that imports
+  Ray) and the runtime-env agent: 30 trivial actors took 0.83-0.94 CPU-s
+  each that way and 0.40-0.44 CPU-s with the environment variable (the hook
+  ran in 30/30 both ways).
+
+Replica actors start as many at a time as the node has cores (the raylet's
+maximum_startup_concurrency), all of a topic's at once; the floor is the
+CPU: 100 x ~0.67 CPU-s / 2 cores is ~34 s, so 100 partitions in 15 s on
+2 cores needs fewer processes than one per replica.
 """
 from __future__ import annotations
 

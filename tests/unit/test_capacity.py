@@ -216,3 +216,21 @@ def test_describe_lists_usage_per_broker():
     assert broker_usage_lines(topics, [1, 2, 3, 4], {1: 90, 2: 90, 3: 45}) == [
         "Broker: 1\tReplicas: 2\tCapacity: 90", "Broker: 2\tReplicas: 2\tCapacity: 90",
         "Broker: 3\tReplicas: 1\tCapacity: 45", "Broker: 4\tReplicas: 0\tCapacity: unknown"]
+
+
+# ---- LeaderAndIsr that starts replica actors: a timeout is an outcome, not a crash ---------------------------
+def test_await_all_logs_a_timeout_and_forgets_the_handle():
+    import asyncio
+
+    from actors.controller import ControllerService
+
+    async def scenario():
+        service = ControllerService(1001, BrokerConfig.from_sources(), zk=None, namespace="t")
+        service.replica_handles[("t", 0, 1001)] = object()
+        never = asyncio.get_running_loop().create_future()  # a replica that never answers
+        # Before: str(TimeoutError()) is "", and indexing its lines raised IndexError, failing
+        # the whole CreateTopics event (no UpdateMetadata: Metadata never showed the leaders).
+        await service._await_all([(("t", 0, 1001), never)], "LeaderAndIsr", timeout_s=0.05)
+        return service.replica_handles
+
+    assert asyncio.run(scenario()) == {}

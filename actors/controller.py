@@ -279,17 +279,23 @@ class ControllerService(PartitionOperations):
     # ---- partition state machine: NewPartition/OfflinePartition -> OnlinePartition --------------
     async def _elect_offline_partitions(self, partitions) -> None:
         ctx = self.ctx
+        partitions = list(partitions)
+        new_states = {}
+        for (topic, p), replicas in partitions:
+            if ctx.states.get((topic, p)) is None:
+                live = [r for r in replicas if r in ctx.brokers]
+                new_states[(topic, p)] = PartitionState(live[0] if live else NO_LEADER, 0, live or list(replicas),
+                                                        ctx.epoch)
+        versions = await self._create_partition_states(new_states)
         for (topic, p), replicas in partitions:
             state = ctx.states.get((topic, p))
             if state is None:
                 live = [r for r in replicas if r in ctx.brokers]
-                leader = live[0] if live else NO_LEADER
-                new = PartitionState(leader, 0, live or list(replicas), ctx.epoch)
+                new = new_states[(topic, p)]
+                leader = new.leader
                 ctx.partition_sm.transition([(topic, p)], PS.NEW_PARTITION)
                 ctx.replica_sm.transition([(topic, p, r) for r in replicas], RS.NEW_REPLICA)
-                new.zk_version = self.zk.create_partition_state(
-                    topic, p, new.leader, new.leader_epoch, new.isr, ctx.epoch,
-                    expected_controller_epoch_zk_version=self.epoch_zk_version)
+                new.zk_version = versions[(topic, p)]
                 ctx.states[(topic, p)] = new
                 ctx.partition_sm.transition([(topic, p)], PS.ONLINE_PARTITION if leader != NO_LEADER
                                             else PS.OFFLINE_PARTITION)
@@ -314,6 +320,25 @@ class ControllerService(PartitionOperations):
                 isr = [leader]
             self._write_state(topic, p, PartitionState(leader, state.leader_epoch + 1, isr, ctx.epoch,
                                                        state.zk_version))
+
+    async def _create_partition_states(self, states: dict[tuple[str, int], PartitionState]) -> dict:
+        """The state znodes of new partitions, written off the event loop and
+        concurrently: one ZooKeeper write each (~5 ms with its fsync), so 100
+        partitions held the loop ~0.5 s one after another. -> (topic, p) -> znode version.
+        The first failure (a deposed controller's fenced write) propagates, as before."""
+        if not states:
+            return {}
+        loop = asyncio.get_running_loop()
+        epoch, fence = self.ctx.epoch, self.epoch_zk_version
+
+        def create(topic: str, p: int, state: PartitionState) -> int:
+            return self.zk.create_partition_state(topic, p, state.leader, state.leader_epoch, state.isr, epoch,
+                                                  expected_controller_epoch_zk_version=fence)
+
+        keys = list(states)
+        versions = await asyncio.gather(*(loop.run_in_executor(None, create, t, p, states[(t, p)])
+                                          for t, p in keys))
+        return dict(zip(keys, versions))
 
     def _write_state(self, topic: str, p: int, new: PartitionState) -> None:
         def write(leader_epoch: int, version: int) -> int:

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -95,6 +96,7 @@ def run(partitions: int, as_topics: bool, overrides: dict[str, str]) -> dict:
                 "first_error": next(iter(errors.values()), None), "overrides": overrides}
     finally:
         broker.stop()
+        shutil.rmtree(data, ignore_errors=True)
 
 
 def main() -> None:

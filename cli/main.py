@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from core.config import BrokerConfig, ConfigError, load_properties_file
-from core.worker_setup import BROKER_RUNTIME_ENV
+from core.worker_setup import BROKER_RUNTIME_ENV, HOOK, SETUP_HOOK_ENV_VAR
 
 log = logging.getLogger("raykafka")
 
@@ -67,9 +67,11 @@ def ray_system_config() -> dict:
         # raylet has to miss every check for 10-40 s in a row.
         "health_check_period_ms": 1000, "health_check_failure_threshold": 10, "health_check_timeout_ms": 3000,
         "max_direct_call_object_size": MAX_INLINE_REPLY_BYTES,
-        # Ray starts a worker per CPU for the first driver, with no runtime
-        # environment; the broker's actors need its own (BROKER_RUNTIME_ENV),
-        # so those workers would only sit idle (~44 MiB each).
+        # Ray starts a worker per CPU for the first driver. On a cluster the
+        # broker joins, its actors run in the job's runtime environment
+        # (BROKER_RUNTIME_ENV), so those workers would only sit idle (~44 MiB
+        # each); on its own cluster they could serve, but a node's first
+        # actors are its edge, controller and purgatory, started one by one.
         "prestart_worker_first_driver": False,
     }
 
@@ -320,6 +322,11 @@ class BrokerProcess:
                      runtime_env=BROKER_RUNTIME_ENV)
             self._install_signal_handlers()
             return [ray.get_runtime_context().get_node_id()]
+        # Our own cluster: the raylets (and so every worker) inherit the hook
+        # from this process's environment, and the job has no runtime
+        # environment, which would double each replica's start-up cost
+        # (core/worker_setup.py).
+        os.environ[SETUP_HOOK_ENV_VAR] = HOOK
         # Unix socket paths must stay under ~107 bytes: keep Ray's dir short.
         self.ray_temp_dir = tempfile.mkdtemp(prefix="rk-ray-", dir="/tmp")
         system_config = ray_system_config()
@@ -327,7 +334,7 @@ class BrokerProcess:
         if count == 1:
             ray.init(namespace=namespace, include_dashboard=self.args.dashboard, _temp_dir=self.ray_temp_dir,
                      logging_level=logging.WARNING, num_cpus=cpus, object_store_memory=512 * 1024 * 1024,
-                     _system_config=system_config, runtime_env=BROKER_RUNTIME_ENV)
+                     _system_config=system_config)
             node_ids = [ray.get_runtime_context().get_node_id()]
         else:
             from ray.cluster_utils import Cluster
@@ -348,8 +355,7 @@ class BrokerProcess:
                 "object_store_memory": 256 * 1024 * 1024, "_system_config": system_config})
             for i in range(1, count):
                 self.cluster.add_node(num_cpus=cpus, object_store_memory=256 * 1024 * 1024, **labels(i))
-            ray.init(address=self.cluster.address, namespace=namespace, logging_level=logging.WARNING,
-                     runtime_env=BROKER_RUNTIME_ENV)
+            ray.init(address=self.cluster.address, namespace=namespace, logging_level=logging.WARNING)
             node_ids = [n.node_id for n in self.cluster.list_all_nodes()]
             self._raylet_pids = [_raylet_pid(n) for n in self.cluster.list_all_nodes()]
         self.started_ray = True

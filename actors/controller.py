@@ -57,6 +57,10 @@ MAX_QUEUED_EVENTS = 10_000
 # CPU-s (bench/creation.py, README "Capacity"), so a 100-partition topic on a
 # 2-core node needs ~40-75 s, past the 30 s call timeout.
 ACTOR_START_BUDGET_S = 1.0
+# A LeaderAndIsr that failed to a live broker's replica is resent this many
+# times, 0.5 s after the failure and doubling up to the cap (~2 min in all).
+LEADER_AND_ISR_RETRIES = 10
+LEADER_AND_ISR_RETRY_MAX_S = 15.0
 
 
 class ControllerService(PartitionOperations):
@@ -410,8 +414,11 @@ class ControllerService(PartitionOperations):
                 "zookeeper.session.timeout.ms": c["zookeeper.session.timeout.ms"]}
 
     async def _send_leader_and_isr(self, partitions: list[tuple[str, int]],
-                                   exclude: frozenset[int] = frozenset()) -> None:
-        """Batched: all calls issued at once, awaited together. Brokers in `exclude` get none."""
+                                   exclude: frozenset[int] = frozenset(),
+                                   only: frozenset[tuple[str, int, int]] | None = None,
+                                   attempt: int = 0) -> None:
+        """Batched: all calls issued at once, awaited together. Brokers in `exclude` get none;
+        with `only`, just those (topic, partition, broker) replicas get theirs."""
         ctx = self.ctx
         calls = []
         starting: dict[int, int] = {}  # broker -> replica actors this LeaderAndIsr creates
@@ -422,6 +429,8 @@ class ControllerService(PartitionOperations):
             replicas = ctx.topics[topic].assignment[p]
             for broker_id in replicas:
                 if broker_id not in ctx.brokers or broker_id in exclude:
+                    continue
+                if only is not None and (topic, p, broker_id) not in only:
                     continue
                 if (topic, p, broker_id) not in self.replica_handles:
                     starting[broker_id] = starting.get(broker_id, 0) + 1
@@ -435,17 +444,48 @@ class ControllerService(PartitionOperations):
                                                         state.isr, replicas, leader)
                 calls.append(((topic, p, broker_id), ref))
         # Every node starts its new actors in parallel with the others, its own a few at a time.
-        await self._await_all(calls, "LeaderAndIsr", self.call_timeout_s
-                              + ACTOR_START_BUDGET_S * max(starting.values(), default=0))
+        failed = await self._await_all(calls, "LeaderAndIsr", self.call_timeout_s
+                                       + ACTOR_START_BUDGET_S * max(starting.values(), default=0))
+        if failed:
+            self._retry_leader_and_isr(frozenset(failed), attempt + 1)
         # Group coordinators move with the leaders of __consumer_offsets partitions.
         await sync_group_coordinators(self, partitions)
 
-    async def _await_all(self, calls, what: str, timeout_s: float | None = None) -> None:
-        if not calls:
+    def _retry_leader_and_isr(self, targets: frozenset[tuple[str, int, int]], attempt: int) -> None:
+        """Resend a LeaderAndIsr that failed to a replica of a live broker, as Kafka's
+        controller channel keeps resending to live brokers. The usual cause: a broker
+        revived right after its node was killed, before Ray declared the old node dead
+        (its health check allows ~10 s, issue 18), so the replica's name still led to
+        the dead actor. The failed handle is forgotten, so each try looks the name up
+        again and creates the replica anew once Ray knows the old one is gone."""
+        if attempt > LEADER_AND_ISR_RETRIES:
+            log.error("LeaderAndIsr to %d replicas still failing after %d tries: %s", len(targets),
+                      LEADER_AND_ISR_RETRIES, sorted(targets)[:5])
             return
+        delay = min(LEADER_AND_ISR_RETRY_MAX_S, 0.5 * 2 ** (attempt - 1))
+
+        def resend():
+            async def event():
+                live = frozenset(t for t in targets if self.is_active and t[2] in self.ctx.brokers
+                                 and (t[0], t[1]) in self.ctx.states)
+                if not live:
+                    return
+                log.info("resending LeaderAndIsr to %d replicas (try %d)", len(live), attempt + 1)
+                await self._send_leader_and_isr(sorted({(t, p) for t, p, _ in live}), only=live, attempt=attempt)
+
+            event.__name__ = f"retry_leader_and_isr({attempt})"
+            return event()
+
+        self.loop.call_later(delay, lambda: self.enqueue(resend))
+
+    async def _await_all(self, calls, what: str, timeout_s: float | None = None) -> list:
+        """Await every call; return the targets whose call failed (raised or timed out)."""
+        if not calls:
+            return []
         timeout_s = self.call_timeout_s if timeout_s is None else timeout_s
         results = await asyncio.gather(
             *(asyncio.wait_for(ref, timeout_s) for _, ref in calls), return_exceptions=True)
+        failed = []
         for (target, _), result in zip(calls, results):
             if isinstance(result, Exception):
                 # A timeout's str() is empty: name its type instead of failing the whole event.
@@ -453,8 +493,10 @@ class ControllerService(PartitionOperations):
                           (str(result).splitlines() or [type(result).__name__])[0][:300])
                 # A dead replica actor is recreated on the next LeaderAndIsr.
                 self.replica_handles.pop(target, None)
+                failed.append(target)
             elif isinstance(result, int) and result != 0:
                 log.warning("%s to %s answered error %d", what, target, result)
+        return failed
 
     def _edge(self, broker_id: int):
         handle = self.edge_handles.get(broker_id)

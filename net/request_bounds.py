@@ -205,7 +205,7 @@ class _FieldShape:
         self.walker, self.min_size, self.fixed, self.kind, self.args = walker, min_size, fixed, kind, args
 
 
-def _unwrap(field_type):
+def unwrap_field_type(field_type):
     """(inner type, is_optional, is_array) of a kio field annotation."""
     optional = False
     if get_origin(field_type) in (UnionType, Union):
@@ -237,7 +237,7 @@ def _nullable_entity(walker: Walker) -> Walker:
 
 
 def _field_shape(field, flexible: bool, is_request_header: bool, is_tag: bool) -> _FieldShape:
-    inner, optional, is_array = _unwrap(field.type)
+    inner, optional, is_array = unwrap_field_type(field.type)
     if is_tag:
         optional = False  # a tagged field's absence is its null (as kio's writer has it)
     kind = "call"

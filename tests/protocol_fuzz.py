@@ -19,13 +19,12 @@ import struct
 import time
 import uuid
 from dataclasses import fields, is_dataclass
-from types import EllipsisType, NoneType, UnionType
-from typing import NamedTuple, Union, get_args, get_origin
+from typing import NamedTuple
 
 from kio.schema.errors import ErrorCode
 
 from net.codec import encode_request, request_schema
-from net.request_bounds import check_request
+from net.request_bounds import check_request, unwrap_field_type
 from storage.records import SimpleRecord, build_batch
 
 _INT_RANGES = {
@@ -68,7 +67,7 @@ class RequestGenerator:
     def entity(self, entity_type, depth: int = 0):
         values = {}
         for field in fields(entity_type):
-            inner, optional, is_array = _unwrap(field.type)
+            inner, optional, is_array = unwrap_field_type(field.type)
             tagged = "tag" in field.metadata
             if tagged and self.rng.random() < 0.6:
                 continue  # absent: its default
@@ -131,22 +130,6 @@ class RequestGenerator:
             build_batch([SimpleRecord(key=rng.randbytes(rng.randint(0, 8)), value=rng.randbytes(rng.randint(0, 64)),
                                       timestamp=timestamp + i) for i in range(rng.randint(1, 4))])
             for _ in range(rng.randint(1, 2)))
-
-
-def _unwrap(field_type):
-    optional = False
-    if get_origin(field_type) in (UnionType, Union):
-        args = [a for a in get_args(field_type) if a is not NoneType]
-        optional = len(args) != len(get_args(field_type))
-        field_type = args[0]
-    if get_origin(field_type) is tuple:
-        args = get_args(field_type)
-        assert len(args) == 2 and isinstance(args[1], EllipsisType), field_type
-        inner = args[0]
-        if get_origin(inner) in (UnionType, Union):
-            inner = [a for a in get_args(inner) if a is not NoneType][0]
-        return inner, optional, True
-    return field_type, optional, False
 
 
 class Mutator:

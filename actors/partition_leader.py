@@ -51,7 +51,11 @@ MAX_READ_RUN = 16
 IDLE_AFTER_S = 10.0
 # Kafka's LogManager starts its retention check this long after startup.
 RETENTION_FIRST_CHECK_S = 30.0
-# RAYKAFKA_IDLE_PRIORITY=0 keeps idle replicas at normal priority (bench.density's A/B switch).
+# RAYKAFKA_IDLE_PRIORITY=1 moves idle replicas to SCHED_IDLE. Off by default:
+# on a quiet 2-core node with 100 idle replicas, a busy topic produced 214 MB/s
+# with them at SCHED_IDLE and 527 MB/s with them at normal priority, same run
+# (bench.density, 712 MB/s alone; twice, bench/PROFILE.md session 9). Only on
+# a machine loaded by other work did SCHED_IDLE measure ahead.
 IDLE_PRIORITY_ENV = "RAYKAFKA_IDLE_PRIORITY"
 
 
@@ -143,7 +147,7 @@ class ReplicaActor(FollowerRole):
         self._timer_wake: asyncio.Event | None = None
         self._idle = IdlePriority(
             self.replica_config.get("replica.idle.after.ms", IDLE_AFTER_S * 1000) / 1000,
-            enabled=os.environ.get(IDLE_PRIORITY_ENV, "1") != "0" and idle_priority.supported(),
+            enabled=os.environ.get(IDLE_PRIORITY_ENV, "0") == "1" and idle_priority.supported(),
             on_busy=self._poke_timer)
         self._init_follower()
 

@@ -136,6 +136,16 @@ class BrokerProcess:
         except OSError:
             return ""
 
+    def wait_for_log(self, text: str, timeout_s: float = 30, lines: int = 3000) -> bool:
+        """Whether `text` shows in the last `lines` of the log within `timeout_s`.
+        Actors' log lines reach it through Ray's log monitor, asynchronously."""
+        deadline = time.monotonic() + timeout_s
+        while text not in self.log_tail(lines):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.5)
+        return True
+
     def _track_tree(self) -> None:
         """Remember every descendant, so it can be killed even after reparenting."""
         if self.proc is None:

@@ -125,26 +125,22 @@ def _compact_bytes(buf, pos, end, budget):
     return _check_length(encoded - 1, pos, end, "compact string/bytes")
 
 
-def _legacy_string(buf, pos, end, budget):
-    if budget.sizes is not None:
-        budget.sizes.append((pos, "int16"))
-    length, pos = _int16(buf, pos, end)
-    if length < -1:
-        raise RequestOutOfBounds(f"string length {length}")
-    if length == -1:
-        return pos
-    return _check_length(length, pos, end, "string")
+def _legacy_length_prefixed(kind: str, read_length, what: str) -> Walker:
+    """A classic string (int16 length) or bytes (int32 length); -1 is null."""
+    def walk(buf, pos, end, budget):
+        if budget.sizes is not None:
+            budget.sizes.append((pos, kind))
+        length, pos = read_length(buf, pos, end)
+        if length < -1:
+            raise RequestOutOfBounds(f"{what} length {length}")
+        if length == -1:
+            return pos
+        return _check_length(length, pos, end, what)
+    return walk
 
 
-def _legacy_bytes(buf, pos, end, budget):
-    if budget.sizes is not None:
-        budget.sizes.append((pos, "int32"))
-    length, pos = _int32(buf, pos, end)
-    if length < -1:
-        raise RequestOutOfBounds(f"bytes length {length}")
-    if length == -1:
-        return pos
-    return _check_length(length, pos, end, "bytes")
+_legacy_string = _legacy_length_prefixed("int16", _int16, "string")
+_legacy_bytes = _legacy_length_prefixed("int32", _int32, "bytes")
 
 
 def _primitive_walker(kafka_type: str, flexible: bool) -> Walker:

@@ -271,6 +271,17 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("raykafka.edge.processes", "int", 1,
               "Edge actors (Kafka listener processes) per node; above 1 they share the listener port "
               "with SO_REUSEPORT and the kernel spreads new connections across them", min=1, max=16),
+    # Metrics (core/metrics.py): recorded in process-local counters, handed
+    # to Ray's metrics API in the background, served by Ray's per-node
+    # Prometheus endpoint.
+    ConfigDef("raykafka.metrics.enabled", "bool", True,
+              "Record the broker's metrics (Kafka's names, README 'Metrics'); false: record nothing"),
+    ConfigDef("raykafka.metrics.port", "int", 0,
+              "Port of Ray's per-node Prometheus endpoint on a cluster raykafka starts (0: Ray's choice; "
+              "with --nodes each further node takes the next port)", min=0, max=65535),
+    ConfigDef("raykafka.metrics.report.interval.ms", "int", 5000,
+              "How often each broker process hands its local metrics to Ray, and the edge samples "
+              "partition and group state", min=100),
 )
 
 TOPIC_CONFIGS: dict[str, ConfigDef] = _defs(

@@ -28,6 +28,7 @@ from core.idle_priority import IdlePriority
 from core.local_calls import LocalCallServer
 from core.local_channels import LocalChannels
 from core.naming import partition_dir_name, purgatory_actor_name
+from core.txn_messages import ORIGIN_CLIENT, TxnMarker, TxnMarkerResult
 from storage.checkpoint import OffsetCheckpointFile
 from storage.log import Log, LogConfig
 
@@ -78,7 +79,7 @@ def choose_log_dir(log_dirs: list[str], topic: str, partition: int) -> Path:
 # What the edge (and the node's group coordinators) may call over the direct
 # channel: the per-request calls.
 # Leadership, configuration and shutdown stay Ray calls.
-LOCAL_CALL_METHODS = ("append", "append_shared", "read", "read_run", "list_offsets", "offset_for_leader_epoch",
+LOCAL_CALL_METHODS = ("append", "write_txn_markers", "append_shared", "read", "read_run", "list_offsets", "offset_for_leader_epoch",
                       "delete_records")
 
 
@@ -115,7 +116,9 @@ class ReplicaActor(FollowerRole):
         high_watermark = self._checkpoints[REPLICATION_OFFSET_FILE].read().get(key, 0)
         started = time.monotonic()
         self.log = Log(str(self.log_dir / partition_dir_name(topic, partition)), LogConfig(**log_config),
-                       recovery_point=recovery_point, log_start_offset=log_start)
+                       recovery_point=recovery_point, log_start_offset=log_start,
+                       producer_id_expiration_ms=int(self.replica_config.get("producer.id.expiration.ms",
+                                                                             86400000)))
         # Rolled segments are fsynced, and checkpoints written, on this thread
         # (Kafka's scheduler), not in the event loop: an inline fsync of a full
         # 1 GiB segment held up every request behind it for ~0.6 s, and a
@@ -285,6 +288,7 @@ class ReplicaActor(FollowerRole):
         """Delete segments past retention.ms / retention.bytes (never the active one,
         never beyond the HW) and files whose file.delete.delay.ms has passed."""
         now = _now_ms()
+        self.log.remove_expired_producers(now)  # producer.id.expiration.ms
         result = self.log.apply_retention(self.partition.high_watermark, now)
         if self.log.pending_deletes:
             # Unlinking a 1 GiB segment takes a while: on the I/O thread, as Kafka's scheduler does.
@@ -552,8 +556,11 @@ class ReplicaActor(FollowerRole):
                                                         self, LOCAL_CALL_METHODS)
         return await self._local_calls.endpoint()
 
-    async def append(self, record_sets: list[tuple[bytes, int, int]], leader_epoch: int, tail: bool = False):
+    async def append(self, record_sets: list[tuple[bytes, int, int]], leader_epoch: int, tail: bool = False,
+                     origin: str = ORIGIN_CLIENT):
         """Append record sets (bytes, acks, timeout) -> one result per set.
+        ``origin`` is Kafka's AppendOrigin: coordinators (group offsets) pass
+        ORIGIN_COORDINATOR, which skips the producer sequence checks.
         With ``tail`` the answer is ``(results, tail)``: where the data this
         call committed lies, for the edge to answer tail fetches from
         (net/fetch_local_tail.py), or None when the high watermark does not
@@ -569,13 +576,40 @@ class ReplicaActor(FollowerRole):
         counters["append_bytes"] += sum(len(r[0]) for r in record_sets)
         before = self.partition.high_watermark
         leo_before = self.log.log_end_offset
-        results = self.partition.append(record_sets, leader_epoch, _now_ms())
+        results = self.partition.append(record_sets, leader_epoch, _now_ms(), origin)
         if self.log.log_end_offset != leo_before:
             self._wake_waiters()  # followers long-polling for data
         hw = self.partition.high_watermark
         if hw != before:
             self._report_progress()
         return (results, self._committed_tail(leo_before, hw)) if tail else results
+
+    async def write_txn_markers(self, markers: list[TxnMarker], timeout_ms: int = 30000) -> list[TxnMarkerResult]:
+        """WriteTxnMarkers for this partition (the transaction coordinator's
+        call, or the wire API's): a COMMIT/ABORT control batch per marker,
+        answered once the high watermark has passed it (acks=all), or
+        REQUEST_TIMED_OUT / NOT_LEADER_OR_FOLLOWER."""
+        if self._closed:
+            return [TxnMarkerResult(6, -1)] * len(markers)  # NOT_LEADER_OR_FOLLOWER
+        self._ensure_background()
+        self._traffic()
+        p = self.partition
+        before = p.high_watermark
+        results = p.write_txn_markers(list(markers), _now_ms())
+        if any(r.error == 0 for r in results):
+            self._wake_waiters()  # followers fetch the markers; read_committed fetches may move on
+        if p.high_watermark != before:
+            self._report_progress()
+        need = max((r.offset + 1 for r in results if r.error == 0), default=-1)
+        deadline = time.monotonic() + max(0, timeout_ms) / 1000
+        while p.high_watermark < need:
+            remaining = deadline - time.monotonic()
+            if self._closed or not p.is_leader:
+                return [TxnMarkerResult(6, -1) if r.error == 0 else r for r in results]
+            if remaining <= 0:
+                return [TxnMarkerResult(7, -1) if r.error == 0 else r for r in results]  # REQUEST_TIMED_OUT
+            await self._wait_for_change(remaining)
+        return results
 
     def _committed_tail(self, first: int, hw: int):
         """(leader_epoch, hw, lso, log_start, first, next, slices, length) of

@@ -9,8 +9,10 @@ from typing import Any
 
 from core import error_codes
 
+from core.txn_messages import ORIGIN_CLIENT, TxnMarker, TxnMarkerResult
 from storage.errors import UnexpectedAppendOffsetError
 from storage.log import Log, OffsetOutOfRangeError
+from storage.producer_state import build_end_txn_marker
 from storage.record_batch import InvalidRecordsError
 
 log = logging.getLogger("raykafka.partition")
@@ -65,6 +67,7 @@ class Partition:
         self.leader_epoch_start_offset = 0
         # A restarted replica must never expose more than it had committed.
         self.high_watermark = min(max(high_watermark, log_.log_start_offset), log_.log_end_offset)
+        log_.producer_state.on_high_watermark_updated(self.high_watermark)
 
     # ---- leadership -----------------------------------------------------------------------
     def fence_controller(self, controller_epoch: int) -> int:
@@ -133,9 +136,14 @@ class Partition:
                 follower = self.followers.get(replica)
                 new_hw = min(new_hw, follower.log_end_offset if follower else -1)
         if new_hw > self.high_watermark:
-            self.high_watermark = new_hw
+            self._set_high_watermark(new_hw)
             return True
         return False
+
+    def _set_high_watermark(self, hw: int) -> None:
+        self.high_watermark = hw
+        # Ended transactions whose markers are now replicated no longer hold the LSO.
+        self.log.producer_state.on_high_watermark_updated(hw)
 
     # ---- replication: leader side -------------------------------------------------------------
     def fetch_for_follower(self, follower_id: int, fetch_offset: int, last_fetched_epoch: int,
@@ -216,7 +224,7 @@ class Partition:
                                                       self.log.log_end_offset)
         new_hw = min(self.log.log_end_offset, leader_high_watermark)
         if new_hw > self.high_watermark:
-            self.high_watermark = new_hw
+            self._set_high_watermark(new_hw)
         return self.log.log_end_offset
 
     def last_fetched_epoch(self) -> int:
@@ -243,15 +251,20 @@ class Partition:
 
     @property
     def last_stable_offset(self) -> int:
-        # No transactions yet: every record below the HW is stable.
-        return self.high_watermark
+        """Kafka's LSO: the HW, or the first offset of the oldest transaction
+        that is open or whose marker is not replicated yet, if lower."""
+        first_unstable = self.log.producer_state.first_unstable_offset()
+        hw = self.high_watermark
+        return first_unstable if first_unstable is not None and first_unstable < hw else hw
 
     def fetchable_end(self, isolation_level: int) -> int:
         return self.last_stable_offset if isolation_level == READ_COMMITTED else self.high_watermark
 
     # ---- produce --------------------------------------------------------------------------
-    def append(self, record_sets: list[tuple[bytes, int, int]], leader_epoch: int, now_ms: int) -> list[AppendResult]:
-        """Append each (records, acks, timeout_ms) set independently, in order."""
+    def append(self, record_sets: list[tuple[bytes, int, int]], leader_epoch: int, now_ms: int,
+               origin: str = ORIGIN_CLIENT) -> list[AppendResult]:
+        """Append each (records, acks, timeout_ms) set independently, in order.
+        ``origin``: Kafka's AppendOrigin (core.txn_messages.ORIGIN_*)."""
         results: list[AppendResult] = []
         for records, acks, _timeout_ms in record_sets:
             error = self.check_leader(leader_epoch)
@@ -264,7 +277,7 @@ class Partition:
                                 f"ISR size {len(self.isr)} < min.insync.replicas {self.min_insync_replicas}", -1))
                 continue
             try:
-                info = self.log.append_as_leader(records, self.leader_epoch, now_ms)
+                info = self.log.append_as_leader(records, self.leader_epoch, now_ms, origin=origin)
             except InvalidRecordsError as exc:
                 results.append((exc.error_code, -1, -1, self.log.log_start_offset, str(exc), -1))
                 continue
@@ -273,6 +286,37 @@ class Partition:
         self.maybe_increment_high_watermark()
         # The HW after this call rides along: acks=-1 needs no purgatory when it already passed.
         return [r + (self.high_watermark,) for r in results]
+
+    def write_txn_markers(self, markers: list[TxnMarker], now_ms: int) -> list[TxnMarkerResult]:
+        """Append a COMMIT/ABORT control batch per marker (the leader side of
+        Kafka's WriteTxnMarkers, origin coordinator). The caller waits for
+        the HW to pass each marker's offset (acks=all) before answering."""
+        results = []
+        for marker in markers:
+            error = self.check_leader(-1)
+            if not error and len(self.isr) < self.min_insync_replicas:
+                error = error_codes.NOT_ENOUGH_REPLICAS  # markers are written with acks=all
+            if error:
+                results.append(TxnMarkerResult(error, -1))
+                continue
+            batch = build_end_txn_marker(marker.producer_id, marker.producer_epoch, marker.coordinator_epoch,
+                                         marker.committed, now_ms)
+            try:
+                info = self.log.append_as_leader(batch, self.leader_epoch, now_ms, from_client=False)
+            except InvalidRecordsError as exc:
+                log.warning("%s-%d: transaction marker for producer %d refused: %s", self.topic, self.partition,
+                            marker.producer_id, exc)
+                results.append(TxnMarkerResult(exc.error_code, -1))
+                continue
+            results.append(TxnMarkerResult(0, info.last_offset))
+        self.maybe_increment_high_watermark()
+        return results
+
+    def aborted_transactions(self, fetch_offset: int, upper_bound_offset: int):
+        """(producer id, first offset) of the aborted transactions a
+        read_committed fetch of ``[fetch_offset, upper_bound_offset)`` must skip."""
+        return [(t.producer_id, t.first_offset)
+                for t in self.log.collect_aborted_txns(fetch_offset, upper_bound_offset)]
 
     # ---- fetch ------------------------------------------------------------------------------
     def read(self, fetch_offset: int, max_bytes: int, isolation_level: int, current_leader_epoch: int):
@@ -306,7 +350,11 @@ class Partition:
                 break
             if not slices:
                 break
-            runs.append((offset, slices))
+            if isolation_level == READ_COMMITTED:
+                # The third element: the aborted transactions this read overlaps.
+                runs.append((offset, slices, self.aborted_transactions(offset, next_offset)))
+            else:
+                runs.append((offset, slices))
             if next_offset <= offset:
                 break
             offset = next_offset

@@ -19,6 +19,7 @@ import os
 import random
 import re
 import shutil
+import struct
 import threading
 import time
 from bisect import bisect_right
@@ -41,6 +42,18 @@ from storage.errors import (
     UnexpectedAppendOffsetError,
 )
 from storage.leader_epoch import LeaderEpochCache
+from storage.producer_state import (
+    ORIGIN_CLIENT,
+    ORIGIN_COORDINATOR,
+    ORIGIN_REPLICATION,
+    BatchMetadata,
+    CompletedTxn,
+    ProducerAppendInfo,
+    ProducerStateManager,
+    end_txn_marker_type,
+    increment_sequence,
+)
+from storage.txn_index import AbortedTxn
 from storage.record_batch import (
     COMPRESSION_GZIP,
     COMPRESSION_LZ4,
@@ -50,7 +63,9 @@ from storage.record_batch import (
     COMPRESSION_ZSTD,
     CONTROL_MASK,
     LOG_OVERHEAD,
+    TRANSACTIONAL_MASK,
     assign_offsets,
+    iter_headers,
     set_log_append_time,
     stamp_client_batches,
     validate_batches,
@@ -215,9 +230,21 @@ class AppendInfo(NamedTuple):
     num_batches: int
     valid_bytes: int
     log_append_time: int = -1  # the broker timestamp with LogAppendTime, else -1
+    # A producer's retried batch already in the log: nothing was appended and
+    # the offsets are those of the original (Kafka answers it as a success).
+    duplicate: bool = False
 
 
 _EMPTY_APPEND = AppendInfo(-1, -1, -1, -1, 0, 0, -1)
+_PRODUCER_ID = struct.Struct(">q")
+_PRODUCER_ID_OFFSET = 43
+
+
+class _ProducerUpdates(NamedTuple):
+    """What an append changes in the producer state, checked before the write."""
+
+    infos: dict[int, ProducerAppendInfo]
+    completed: list[CompletedTxn]
 
 
 class RetentionResult(NamedTuple):
@@ -243,6 +270,7 @@ class Log:
         *,
         now_ms: int | None = None,
         rng: random.Random | None = None,
+        producer_id_expiration_ms: int = 86400000,
     ):
         self.dir = os.path.abspath(dir)
         self.config = config if config is not None else LogConfig()
@@ -267,6 +295,7 @@ class Log:
         # a background thread sets this to a callable that runs the job it is
         # given there; None flushes inline (tools, tests, the cleaner).
         self.flush_scheduler: Callable[[Callable[[], None]], object] | None = None
+        self.producer_state = ProducerStateManager(self.dir, os.path.basename(self.dir), producer_id_expiration_ms)
         self._load(max(0, recovery_point), max(0, log_start_offset), now_ms)
         self._last_flush_ms = now_ms
 
@@ -421,9 +450,134 @@ class Log:
         self._recovery_point = min(recovery_point, self._next_offset)
         cache.truncate_from_end(self._next_offset)
         cache.truncate_from_start(self._log_start_offset)
+        self._reload_producer_state(now_ms)
         if self._dir_dirty:
             fsync_dir(self.dir)
             self._dir_dirty = False
+
+    # ------------------------------------------------------ producer state
+
+    def _reload_producer_state(self, now_ms: int | None = None) -> None:
+        """Kafka's ``rebuildProducerState``: the newest snapshot at or below
+        the log end, then the batch headers after it. The transaction indexes
+        from there on are rebuilt on the way (recovery may have cut them)."""
+        ps = self.producer_state
+        end = self._next_offset
+        ps.delete_snapshots_above(end)
+        start = ps.load_latest_snapshot(end, self._log_start_offset, _now_ms() if now_ms is None else now_ms)
+        replayed = self._replay_producer_state(start)
+        ps.map_end_offset = end
+        if replayed and end > start:
+            # The next restart starts from here instead of replaying again.
+            ps.take_snapshot(sync=False)
+
+    def _replay_producer_state(self, start: int) -> int:
+        ps = self.producer_state
+        segs = self._segments
+        first = max(bisect_right(self._bases, start) - 1, 0)
+        for seg in segs[first:]:
+            seg.txn_index.truncate_to(start)
+        batches = 0
+        for seg in segs[first:]:
+            for pos, h in seg.iter_batches():
+                if h[0] + h[6] < start or h[9] < 0:
+                    continue
+                batches += 1
+                info = ps.prepare_update(h[9], ORIGIN_REPLICATION)
+                completed = None
+                if h[5] & CONTROL_MASK:
+                    marker = end_txn_marker_type(seg.read_bytes(pos, h[1] + LOG_OVERHEAD))
+                    if marker is not None:
+                        completed = info.append_end_txn_marker(marker[0], marker[1], h[10], h[0], h[8])
+                else:
+                    info.append_data_batch(h[10], h[11], increment_sequence(h[11], h[6]), h[8], h[0], h[0] + h[6],
+                                           bool(h[5] & TRANSACTIONAL_MASK))
+                ps.update(info)
+                if completed is not None:
+                    self._complete_txn(completed, seg)
+        return batches
+
+    def _complete_txn(self, completed: CompletedTxn, seg: LogSegment) -> None:
+        ps = self.producer_state
+        if completed.is_aborted:
+            seg.txn_index.append(AbortedTxn(completed.producer_id, completed.first_offset, completed.last_offset,
+                                            ps.last_stable_offset_after(completed)))
+        ps.complete_txn(completed)
+
+    @staticmethod
+    def _has_producer_batches(view, batches: int) -> bool:
+        if batches == 1:  # produce v3+: one batch, one 8-byte read
+            return _PRODUCER_ID.unpack_from(view, _PRODUCER_ID_OFFSET)[0] >= 0
+        return any(h[9] >= 0 for _, h in iter_headers(view))
+
+    def _analyze_producers(self, view, origin: str) -> _ProducerUpdates | BatchMetadata:
+        """Kafka's ``analyzeAndValidateProducerState`` over stamped batches:
+        the updates to apply after the write, or the original of a retried
+        batch (then nothing is written). Raises ProducerStateError."""
+        ps = self.producer_state
+        infos: dict[int, ProducerAppendInfo] = {}
+        completed: list[CompletedTxn] = []
+        for pos, h in iter_headers(view):
+            pid = h[9]
+            if pid < 0:
+                continue
+            if h[5] & CONTROL_MASK:
+                marker = end_txn_marker_type(view, pos)
+                if marker is None:
+                    continue
+                info = infos.get(pid) or infos.setdefault(pid, ps.prepare_update(pid, origin))
+                done = info.append_end_txn_marker(marker[0], marker[1], h[10], h[0], h[8])
+                if done is not None:
+                    completed.append(done)
+                continue
+            last_seq = increment_sequence(h[11], h[6])
+            if origin == ORIGIN_CLIENT:
+                entry = ps.last_entry(pid)
+                if entry is not None:
+                    duplicate = entry.find_duplicate(h[10], h[11], last_seq)
+                    if duplicate is not None:
+                        return duplicate
+            info = infos.get(pid) or infos.setdefault(pid, ps.prepare_update(pid, origin))
+            info.append_data_batch(h[10], h[11], last_seq, h[8], h[0], h[0] + h[6], bool(h[5] & TRANSACTIONAL_MASK))
+        return _ProducerUpdates(infos, completed)
+
+    def _apply_producer_updates(self, updates: _ProducerUpdates | None) -> None:
+        """After the write: the producers' new state, ended transactions (an
+        abort goes into the index of the segment holding its marker)."""
+        ps = self.producer_state
+        if updates is not None:
+            for info in updates.infos.values():
+                ps.update(info)
+            for completed in updates.completed:
+                self._complete_txn(completed, self._segments[-1])
+        ps.map_end_offset = self._next_offset
+
+    @staticmethod
+    def _duplicate_append(duplicate: BatchMetadata, total: int) -> AppendInfo:
+        return AppendInfo(duplicate.first_offset, duplicate.last_offset, duplicate.timestamp, duplicate.last_offset,
+                          0, total, -1, True)
+
+    def first_unstable_offset(self) -> int | None:
+        """First offset of the oldest transaction not yet ended and replicated."""
+        return self.producer_state.first_unstable_offset()
+
+    def collect_aborted_txns(self, fetch_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+        """Aborted transactions overlapping ``[fetch_offset, upper_bound_offset)``
+        (Kafka's ``collectAbortedTransactions``): the transaction indexes from
+        the fetch offset's segment on, until one entry's LSO passes the bound."""
+        segs = self._segments
+        bases = self._bases
+        found: list[AbortedTxn] = []
+        for seg in segs[max(bisect_right(bases, fetch_offset) - 1, 0):]:
+            entries, complete = seg.txn_index.collect(fetch_offset, upper_bound_offset)
+            found.extend(entries)
+            if complete:
+                break
+        return found
+
+    def remove_expired_producers(self, now_ms: int | None = None) -> int:
+        with self._lock:
+            return self.producer_state.remove_expired_producers(_now_ms() if now_ms is None else now_ms)
 
     # ---------------------------------------------------------- properties
 
@@ -478,6 +632,7 @@ class Log:
         now_ms: int | None = None,
         *,
         from_client: bool = True,
+        origin: str | None = None,
     ) -> AppendInfo:
         """Validate a produce payload, assign offsets from the log end and append.
 
@@ -486,8 +641,17 @@ class Log:
         and leader epochs are written into it, so the append copies nothing.
         Read-only input (``bytes``) is copied once.  ``from_client=False`` is for records
         the broker writes itself (transaction markers), which may be control
-        batches.  Raises InvalidRecordsError with Kafka's error code.
+        batches.  ``origin`` is Kafka's AppendOrigin (storage.producer_state.
+        ORIGIN_*): producers' batches are checked for epoch and sequence (a
+        retried batch is answered with its original offsets, ``duplicate``),
+        a coordinator's are not; default: the client when ``from_client``,
+        else the coordinator.  Raises InvalidRecordsError (ProducerStateError
+        for producer faults) with Kafka's error code.
         """
+        if origin is None:
+            origin = ORIGIN_CLIENT if from_client else ORIGIN_COORDINATOR
+        elif origin != ORIGIN_CLIENT:
+            from_client = False
         if now_ms is None:
             now_ms = _now_ms()
         if isinstance(records, bytearray):
@@ -515,7 +679,13 @@ class Log:
                 stamped = stamp_client_batches(buf, first, leader_epoch, cfg.max_message_bytes, target)
                 if stamped is not None:
                     last, batches, max_ts, off_max, layout = stamped
+                    updates = None
+                    if self._has_producer_batches(view, batches):
+                        updates = self._analyze_producers(view, origin)
+                        if isinstance(updates, BatchMetadata):
+                            return self._duplicate_append(updates, total)
                     self._append_stamped(view, first, last, batches, max_ts, off_max, leader_epoch, now_ms, layout)
+                    self._apply_producer_updates(updates)
                     return AppendInfo(first, last, max_ts, off_max, batches, total, -1)
         headers = validate_batches(view, cfg.max_message_bytes, from_client=from_client)
         if cfg.compacted or (
@@ -552,7 +722,13 @@ class Log:
                     nxt += h[6] + 1
                     if h[8] > max_ts:
                         max_ts, off_max = h[8], nxt - 1
+            updates = None
+            if any(h[9] >= 0 for h in headers):
+                updates = self._analyze_producers(view, origin)
+                if isinstance(updates, BatchMetadata):
+                    return self._duplicate_append(updates, total)
             self._append_stamped(view, first, last, len(headers), max_ts, off_max, leader_epoch, now_ms)
+            self._apply_producer_updates(updates)
         return AppendInfo(first, last, max_ts, off_max, len(headers), total, append_time)
 
     def _append_stamped(
@@ -691,8 +867,12 @@ class Log:
                 seg = self._maybe_roll(valid, len(headers), max_ts, last, first, now_ms)
             for epoch, start in new_epochs:
                 self.leader_epoch_cache.assign(epoch, start)
+            updates = None
+            if any(h[9] >= 0 for h in headers):
+                updates = self._analyze_producers(view[:valid], ORIGIN_REPLICATION)
             seg.append(last, max_ts, off_max, view[:valid])
             self._next_offset = last + 1
+            self._apply_producer_updates(updates)
             self._maybe_flush(now_ms)
         return AppendInfo(first, last, max_ts, off_max, len(headers), valid, -1)
 
@@ -734,6 +914,10 @@ class Log:
                 if new_base_offset < active.next_offset:
                     raise ValueError(f"cannot roll at {new_base_offset}, below the log end {active.next_offset}")
                 active.on_become_inactive()
+                # Kafka snapshots the producer state at every roll, so a
+                # restart replays at most the active segment's headers.
+                self.producer_state.map_end_offset = self._next_offset
+                self.producer_state.take_snapshot(sync=False)
                 self._flush_rolled(active.next_offset)
             prefix = os.path.join(self.dir, segment_file_prefix(new_base_offset))
             for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
@@ -981,6 +1165,9 @@ class Log:
             self._log_start_offset = min(self._log_start_offset, new_end)
             self._recovery_point = min(self._recovery_point, new_end)
             self._truncate_cleaner_checkpoint(new_end)
+            for seg in self._segments:
+                seg.txn_index.truncate_to(new_end)
+            self._reload_producer_state()
             return True
 
     def truncate_fully_and_start_at(self, offset: int, now_ms: int | None = None) -> None:
@@ -998,6 +1185,8 @@ class Log:
             self._log_start_offset = offset
             self._recovery_point = offset
             self.leader_epoch_cache.clear()
+            self.producer_state.delete_snapshots_above(-1)
+            self.producer_state.reset(offset)
             fsync_dir(self.dir)
             self._dir_dirty = False
             self._truncate_cleaner_checkpoint(offset)
@@ -1022,6 +1211,7 @@ class Log:
                 )
             self._log_start_offset = new_start
             self.leader_epoch_cache.truncate_from_start(new_start)
+            self.producer_state.on_log_start_offset_incremented(new_start)
             return True
 
     def delete_records(self, offset: int, high_watermark: int) -> int:
@@ -1063,6 +1253,9 @@ class Log:
         if first > self._log_start_offset:
             self._log_start_offset = first
             self.leader_epoch_cache.truncate_from_start(first)
+            self.producer_state.on_log_start_offset_incremented(first)
+        # Snapshots below the first segment can never be loaded again.
+        self.producer_state.delete_snapshots_below(first)
         return size
 
     def apply_retention(
@@ -1221,6 +1414,13 @@ class Log:
                 raise ValueError("the new segment must start at the first replaced segment's base offset")
             if new_segment.size and new_segment.next_offset > segs[j].base_offset:
                 raise ValueError("the new segment overlaps the segment after the replaced ones")
+            # The aborted transactions indexed by the replaced segments stay
+            # indexed: their markers (and any data the cleaner kept) are still here.
+            new_index = new_segment.txn_index
+            if len(new_index) == 0:
+                for old in old_segments:
+                    for txn in old.txn_index.entries():
+                        new_index.append(txn)
             new_segment.change_file_suffixes(CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX)
             fsync_dir(self.dir)
             self._schedule_delete(old_segments, now_ms)
@@ -1275,6 +1475,9 @@ class Log:
             try:
                 self._segments[-1].on_become_inactive()
                 self.flush()
+                # Clean shutdown: the next open loads this and replays nothing.
+                self.producer_state.map_end_offset = self._next_offset
+                self.producer_state.take_snapshot(sync=True)
             finally:
                 self._closed = True
                 for seg in self._segments:

@@ -22,6 +22,7 @@ from crc32c import crc32c
 
 from storage.errors import CorruptIndexError, KafkaStorageError
 from storage.index import OffsetIndex, TimeIndex
+from storage.txn_index import TransactionIndex
 from storage.record_batch import (
     ATTRIBUTES_OFFSET,
     HEADER,
@@ -147,6 +148,7 @@ class LogSegment:
         self._rolling_ts_known = False
         self._bytes_since_index = 0
         self._indexes_checked = False
+        self._txn_index: TransactionIndex | None = None
         if create:
             self.index.create()
             self.time_index.create()
@@ -413,10 +415,12 @@ class LogSegment:
         self.time_index.write_pending()
 
     def flush(self) -> None:
-        """fsync the log file and both indexes."""
+        """fsync the log file, both indexes and the transaction index."""
         os.fsync(self._fd_or_raise())
         self.index.flush()
         self.time_index.flush()
+        if self._txn_index is not None and self._txn_index.last_offset is not None:
+            self._txn_index.flush()
 
     # ------------------------------------------------------------------ read
 
@@ -696,6 +700,7 @@ class LogSegment:
         fd = self._fd_or_raise()
         new_next = max(min(h[0], offset), self.base_offset)
         removed = self._size - pos
+        self.txn_index.truncate_to(new_next)
         self.index.truncate_to(new_next)
         self.time_index.truncate_to(new_next)
         os.ftruncate(fd, pos)
@@ -747,6 +752,17 @@ class LogSegment:
     @property
     def txn_index_path(self) -> str:
         return os.path.join(self.dir, segment_file_prefix(self.base_offset)) + TXN_INDEX_SUFFIX + self.file_suffix
+
+    @property
+    def txn_index(self) -> TransactionIndex:
+        """The aborted transactions whose markers are in this segment
+        (``.txnindex``, created on the first entry)."""
+        path = self.txn_index_path
+        if self._txn_index is None:
+            self._txn_index = TransactionIndex(path, self.base_offset)
+        elif self._txn_index.path != path:
+            self._txn_index.renamed(path)
+        return self._txn_index
 
     def file_paths(self) -> list[str]:
         """The segment's current file names (log, indexes, transaction index)."""

@@ -50,9 +50,6 @@ async def handle_produce(ctx, request):
         for part in topic.partition_data:
             if acks not in (0, 1, -1):
                 fut = _immediate(ErrorCode.invalid_required_acks)
-            elif request.transactional_id is not None:
-                fut = _immediate(ErrorCode.transactional_id_authorization_failed,
-                                 "transactions are not supported yet")
             else:
                 info = edge.metadata.partition(name, part.index) if name is not None else None
                 if info is None:

@@ -40,7 +40,7 @@ def _batches_valid(records: bytes) -> bool:
 
 class _Wanted:
     __slots__ = ("topic", "topic_id", "partition", "offset", "max_bytes", "leader_epoch", "error",
-                 "records", "hw", "lso", "log_start", "end", "session_partition")
+                 "records", "hw", "lso", "log_start", "end", "session_partition", "aborted")
 
     def __init__(self, topic, topic_id, partition, offset, max_bytes, leader_epoch, error=None):
         self.topic = topic
@@ -53,6 +53,8 @@ class _Wanted:
         self.records = b""
         self.hw = self.lso = self.log_start = -1
         self.end = -1
+        # read_committed: (producer id, first offset) of the aborted transactions the records overlap
+        self.aborted = ()
 
 
 def _set_records(want: _Wanted, records) -> None:
@@ -71,12 +73,16 @@ async def _read(edge, want: _Wanted, isolation: int, zero_copy: bool, min_bytes:
         want.error = ErrorCode.not_leader_or_follower
         return
     runs = edge.read_ahead_runs
-    if runs:
+    if isolation == 1:
+        # read_committed answers carry their aborted transactions, which the
+        # edge's caches of reads and of its own appends do not hold.
+        runs = 0
+    elif runs:
         hit = edge.read_ahead.take(want.topic, want.partition, want.offset, want.max_bytes, want.leader_epoch,
                                    isolation)
         if hit is not None and _serve(edge, want, isolation, zero_copy, 0, *hit):
             return
-    tail = edge.local_tail
+    tail = edge.local_tail if isolation != 1 else None
     if tail is not None:
         key = (want.topic, want.partition, want.offset, want.max_bytes, want.leader_epoch, isolation, min_bytes)
         hit = tail.take(*key)
@@ -97,7 +103,9 @@ async def _read(edge, want: _Wanted, isolation: int, zero_copy: bool, min_bytes:
         except ActorCallFailed as exc:
             want.error = exc.error
             return
-        if len(read) > 1:
+        if isolation == 1:
+            want.aborted = read[0][2] if read else ()
+        elif len(read) > 1:
             edge.read_ahead.put(want.topic, want.partition, want.max_bytes, want.leader_epoch, isolation,
                                 hw, lso, log_start, read[1:])
         if _serve(edge, want, isolation, zero_copy, error, hw, lso, log_start, read[0][1] if read else []):
@@ -238,6 +246,7 @@ async def _respond(edge, request, schema, session, incremental, wanted, local, i
         wanted = included
     topic_cls = nested(schema, "FetchableTopicResponse")
     part_cls = nested(schema, "PartitionData")
+    aborted_cls = nested(schema, "AbortedTransaction") if isolation == 1 else None
     # File-backed records are encoded as markers and spliced back in as file
     # regions when the frame is cut (SplicedResponse.to_frame).
     splice = SplicedResponse()
@@ -251,7 +260,9 @@ async def _respond(edge, request, schema, session, incremental, wanted, local, i
         current[1].append(build(
             part_cls, partition_index=w.partition, error_code=w.error or ErrorCode.none,
             high_watermark=w.hw, last_stable_offset=w.lso, log_start_offset=w.log_start,
-            aborted_transactions=() if isolation == 1 else None, preferred_read_replica=-1,
+            aborted_transactions=tuple(build(aborted_cls, producer_id=pid, first_offset=first)
+                                       for pid, first in w.aborted) if isolation == 1 else None,
+            preferred_read_replica=-1,
             records=splice.placeholder(w.records) if type(w.records) is FileRecords else w.records))
     topics = tuple(build(topic_cls, topic=key[0], topic_id=key[1], partitions=tuple(parts))
                    for key, parts in responses)

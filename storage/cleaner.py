@@ -30,9 +30,13 @@ Kafka's rules, as implemented here:
   horizon of now + ``delete_retention_ms`` (KIP-534: the base timestamp holds
   it, attribute bit 6 marks it), so tombstones survive delete.retention.ms
   after the cleaner first passes them.
-* Control batches and transactional batches are copied unchanged (there is
-  no transaction support yet, so nothing can tell aborted data from
-  committed); their records are not put in the offset map either.
+* Transactional batches of aborted transactions (the segments' ``.txnindex``
+  entries say which) are removed, as Kafka's cleaner discards them; the
+  producer's last batch stays, emptied of nothing, so its sequence survives.
+  Other transactional batches and control batches (markers) are copied
+  unchanged and their records are not put in the offset map: markers are
+  kept, which is always safe for read_committed consumers (Kafka drops them
+  only once delete.retention.ms has passed; not done here).
 * A batch that loses all its records disappears, except the last batch of a
   producer id, which stays as an empty batch so sequence numbers survive.
 * Retained records keep their offsets (gaps are legal in compacted logs),
@@ -584,6 +588,9 @@ class LogCleaner:
         cleaned = LogSegment(lg.dir, base, cfg, create=True, now_ms=now_ms, file_suffix=CLEANED_FILE_SUFFIX)
         sources = self._open_sources(lg, group)
         ok = False
+        aborted: dict[int, list[tuple[int, int]]] = {}
+        for txn in lg.collect_aborted_txns(base, group[-1].next_offset):
+            aborted.setdefault(txn.producer_id, []).append((txn.first_offset, txn.last_offset))
         try:
             horizon = now_ms + cfg.delete_retention_ms
             for src in sources:
@@ -592,6 +599,9 @@ class LogCleaner:
                 chunk_last, chunk_max_ts, chunk_off_max = -1, -1, -1
                 for _, h, batch in src.batches():
                     stats.bytes_read += len(batch)
+                    if aborted and _aborted_data(h, aborted) and producers.get(h[9]) != h[0] + h[6]:
+                        stats.records_read += h[12]
+                        continue
                     out = _filter_batch(batch, h, omap, producers, now_ms, horizon, stats)
                     if out is None:
                         continue
@@ -624,6 +634,13 @@ class LogCleaner:
                 src.close()
             if not ok:
                 cleaned.delete()
+
+
+def _aborted_data(h, aborted: dict[int, list[tuple[int, int]]]) -> bool:
+    """Whether the batch is data of an aborted transaction (not its marker)."""
+    if not h[5] & TRANSACTIONAL_MASK or h[5] & CONTROL_MASK:
+        return False
+    return any(first <= h[0] < last for first, last in aborted.get(h[9], ()))
 
 
 def _scan(batch: memoryview, h) -> list:

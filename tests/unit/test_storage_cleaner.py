@@ -381,3 +381,29 @@ def test_swap_range_deletes_replaced_segments(tmp_path):
     got = contents(again)
     assert got[0][0] >= group[1].base_offset
     assert got == [r for r in written if r[0] >= got[0][0]]
+
+
+def test_aborted_transactional_data_is_removed_markers_kept(tmp_path):
+    from storage.producer_state import build_end_txn_marker
+
+    log = open_log(tmp_path / "t-0", cfg(segment_bytes=100_000))
+
+    def txn_batch(pid, seq, key, value):
+        return build_batch([SimpleRecord(key, value, (), 1)], 0, producer_id=pid, producer_epoch=0,
+                           base_sequence=seq, is_transactional=True)
+
+    log.append_as_leader(txn_batch(5, 0, b"a", b"aborted-1"), 0, now_ms=1)  # 0
+    log.append_as_leader(txn_batch(5, 1, b"b", b"aborted-2"), 0, now_ms=1)  # 1
+    log.append_as_leader(txn_batch(6, 0, b"c", b"committed"), 0, now_ms=1)  # 2
+    log.append_as_leader(build_end_txn_marker(5, 0, 0, False, 1), 0, now_ms=1, from_client=False)  # 3: abort
+    log.append_as_leader(build_end_txn_marker(6, 0, 0, True, 1), 0, now_ms=1, from_client=False)  # 4: commit
+    log.append_as_leader(txn_batch(5, 2, b"d", b"last"), 0, now_ms=1)  # 5: producer 5's next transaction
+    log.append_as_leader(build_end_txn_marker(5, 0, 0, True, 1), 0, now_ms=1, from_client=False)  # 6
+    log.roll()
+    put(log, [(b"z", b"z")])
+    LogCleaner(1 << 20).clean(log, now_ms=10_000)
+    kept = [h[0] for _, h in iter_headers(log.read_bytes(0, 1 << 30))]
+    # The aborted data (0, 1) is gone; the committed data, the markers and the rest stay.
+    assert kept == [2, 3, 4, 5, 6, 7]
+    # Its index entry survived the swap: read_committed readers still skip correctly.
+    assert [t.first_offset for t in log.collect_aborted_txns(0, 8)] == [0]

@@ -73,6 +73,10 @@ def ray_system_config() -> dict:
         # each); on its own cluster they could serve, but a node's first
         # actors are its edge, controller and purgatory, started one by one.
         "prestart_worker_first_driver": False,
+        # Each process hands its metrics to Ray every
+        # raykafka.metrics.report.interval.ms (5 s, core/metrics.py); Ray's
+        # workers then report to the node's agent this often (Ray: 10 s).
+        "metrics_report_interval_ms": 5000,
     }
 
 
@@ -182,6 +186,8 @@ class BrokerProcess:
             self.shutdown()
             return 1
         print(f"raykafka ready on {host}:{port}", flush=True)
+        for url in self._metrics_urls():
+            print(f"raykafka metrics on {url}", flush=True)
         for node in self.nodes:
             self._watch_node(node)
         while not self.stop_requested.wait(0.5):
@@ -230,6 +236,18 @@ class BrokerProcess:
         self._wait_ready(self.nodes)
         self._write_nodes_file()
         return self.nodes[0]["host"], self.nodes[0]["port"]
+
+    def _metrics_urls(self) -> list[str]:
+        """Ray's Prometheus endpoint of each node running a broker of this process."""
+        import ray
+
+        try:
+            mine = {n["ray_node_id"] for n in self.nodes}
+            return [f"http://{n['NodeManagerAddress']}:{n['MetricsExportPort']}/metrics" for n in ray.nodes()
+                    if n.get("Alive") and n.get("NodeID") in mine and n.get("MetricsExportPort")]
+        except Exception as exc:
+            log.warning("could not read the metrics ports: %r", exc)
+            return []
 
     def _write_nodes_file(self) -> None:
         """For operators and tests: which pids make up which broker."""
@@ -331,10 +349,16 @@ class BrokerProcess:
         self.ray_temp_dir = tempfile.mkdtemp(prefix="rk-ray-", dir="/tmp")
         system_config = ray_system_config()
         cpus = os.cpu_count() or 2
+        # raykafka.metrics.port: Ray's Prometheus endpoint (node k of --nodes: port + k); 0: Ray's choice.
+        metrics_port = self.config["raykafka.metrics.port"] or None
+
+        def metrics_port_of(i: int) -> dict:
+            return {"metrics_export_port": metrics_port + i} if metrics_port else {}
+
         if count == 1:
             ray.init(namespace=namespace, include_dashboard=self.args.dashboard, _temp_dir=self.ray_temp_dir,
                      logging_level=logging.WARNING, num_cpus=cpus, object_store_memory=512 * 1024 * 1024,
-                     _system_config=system_config)
+                     _system_config=system_config, _metrics_export_port=metrics_port)
             node_ids = [ray.get_runtime_context().get_node_id()]
         else:
             from ray.cluster_utils import Cluster
@@ -351,10 +375,11 @@ class BrokerProcess:
                 return {"labels": {"rack": racks[i]}} if racks else {}
 
             self.cluster = Cluster(initialize_head=True, head_node_args={
-                **labels(0), "num_cpus": cpus, "include_dashboard": self.args.dashboard,
+                **labels(0), **metrics_port_of(0), "num_cpus": cpus, "include_dashboard": self.args.dashboard,
                 "object_store_memory": 256 * 1024 * 1024, "_system_config": system_config})
             for i in range(1, count):
-                self.cluster.add_node(num_cpus=cpus, object_store_memory=256 * 1024 * 1024, **labels(i))
+                self.cluster.add_node(num_cpus=cpus, object_store_memory=256 * 1024 * 1024, **labels(i),
+                                      **metrics_port_of(i))
             ray.init(address=self.cluster.address, namespace=namespace, logging_level=logging.WARNING)
             node_ids = [n.node_id for n in self.cluster.list_all_nodes()]
             self._raylet_pids = [_raylet_pid(n) for n in self.cluster.list_all_nodes()]

@@ -62,6 +62,8 @@ class EdgeActor:
         # (its start time), so its first update is newer than all its predecessor's.
         self._forward_seq = (time.time_ns(), 0)
         self._applied_forward_seq = (0, 0)  # sibling: the newest forwarded UpdateMetadata applied
+        self.sampler = None
+        self._sampler: asyncio.Future | None = None
 
     def _limits(self) -> ConnectionLimits:
         config = self.config
@@ -80,8 +82,25 @@ class EdgeActor:
                                    node_id=ray.get_runtime_context().get_node_id())
         self.service.purgatory = self.purgatory
         self.server = KafkaServer(self.service.dispatch, self._limits())
+        self.server.metrics = self.service.metrics
+        if self.service.metrics is not None:
+            from core.metrics import registry
+
+            registry().start_reporting(self.config["raykafka.metrics.report.interval.ms"] / 1000)
         self.bound_port = await self.server.start(self.listener.host, port, reuse_port=self.reuse_port)
         return self.bound_port
+
+    def _start_sampler(self) -> None:
+        """The primary edge samples its node's partitions, purgatory and groups
+        for the metrics (net/edge_metrics.NodeSampler)."""
+        if self.service.metrics is None or self._sampler is not None:
+            return
+        from net.edge_metrics import NodeSampler
+
+        self.sampler = NodeSampler(self.service, self.broker_id, self.log_dirs, self.config["raykafka.namespace"],
+                                   self.config["min.insync.replicas"])
+        self._sampler = asyncio.ensure_future(
+            self.sampler.run(self.config["raykafka.metrics.report.interval.ms"] / 1000))
 
     async def start(self, replaces: str | None = None) -> tuple[str, int]:
         """Bind, then register the broker; returns the advertised (host, port).
@@ -129,6 +148,7 @@ class EdgeActor:
             self.broker_id, host, port, rack=rack, extra=extra, replace_stale=replace_stale))
         log.info("broker %d listening on %s:%d, advertised as %s:%d", self.broker_id, self.listener.host,
                  self.bound_port, host, port)
+        self._start_sampler()
         return host, port
 
     async def start_sibling(self, port: int, advertised_host: str, advertised_port: int) -> int:
@@ -266,7 +286,18 @@ class EdgeActor:
                 "metadata_version": self.service.metadata.version, "pid": os.getpid(),
                 **self.service.local_channels.counters}
 
+    async def metrics(self, sample: bool = False) -> dict:
+        """This edge process's metrics as recorded locally (for tests and
+        tools); sample: take the node sample first (primary edge only)."""
+        from core.metrics import registry
+
+        if sample and self.sampler is not None:
+            await self.sampler.sample()
+        return registry().snapshot()
+
     async def stop(self) -> None:
+        if self._sampler is not None:
+            self._sampler.cancel()
         if self.server is not None:
             await self.server.stop()
         if self.zk is not None:

@@ -10,6 +10,7 @@ import collections
 import logging
 import os
 import struct
+import time
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -22,6 +23,7 @@ from net.schema_build import build, nested, ZERO_THROTTLE
 from core.local_calls import LocalCallFailed, LocalCallLost
 from core.local_channels import LocalChannels
 from core.shared_region import SharedRegion
+from net.edge_metrics import CURRENT as CURRENT_REQUEST, EdgeMetrics
 from net.fetch_local_tail import LocalTail
 from net.fetch_read_ahead import FetchReadAhead
 from net.fetch_session import FetchSessionCache
@@ -224,6 +226,10 @@ class EdgeService:
         self.fault_hooks: dict[int, Any] = {}  # api_key -> async hook(ctx, request) for tests
         self._coordinators: dict[int, Any] = {}  # __consumer_offsets partition -> group coordinator actor
         self._offsets_topic_creation: asyncio.Future | None = None
+        # Kafka's request and topic metrics (net/edge_metrics.py); None: not recorded.
+        self.metrics: EdgeMetrics | None = (
+            EdgeMetrics(broker_id, {key: h.name for key, h in self.handlers.items()})
+            if config["raykafka.metrics.enabled"] else None)
 
     # ---- metadata from the controller ----------------------------------------------------
     def forget_cached_reads(self, topic: str | None = None, partition: int | None = None) -> None:
@@ -237,7 +243,10 @@ class EdgeService:
                 cache.forget(topic, partition)
 
     def apply_update_metadata(self, snapshot: dict, leader_handles: dict, controller_handle: Any) -> None:
+        before = self.metadata.topics
         self.metadata.update(snapshot)
+        if self.metrics is not None and before:
+            self.metrics.metadata_changed(before, self.metadata.topics, self.metadata.controller_id, self.broker_id)
         self._leader_handles = dict(leader_handles)
         self.local_channels.keep_only([*self._leader_handles.values(), self.purgatory,
                                        *self._coordinators.values()])
@@ -283,22 +292,28 @@ class EdgeService:
         """Park a DelayedProduce; -> {(topic, partition): error code}."""
         if self.purgatory is None:
             return {(t, p): int(ErrorCode.request_timed_out) for t, p, _ in required}
+        parked = time.perf_counter()
         try:
             return await self.node_call(self.purgatory, "delay_produce", required, timeout_ms,
                                         timeout_s=timeout_ms / 1000 + self.call_timeout_s)
         except ActorCallFailed as exc:
             return {(t, p): int(exc.error) for t, p, _ in required}
+        finally:
+            _add_remote_time(parked)
 
     async def delay_fetch(self, known_ends: list[tuple[str, int, int]], isolation_level: int,
                           timeout_ms: int) -> bool:
         """Park a DelayedFetch until a partition's fetchable end moves; False on timeout."""
         if self.purgatory is None or timeout_ms <= 0:
             return False
+        parked = time.perf_counter()
         try:
             return await self.node_call(self.purgatory, "delay_fetch", known_ends, isolation_level, timeout_ms,
                                         timeout_s=timeout_ms / 1000 + self.call_timeout_s)
         except ActorCallFailed:
             return False
+        finally:
+            _add_remote_time(parked)
 
     async def controller_call(self, method: str, *args, timeout_s: float | None = None):
         if self.controller_handle is None:
@@ -527,6 +542,8 @@ class EdgeService:
         ctx = RequestContext(self, conn, header, api_version)
         hook = self.fault_hooks.get(api_key)
         coroutine = handler.handler(ctx, request) if hook is None else hook(ctx, request, handler.handler)
+        if self.metrics is not None:
+            return _measured(coroutine, correlation_id, self, api_key, request)
         return _encode_when_done(coroutine, correlation_id)
 
     def unsupported_api_versions(self, correlation_id: int) -> bytes:
@@ -553,6 +570,31 @@ async def _encode_when_done(coroutine, correlation_id: int):
     if type(response) is SplicedResponse:  # Fetch with file regions: -> ResponseFrame
         return response.to_frame(correlation_id)
     return encode_response(response, correlation_id)
+
+
+async def _measured(coroutine, correlation_id: int, service: "EdgeService", api_key: int, request):
+    """_encode_when_done, noting when the handler starts and ends (the
+    server's RequestTimes for this request, when it made one) and handing the
+    answer to the edge's metrics."""
+    times = CURRENT_REQUEST.get()
+    if times is not None:
+        times.started = time.perf_counter()
+    response = await coroutine
+    if times is not None:
+        times.handled = time.perf_counter()
+    service.metrics.response_ready(api_key, request, response, service.metadata)
+    if response is None:
+        return None
+    if type(response) is SplicedResponse:  # Fetch with file regions: -> ResponseFrame
+        return response.to_frame(correlation_id)
+    return encode_response(response, correlation_id)
+
+
+def _add_remote_time(since: float) -> None:
+    """Time a request spent parked in the purgatory (Kafka's RemoteTimeMs)."""
+    times = CURRENT_REQUEST.get()
+    if times is not None:
+        times.remote += time.perf_counter() - since
 
 
 async def _done(value):

@@ -15,6 +15,7 @@ import time
 from typing import Any, Awaitable, Callable
 
 from net.codec import MalformedRequest, peek_header
+from net.edge_metrics import CURRENT as CURRENT_REQUEST, RequestTimes
 from net.file_region import FileRegion, ResponseFrame
 from net.frame_receiver import FrameReceiver
 
@@ -89,6 +90,8 @@ class KafkaServer:
         self._queue_space = asyncio.Event()
         self._queue_space.set()
         self.stats = collections.Counter()
+        # net/edge_metrics.EdgeMetrics, or None (raykafka.metrics.enabled=false).
+        self.metrics = None
 
     @property
     def connection_count(self) -> int:
@@ -147,6 +150,9 @@ class KafkaServer:
             return
         self._connections.add(conn)
         self.stats["connections_accepted"] += 1
+        metrics = self.metrics
+        if metrics is not None:
+            metrics.connection_opened()
         responder = asyncio.create_task(self._write_responses(conn))
         try:
             await self._read_requests(conn)
@@ -168,6 +174,8 @@ class KafkaServer:
                 responder.cancel()
             self._close(conn)
             self._connections.discard(conn)
+            if metrics is not None:
+                metrics.connection_closed()
             # Requests whose responses were never written still hold budget.
             while conn.inflight:
                 item = conn.inflight.popleft()
@@ -221,12 +229,17 @@ class KafkaServer:
                 raise CloseConnection(str(exc)) from None
             # The handler starts now, in arrival order; it must issue any
             # ordered actor calls (appends) before its first await.
+            times = None
+            if self.metrics is not None:
+                # The handler's task copies this context: it finds its times there.
+                times = RequestTimes(api_key, api_version, time.perf_counter())
+                CURRENT_REQUEST.set(times)
             try:
                 task = asyncio.ensure_future(self._dispatch(conn, api_key, api_version, correlation_id, frame))
             except BaseException:
                 self._release(size)
                 raise
-            conn.inflight.append((task, size))
+            conn.inflight.append((task, size, times))
             conn.inflight_bytes += size
             conn.space.set()
 
@@ -243,7 +256,7 @@ class KafkaServer:
             item = conn.inflight[0]
             if item is None:
                 return
-            task, size = item
+            task, size, times = item
             try:
                 response = await task
             except CloseConnection as exc:
@@ -261,6 +274,7 @@ class KafkaServer:
                 self._release(size)
                 conn.space.set()
             conn.requests_served += 1
+            write_started = time.perf_counter() if times is not None else 0.0
             if type(response) is ResponseFrame:
                 try:
                     if not conn.closed:
@@ -281,6 +295,8 @@ class KafkaServer:
                     response.close()
             elif response is not None and not conn.closed:
                 writer.write(response)
+            if times is not None:
+                self.metrics.request_done(times, write_started, time.perf_counter())
             if not conn.closed and writer.transport.get_write_buffer_size() > 1 << 20:
                 await writer.drain()
 

@@ -713,6 +713,28 @@ class KafkaZkClient:
     def exists(self, path: str) -> bool:
         return self._exists(path) is not None
 
+    def get_data_and_version(self, path: str) -> tuple[bytes | None, int]:
+        """(data, znode version); (None, -1) when the znode does not exist. Empty data reads as None."""
+        found = self._get(path)
+        if found is None:
+            return None, -1
+        data, stat = found
+        return (data or None), stat.version
+
+    def conditional_update_path(self, path: str, data: bytes, expected_version: int) -> tuple[bool, int]:
+        """Kafka's conditionalUpdatePath: write only if the znode is still at
+        ``expected_version`` (-1: create it, only if absent); -> (written, new version)."""
+        if expected_version < 0:
+            try:
+                self._create(path, data, makepath=True)
+                return True, 0
+            except ZkNodeExistsError:
+                return False, -1
+        try:
+            return True, self._set(path, data, expected_version).version
+        except (BadVersionError, ZkNoNodeError):
+            return False, -1
+
     # --------------------------------------------------------------- cluster
 
     def get_cluster_id(self) -> str | None:

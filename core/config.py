@@ -211,23 +211,23 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("group.min.session.timeout.ms", "int", 6000, min=0),
     ConfigDef("group.max.session.timeout.ms", "int", 1800000, min=0),
     ConfigDef("group.max.size", "int", INT32_MAX, min=1),
-    ConfigDef("transaction.state.log.num.partitions", "int", 50, min=1),
-    ConfigDef("transaction.state.log.replication.factor", "int", 3,
-              "Replication factor of __transaction_state, capped at the live brokers", min=1),
     # ---- transactions (transaction coordinator, __transaction_state) -----------------------------
     # As for __consumer_offsets, every partition is a replica actor plus a
     # coordinator actor on its leader; the topic is created on the first
     # FindCoordinator(TRANSACTION) / transactional InitProducerId. The
     # replication factor is capped at the live brokers like the offsets topic's.
+    ConfigDef("transaction.state.log.num.partitions", "int", 50, min=1),
+    ConfigDef("transaction.state.log.replication.factor", "int", 3,
+              "Replication factor of __transaction_state, capped at the live brokers", min=1),
     ConfigDef("transaction.state.log.min.isr", "int", 2, min=1),
-    ConfigDef("group.initial.rebalance.delay.ms", "int", 3000, min=0),
-    ConfigDef("controlled.shutdown.enable", "bool", True),
     ConfigDef("transaction.state.log.segment.bytes", "int", 104857600, min=1),
     ConfigDef("transaction.state.log.load.buffer.size", "int", 5242880, min=1),
     ConfigDef("transaction.max.timeout.ms", "int", 900000, min=1),
     ConfigDef("transactional.id.expiration.ms", "int", 604800000, min=1),
     ConfigDef("transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", 10000, min=1),
     ConfigDef("transaction.remove.expired.transaction.cleanup.interval.ms", "int", 3600000, min=1),
+    ConfigDef("group.initial.rebalance.delay.ms", "int", 3000, min=0),
+    ConfigDef("controlled.shutdown.enable", "bool", True),
     ConfigDef("controlled.shutdown.max.retries", "int", 3,
               "Attempts at a controlled shutdown before the broker stops uncleanly"),
     ConfigDef("controlled.shutdown.retry.backoff.ms", "long", 5000,

@@ -28,7 +28,7 @@ from core.idle_priority import IdlePriority
 from core.local_calls import LocalCallServer
 from core.local_channels import LocalChannels
 from core.naming import partition_dir_name, purgatory_actor_name
-from core.txn_messages import ORIGIN_CLIENT, TxnMarker, TxnMarkerResult
+from core.txn_messages import ORIGIN_CLIENT, DescribeProducersResult, TxnMarker, TxnMarkerResult
 from storage.checkpoint import OffsetCheckpointFile
 from storage.log import Log, LogConfig
 
@@ -79,7 +79,7 @@ def choose_log_dir(log_dirs: list[str], topic: str, partition: int) -> Path:
 # What the edge (and the node's group coordinators) may call over the direct
 # channel: the per-request calls.
 # Leadership, configuration and shutdown stay Ray calls.
-LOCAL_CALL_METHODS = ("append", "write_txn_markers", "append_shared", "read", "read_run", "list_offsets", "offset_for_leader_epoch",
+LOCAL_CALL_METHODS = ("append", "write_txn_markers", "describe_producers", "append_shared", "read", "read_run", "list_offsets", "offset_for_leader_epoch",
                       "delete_records")
 
 
@@ -610,6 +610,9 @@ class ReplicaActor(FollowerRole):
                 return [TxnMarkerResult(7, -1) if r.error == 0 else r for r in results]  # REQUEST_TIMED_OUT
             await self._wait_for_change(remaining)
         return results
+
+    async def describe_producers(self) -> DescribeProducersResult:
+        return self.partition.describe_producers()
 
     def _committed_tail(self, first: int, hw: int):
         """(leader_epoch, hw, lso, log_start, first, next, slices, length) of

@@ -9,7 +9,8 @@ from typing import Any
 
 from core import error_codes
 
-from core.txn_messages import ORIGIN_CLIENT, TxnMarker, TxnMarkerResult
+from core.txn_messages import (ORIGIN_CLIENT, DescribeProducersResult, ProducerStateInfo, TxnMarker,
+                               TxnMarkerResult)
 from storage.errors import UnexpectedAppendOffsetError
 from storage.log import Log, OffsetOutOfRangeError
 from storage.producer_state import build_end_txn_marker
@@ -311,6 +312,16 @@ class Partition:
             results.append(TxnMarkerResult(0, info.last_offset))
         self.maybe_increment_high_watermark()
         return results
+
+    def describe_producers(self) -> DescribeProducersResult:
+        """The producers this leader tracks (Kafka's DescribeProducers)."""
+        error = self.check_leader(-1)
+        if error:
+            return DescribeProducersResult(error, ())
+        return DescribeProducersResult(0, tuple(
+            ProducerStateInfo(e.producer_id, e.producer_epoch, e.last_seq, e.last_timestamp, e.coordinator_epoch,
+                              e.current_txn_first_offset)
+            for e in self.log.producer_state.producers.values()))
 
     def aborted_transactions(self, fetch_offset: int, upper_bound_offset: int):
         """(producer id, first offset) of the aborted transactions a

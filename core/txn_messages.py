@@ -38,3 +38,19 @@ class TxnCompletion(NamedTuple):
     producer_id: int
     producer_epoch: int
     committed: bool
+
+
+class ProducerStateInfo(NamedTuple):
+    """One active producer of a partition (DescribeProducers, API 61)."""
+
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp: int
+    coordinator_epoch: int
+    current_txn_start_offset: int  # -1 without an open transaction
+
+
+class DescribeProducersResult(NamedTuple):
+    error: int
+    producers: tuple[ProducerStateInfo, ...]

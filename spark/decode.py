@@ -20,6 +20,7 @@ from storage.record_batch import (
     HEADER_SIZE,
     LOG_OVERHEAD,
     TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_MASK,
 )
 from storage.records import decompress
 
@@ -53,12 +54,14 @@ class ArrowBuilder:
     bytes, ``take`` hands out what was gathered as a RecordBatch."""
 
     __slots__ = ("topic", "partition", "include_headers", "keys", "values", "offsets", "timestamps", "ts_types",
-                 "headers", "bytes_gathered")
+                 "headers", "bytes_gathered", "aborted")
 
     def __init__(self, topic: str, partition: int, include_headers: bool):
         self.topic = topic
         self.partition = partition
         self.include_headers = include_headers
+        # read_committed: the aborted transactions to skip (None reads everything)
+        self.aborted: AbortedTransactions | None = None
         self._reset()
 
     def _reset(self) -> None:
@@ -109,6 +112,12 @@ class ArrowBuilder:
             if base >= end:
                 return next_offset, True
             next_offset = last + 1
+            aborted = self.aborted
+            if aborted is not None and h[9] >= 0 and aborted.skip(buf, pos, h):
+                pos += size
+                if next_offset >= end:
+                    return next_offset, True
+                continue
             if attributes & CONTROL_MASK or h[12] == 0:
                 pos += size
                 if next_offset >= end:
@@ -232,6 +241,50 @@ class ArrowBuilder:
         batch = pa.RecordBatch.from_arrays(columns, schema=arrow_schema(self.include_headers))
         self._reset()
         return batch
+
+
+class AbortedTransactions:
+    """What a read_committed Kafka consumer does with a fetch response's
+    aborted transactions: a producer's transactional batches are skipped from
+    its aborted transaction's first offset until its ABORT marker."""
+
+    __slots__ = ("_pending", "_active")
+
+    def __init__(self) -> None:
+        self._pending: list[tuple[int, int]] = []  # (first offset, producer id), not reached yet
+        self._active: set[int] = set()
+
+    def add(self, aborted) -> None:
+        known = set(self._pending)
+        for producer_id, first_offset in aborted:
+            if (first_offset, producer_id) not in known:
+                self._pending.append((first_offset, producer_id))
+        self._pending.sort()
+
+    def skip(self, buf, pos: int, h) -> bool:
+        """Whether the batch (header ``h`` at ``pos``, with a producer id) is
+        left out: data of an aborted transaction, or a marker."""
+        last = h[0] + h[6]
+        pending = self._pending
+        while pending and pending[0][0] <= last:
+            self._active.add(pending.pop(0)[1])
+        if h[5] & CONTROL_MASK:
+            if h[12] > 0 and _is_abort_marker(buf, pos, h):
+                self._active.discard(h[9])
+            return True
+        return bool(h[5] & TRANSACTIONAL_MASK) and h[9] in self._active
+
+
+def _is_abort_marker(buf, pos: int, h) -> bool:
+    """The control record's key is version int16 + type int16 (0 = ABORT).
+    Control batches are never compressed."""
+    i = pos + HEADER_SIZE
+    _length, i = _read_varint(buf, i)
+    i += 1  # record attributes
+    _timestamp_delta, i = _read_varint(buf, i)
+    _offset_delta, i = _read_varint(buf, i)
+    key_length, i = _read_varint(buf, i)
+    return key_length >= 4 and buf[i + 2] == 0 and buf[i + 3] == 0
 
 
 def batch_spans(buf) -> list[tuple[int, int, int, int]]:

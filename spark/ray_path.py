@@ -83,7 +83,15 @@ def plan_slices(ranges, leaders: dict[tuple[str, int], int], namespace: str, iso
                 timeout_s: float = 60.0, required: bool = False,
                 address: str | None = None) -> list[list[Slice] | None]:
     """File slices covering each range from its start, or None where the
-    replica actor cannot be asked (``required`` turns that into an error)."""
+    replica actor cannot be asked (``required`` turns that into an error).
+
+    read_committed reads go over the Kafka protocol, whose fetch answers
+    list the aborted transactions to skip; file slices do not carry them."""
+    if isolation_level == 1:
+        if required:
+            raise RayPathUnavailable("readPath=ray reads read_uncommitted only: with "
+                                     "kafka.isolation.level=read_committed use readPath=kafka or auto")
+        return [None] * len(ranges)
     if not connect(address):
         if required:
             raise RayPathUnavailable("readPath=ray needs the address of the broker's Ray cluster: set the option "

@@ -9,7 +9,7 @@ from typing import Iterator
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
-from spark.decode import ArrowBuilder, next_fetch_offset
+from spark.decode import AbortedTransactions, ArrowBuilder, next_fetch_offset
 from spark.offsets import report_data_loss
 from spark.options import EARLIEST, LATEST, ReadOptions
 from spark.wire import OFFSET_OUT_OF_RANGE, RETRIABLE, UNKNOWN_TOPIC, KafkaError, KafkaWireClient, error_name
@@ -54,6 +54,8 @@ def _fetch_range(builder: ArrowBuilder, topic: str, partition: int, offset: int,
     max_bytes = options.fetch_max_bytes
     wait_ms = options.fetch_max_wait_ms
     isolation = options.isolation_level
+    if isolation == 1 and builder.aborted is None:
+        builder.aborted = AbortedTransactions()
     deadline = None
     pending: tuple[int, int] | None = None  # (leader, offset) of a fetch in flight
     out_of_range = 0
@@ -100,6 +102,8 @@ def _fetch_range(builder: ArrowBuilder, topic: str, partition: int, offset: int,
                         pending = None
                         client.discard_pending()
                 before = offset
+                if builder.aborted is not None:
+                    builder.aborted.add(result.aborted)
                 offset, done = builder.add(records, offset, end)
                 batch = builder.take()
                 if batch is not None:

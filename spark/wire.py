@@ -70,6 +70,8 @@ class FetchResult:
     high_watermark: int
     log_start_offset: int
     records: bytes
+    # read_committed: (producer id, first offset) of the aborted transactions in the records
+    aborted: tuple = ()
 
 
 class _Connection:
@@ -323,7 +325,9 @@ class KafkaWireClient:
         if int(body.error_code) != 0:
             return FetchResult(int(body.error_code), -1, -1, b"")
         p = body.responses[0].partitions[0]
-        return FetchResult(int(p.error_code), int(p.high_watermark), int(p.log_start_offset), p.records or b"")
+        aborted = tuple((int(t.producer_id), int(t.first_offset)) for t in (p.aborted_transactions or ()))
+        return FetchResult(int(p.error_code), int(p.high_watermark), int(p.log_start_offset), p.records or b"",
+                           aborted)
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int = 8 << 20, max_wait_ms: int = 500,
               isolation_level: int = 0) -> FetchResult:

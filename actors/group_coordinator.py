@@ -21,8 +21,13 @@ A thin asyncio shell over ``cluster.groups.GroupCoordinator`` (the rules):
   the initial rebalance delay, offset expiration) run on a ``SystemTimer``
   driven by ``delayed.AsyncTimerDriver`` on the actor's event loop, the only
   thread that touches the coordinator.
-* Requests: the edge (``net/apis/n08..n16, n42, n47``) calls the methods below
-  with plain values; they answer with the ``cluster.groups.api`` values.
+* Requests: the edge (``net/apis/n08..n16, n28, n42, n47``) calls the methods
+  below with plain values; they answer with the ``cluster.groups.api`` values.
+* Transactions: TxnOffsetCommit's records go to the log as a transactional
+  batch of the producer and stay pending until the transaction coordinator,
+  having written the producer's COMMIT/ABORT marker to this partition, calls
+  ``complete_transaction`` (a load replays markers the same way). Every
+  append carries Kafka's AppendOrigin.COORDINATOR.
 
 Every await on another actor is bounded (``raykafka.actor.call.timeout.ms``,
 ``offsets.commit.timeout.ms``).
@@ -53,10 +58,12 @@ from kio.schema.errors import ErrorCode
 from cluster.groups import (AppendCompletion, GroupConfig, GroupCoordinator, LeavingMember, PartitionCommit,
                             TopicPartition)
 from cluster.groups.coordinator import CoordinatorStatus
+from cluster.groups.api import TxnProducer
 from core.config import BrokerConfig
 from core.local_calls import LocalCallServer
 from core.local_channels import LocalChannels
 from core.naming import purgatory_actor_name
+from core.txn_messages import ORIGIN_COORDINATOR, TxnCompletion
 
 log = logging.getLogger("raykafka.group_coordinator")
 
@@ -67,7 +74,8 @@ E = ErrorCode
 MAX_SETS_PER_CALL = 64
 # What the edge of this node may call over the direct channel: the per-request calls.
 LOCAL_CALL_METHODS = ("join_group", "sync_group", "heartbeat", "leave_group", "commit_offsets", "fetch_offsets",
-                      "describe_groups", "list_groups", "delete_groups", "delete_offsets")
+                      "describe_groups", "list_groups", "delete_groups", "delete_offsets", "txn_commit_offsets",
+                      "complete_transaction")
 LOAD_RETRY_S = 0.5
 
 
@@ -214,16 +222,16 @@ class GroupCoordinatorActor:
         started = loop.time()
         while generation == self._generation:
             try:
-                records, end = await self._read_log(generation)
+                batches, end = await self._read_log(generation)
                 if generation != self._generation:
                     return
                 if self.coordinator.status is not CoordinatorStatus.LOADING:
                     self.coordinator.begin_loading()
-                self.coordinator.replay(records)
+                self.coordinator.replay_batches(batches)
                 self.coordinator.complete_loading()
                 self._known_end = end
-                log.info("group coordinator for %s-%d loaded %d records up to offset %d in %.0f ms: %d groups "
-                         "(leader epoch %d)", OFFSETS_TOPIC, self.partition, len(records), end,
+                log.info("group coordinator for %s-%d loaded %d batches up to offset %d in %.0f ms: %d groups "
+                         "(leader epoch %d)", OFFSETS_TOPIC, self.partition, len(batches), end,
                          (loop.time() - started) * 1000, len(self.coordinator.groups), self.leader_epoch)
                 return
             except asyncio.CancelledError:
@@ -237,11 +245,13 @@ class GroupCoordinatorActor:
                 await asyncio.sleep(LOAD_RETRY_S)
 
     async def _read_log(self, generation: int) -> tuple[list, int]:
-        """Every (key, value) of the partition up to its log end offset as of now,
-        once the high watermark has reached it (what is below the HW survives a
-        leader change; what is above is about to be replicated or truncated)."""
-        from storage.record_batch import HEADER, HEADER_SIZE, LOG_OVERHEAD, parse_header
-        from storage.records import iter_batch_records
+        """Every batch of the partition (``cluster.groups.log_batches``: data
+        batches' records with their producer id and transactional flag,
+        control batches' marker type) up to its log end offset as of now,
+        once the high watermark has reached it (what is below the HW
+        survives a leader change; what is above is about to be replicated or
+        truncated)."""
+        from cluster.groups.log_batches import read_log_batches
 
         replica, epoch = self.replica, self.leader_epoch
         state = await asyncio.wait_for(replica.state.remote(), self.call_timeout_s)
@@ -254,7 +264,7 @@ class GroupCoordinatorActor:
             await asyncio.sleep(0.05)
             state = await asyncio.wait_for(replica.state.remote(), self.call_timeout_s)
         offset = state["log_start_offset"]
-        records: list[tuple[bytes, Optional[bytes]]] = []
+        batches: list = []
         while offset < target:
             error, hw, _lso, log_start, slices = await self._channels().call(
                 replica, "read", (offset, self.load_buffer_bytes, 0, epoch), self.call_timeout_s)
@@ -265,24 +275,12 @@ class GroupCoordinatorActor:
                 continue
             if not slices:
                 break  # nothing more below the HW
-            data = self._read_slices(slices)
-            pos, moved = 0, False
-            while len(data) - pos >= HEADER_SIZE:
-                size = HEADER.unpack_from(data, pos)[1] + LOG_OVERHEAD
-                if pos + size > len(data):
-                    break
-                header = parse_header(data, pos)
-                if header.next_offset > offset and not header.is_control:
-                    for record in iter_batch_records(data, pos):
-                        if offset <= record.offset < target:
-                            records.append((bytes(record.key) if record.key is not None else None,
-                                            bytes(record.value) if record.value is not None else None))
-                offset = max(offset, header.next_offset)
-                moved = True
-                pos += size
-            if not moved:
+            read, following = read_log_batches(self._read_slices(slices), offset, target)
+            if following <= offset:
                 raise RuntimeError(f"no complete batch at offset {offset}")
-        return records, target
+            batches.extend(read)
+            offset = following
+        return batches, target
 
     @staticmethod
     def _read_slices(slices: list[tuple]) -> bytes:
@@ -304,14 +302,22 @@ class GroupCoordinatorActor:
         return b"".join(out)
 
     # ---- appends: coordinator -> leader replica (acks=-1, in call order) ---------------------------
-    def _append_records(self, records: list) -> AppendCompletion:
+    def _append_records(self, records: list, producer: Optional[TxnProducer] = None) -> AppendCompletion:
+        """One batch of ``records``; with a ``producer`` (TxnOffsetCommit) a
+        transactional batch of its id and epoch, without a sequence (Kafka's
+        coordinator batches are checked for the epoch, not for sequences)."""
         from storage.records import SimpleRecord, build_batch
 
         completion = AppendCompletion()
         if not self.leading or self.replica is None:
             completion.complete(E.not_leader_or_follower)
             return completion
-        batch = build_batch([SimpleRecord(key, value) for key, value in records])
+        simple = [SimpleRecord(key, value) for key, value in records]
+        if producer is None:
+            batch = build_batch(simple)
+        else:
+            batch = build_batch(simple, producer_id=producer.producer_id, producer_epoch=producer.producer_epoch,
+                                base_sequence=-1, is_transactional=True)
         self._queue.append((batch, completion))
         self._appends_started += 1
         if not self._sending:
@@ -333,8 +339,11 @@ class GroupCoordinatorActor:
                 try:
                     if replica is None:
                         raise _NotLeader()
+                    # Kafka's AppendOrigin.COORDINATOR: no producer sequence checks.
                     results = await self._channels().call(
-                        replica, "append", ([(batch, -1, self.commit_timeout_ms) for batch, _ in items], epoch),
+                        replica, "append",
+                        ([(batch, -1, self.commit_timeout_ms) for batch, _ in items], epoch, False,
+                         ORIGIN_COORDINATOR),
                         timeout_s)
                 except asyncio.TimeoutError:
                     results = [(int(E.request_timed_out), -1, -1, -1, None, -1, -1)] * len(items)
@@ -467,6 +476,24 @@ class GroupCoordinatorActor:
                    for tp, (o, epoch, metadata, expire) in offsets.items()}
         self._ensure().commit_offsets(group_id, member_id, group_instance_id, generation_id, commits, callback)
         return await future
+
+    async def txn_commit_offsets(self, group_id: str, producer_id: int, producer_epoch: int, member_id: str,
+                                 group_instance_id: Optional[str], generation_id: int, offsets: dict) -> dict:
+        """TxnOffsetCommit. offsets: {(topic, partition): (offset, leader_epoch, metadata)}"""
+        future, callback = self._answer()
+        commits = {TopicPartition(*tp): PartitionCommit(offset=o, leader_epoch=epoch, metadata=metadata)
+                   for tp, (o, epoch, metadata) in offsets.items()}
+        self._ensure().txn_commit_offsets(group_id, TxnProducer(producer_id, producer_epoch), member_id,
+                                          group_instance_id, generation_id, commits, callback)
+        return await future
+
+    async def complete_transaction(self, completion: TxnCompletion) -> int:
+        """The transaction coordinator wrote ``completion``'s COMMIT/ABORT
+        marker to this offsets partition (Kafka's
+        scheduleHandleTxnCompletion): the producer's pending TxnOffsetCommits
+        become committed offsets, or are dropped. -> groups it touched."""
+        completion = TxnCompletion(*completion)
+        return self._ensure().complete_transaction(completion.producer_id, completion.committed)
 
     async def fetch_offsets(self, group_id: str, partitions: Optional[list], require_stable: bool = False):
         tps = None if partitions is None else [TopicPartition(*tp) for tp in partitions]

@@ -26,6 +26,7 @@ from cluster.groups.api import (
     PartitionCommit,
     SyncGroupResult,
     TopicPartition,
+    TxnProducer,
 )
 from cluster.groups.config import GroupConfig
 from cluster.groups.coordinator import CoordinatorStatus, GroupCoordinator
@@ -54,5 +55,6 @@ __all__ = [
     "PartitionCommit",
     "SyncGroupResult",
     "TopicPartition",
+    "TxnProducer",
     "partition_for_group",
 ]

@@ -28,6 +28,7 @@ __all__ = [
     "PartitionCommit",
     "SyncGroupResult",
     "TopicPartition",
+    "TxnProducer",
     "UNKNOWN_GENERATION_ID",
     "UNKNOWN_MEMBER_ID",
 ]
@@ -43,6 +44,14 @@ NO_LEADER_EPOCH = -1
 class TopicPartition(NamedTuple):
     topic: str
     partition: int
+
+
+class TxnProducer(NamedTuple):
+    """The transactional producer a TxnOffsetCommit writes for: its records
+    go in a transactional batch carrying this id and epoch."""
+
+    producer_id: int
+    producer_epoch: int
 
 
 # -- JoinGroup / SyncGroup -------------------------------------------------------

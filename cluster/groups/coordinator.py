@@ -20,12 +20,14 @@ Driving it (what the owning actor does):
   is wall-clock milliseconds for the timestamps that are persisted (commit
   times, state times), so it must be epoch time, not the monotonic clock.
 * Persistence: ``append_records(records)`` gets a list of ``(key, value)``
-  (value None = tombstone) and returns an ``AppendCompletion`` (or an
+  (value None = tombstone), to be written as one batch (for TxnOffsetCommit
+  ``append_records(records, producer=TxnProducer(id, epoch))``: one
+  transactional batch of that producer), and returns an ``AppendCompletion`` (or an
   asyncio/concurrent future resolving to an ErrorCode, None meaning success)
   that reports when the records are durable. Appends must reach the log in
   call order; replaying the log then reproduces this coordinator's state.
-* Ownership: ``load(records)`` (or ``begin_loading`` / ``replay`` /
-  ``complete_loading`` for a partition read in chunks) when this broker
+* Ownership: ``load(records)`` (or ``begin_loading`` / ``replay`` or
+  ``replay_batches`` / ``complete_loading`` for a partition read in chunks) when this broker
   becomes the partition's leader; ``unload()`` when it stops being leader.
   Before loading and after unloading every group request is answered
   NOT_COORDINATOR; while loading, COORDINATOR_LOAD_IN_PROGRESS (except where
@@ -57,8 +59,10 @@ from cluster.groups.api import (
     PartitionCommit,
     SyncGroupResult,
     TopicPartition,
+    TxnProducer,
 )
 from cluster.groups.config import GroupConfig
+from cluster.groups.log_batches import CONTROL_COMMIT, LogBatch
 from cluster.groups.delayed_ops import DelayedHeartbeat, DelayedJoin, DelayedSync, InitialDelayedJoin
 from cluster.groups.group import (
     CommittedOffset,
@@ -140,6 +144,16 @@ def _java_length(text: str) -> int:
     return len(text.encode("utf-16-le", "surrogatepass")) // 2
 
 
+def _offset_from_value(value: OffsetCommitValue) -> OffsetAndMetadata:
+    return OffsetAndMetadata(
+        offset=value.offset,
+        leader_epoch=value.leader_epoch,
+        metadata=value.metadata,
+        commit_timestamp=value.commit_timestamp,
+        expire_timestamp=None if value.expire_timestamp == -1 else value.expire_timestamp,
+    )
+
+
 def _wall_clock_ms() -> int:
     import time
 
@@ -208,9 +222,16 @@ class GroupCoordinator:
     # ======================================================================
 
     def _reset_loading_state(self) -> None:
-        self._loading_offsets: dict[tuple[str, TopicPartition], OffsetCommitValue] = {}
+        # (group, partition) -> (value, append sequence of its batch): the
+        # sequence orders committed and transactional offsets as their log
+        # offsets do in Kafka (CommitRecordMetadataAndOffset.olderThan).
+        self._loading_offsets: dict[tuple[str, TopicPartition], tuple[OffsetCommitValue, int]] = {}
+        # producer id -> the same, for transactional offsets awaiting a marker.
+        self._loading_pending: dict[int, dict[tuple[str, TopicPartition], tuple[OffsetCommitValue, int]]] = {}
         self._loading_groups: dict[str, GroupMetadataValue] = {}
         self._loading_unknown_keys = 0
+        # Transaction completions that arrived while loading (applied after).
+        self._completions_while_loading: list[tuple[int, bool]] = []
 
     def begin_loading(self) -> None:
         """This broker became leader of the partition: answer
@@ -221,10 +242,39 @@ class GroupCoordinator:
         self.status = CoordinatorStatus.LOADING
 
     def replay(self, records: Iterable[tuple[Optional[bytes], Optional[bytes]]]) -> None:
-        """Feed the partition's records in log order (any number of calls).
-        Only the last value per key matters; tombstones delete."""
+        """Feed the partition's records in log order (any number of calls),
+        as if each were a batch of its own without a producer id. Only the
+        last value per key matters; tombstones delete."""
         if self.status is not CoordinatorStatus.LOADING:
             raise IllegalStateError("replay() outside begin_loading()/complete_loading()")
+        for record in records:
+            self._replay_records((record,), None)
+
+    def replay_batches(self, batches: Iterable[LogBatch]) -> None:
+        """Feed the partition's batches in log order (any number of calls;
+        ``log_batches.read_log_batches`` makes them). A transactional batch's
+        offsets stay pending under its producer id until that producer's
+        control batch: COMMIT makes them committed offsets (unless a commit
+        appended later is there already), anything else drops them; pending
+        ones at the end of the log stay pending (Kafka's
+        loadGroupsAndOffsets)."""
+        if self.status is not CoordinatorStatus.LOADING:
+            raise IllegalStateError("replay_batches() outside begin_loading()/complete_loading()")
+        for batch in batches:
+            if batch.control is not None:
+                pending = self._loading_pending.pop(batch.producer_id, None)
+                if pending and batch.control == CONTROL_COMMIT:
+                    for slot, loaded in pending.items():
+                        current = self._loading_offsets.get(slot)
+                        if current is None or current[1] < loaded[1]:
+                            self._loading_offsets[slot] = loaded
+            else:
+                self._replay_records(batch.records, batch.producer_id if batch.transactional else None)
+
+    def _replay_records(self, records: Iterable[tuple[Optional[bytes], Optional[bytes]]],
+                        producer_id: Optional[int]) -> None:
+        sequence = self._append_sequence
+        self._append_sequence += 1
         for key_bytes, value_bytes in records:
             if key_bytes is None:
                 # Not a coordinator record (Kafka fails the load on these;
@@ -234,10 +284,21 @@ class GroupCoordinator:
             key = decode_key(key_bytes)
             if isinstance(key, OffsetCommitKey):
                 slot = (key.group, TopicPartition(key.topic, key.partition))
-                if value_bytes is None:
+                if producer_id is not None:
+                    pending = self._loading_pending.setdefault(producer_id, {})
+                    if value_bytes is None:
+                        pending.pop(slot, None)
+                    else:
+                        pending[slot] = (decode_offset_commit_value(value_bytes), sequence)
+                elif value_bytes is None:
                     self._loading_offsets.pop(slot, None)
+                    # The group's offsets were deleted: transactional commits
+                    # of the partition appended before go too (Kafka's newer
+                    # coordinator; what remove_offsets does in memory).
+                    for pending in self._loading_pending.values():
+                        pending.pop(slot, None)
                 else:
-                    self._loading_offsets[slot] = decode_offset_commit_value(value_bytes)
+                    self._loading_offsets[slot] = (decode_offset_commit_value(value_bytes), sequence)
             elif isinstance(key, GroupMetadataKey):
                 if value_bytes is None:
                     self._loading_groups.pop(key.group, None)
@@ -257,21 +318,23 @@ class GroupCoordinator:
         groups: dict[str, GroupMetadata] = {}
         for group_id, value in self._loading_groups.items():
             groups[group_id] = self._group_from_record(group_id, value)
-        for (group_id, tp), value in self._loading_offsets.items():
+
+        def group_of(group_id: str) -> GroupMetadata:
             group = groups.get(group_id)
             if group is None:
                 # Offsets without group metadata: a group that only stores
-                # offsets (standalone consumers), or whose metadata expired.
+                # offsets (standalone consumers, transactional producers), or
+                # whose metadata expired.
                 group = groups[group_id] = GroupMetadata(group_id, S.EMPTY, self._clock)
-            group.offsets[tp] = CommittedOffset(
-                OffsetAndMetadata(
-                    offset=value.offset,
-                    leader_epoch=value.leader_epoch,
-                    metadata=value.metadata,
-                    commit_timestamp=value.commit_timestamp,
-                    expire_timestamp=None if value.expire_timestamp == -1 else value.expire_timestamp,
-                )
-            )
+            return group
+
+        for (group_id, tp), (value, sequence) in self._loading_offsets.items():
+            group_of(group_id).offsets[tp] = CommittedOffset(_offset_from_value(value), sequence)
+        for producer_id, pending in self._loading_pending.items():
+            for (group_id, tp), (value, sequence) in pending.items():
+                group_of(group_id).pending_txn_offset_commits.setdefault(producer_id, {})[tp] = CommittedOffset(
+                    _offset_from_value(value), sequence)
+        completions = self._completions_while_loading
         self._reset_loading_state()
         self._groups = groups
         self.status = CoordinatorStatus.ACTIVE
@@ -279,6 +342,11 @@ class GroupCoordinator:
             self._on_group_loaded(group)
         if self._expire_periodically:
             self._schedule_offset_expiration()
+        # A marker written while we read the log may lie beyond what we read:
+        # its completion, kept meanwhile, applies now (a no-op for a producer
+        # whose marker was replayed).
+        for producer_id, committed in completions:
+            self.complete_transaction(producer_id, committed)
 
     def load(self, records: Iterable[tuple[Optional[bytes], Optional[bytes]]]) -> None:
         """``begin_loading`` + ``replay`` + ``complete_loading`` in one go."""
@@ -1124,7 +1192,10 @@ class GroupCoordinator:
         return metadata is None or _java_length(metadata) <= self.config.offset_metadata_max_bytes
 
     def _store_offsets(self, group: GroupMetadata, offsets: dict[TopicPartition, PartitionCommit],
-                       callback: CommitCallback) -> None:
+                       callback: CommitCallback, producer: Optional[TxnProducer] = None) -> None:
+        """Kafka's storeOffsets: with a ``producer`` the records go in one
+        transactional batch of it and the offsets stay pending under its id
+        once appended; without, they are committed once appended."""
         now = self._clock()
         accepted: dict[TopicPartition, OffsetAndMetadata] = {}
         for tp, commit in offsets.items():
@@ -1160,23 +1231,110 @@ class GroupCoordinator:
                 expire_timestamp=-1 if o.expire_timestamp is None else o.expire_timestamp))
             for tp, o in accepted.items()
         ]
-        group.prepare_offset_commit(accepted)
         sequence = self._append_sequence
         self._append_sequence += 1
+        if producer is None:
+            group.prepare_offset_commit(accepted)
+        else:
+            group.prepare_txn_offset_commit(producer.producer_id, accepted)
 
         def on_appended(error: ErrorCode) -> None:
             if error == E.none:
                 if not group.is_(S.DEAD):
                     for tp, o in accepted.items():
-                        group.on_offset_commit_append(tp, CommittedOffset(o, sequence))
+                        if producer is None:
+                            group.on_offset_commit_append(tp, CommittedOffset(o, sequence))
+                        else:
+                            group.on_txn_offset_commit_append(producer.producer_id, tp, CommittedOffset(o, sequence))
                 answer(E.none)
             else:
                 if not group.is_(S.DEAD):
                     for tp, o in accepted.items():
-                        group.fail_pending_offset_write(tp, o)
+                        if producer is None:
+                            group.fail_pending_offset_write(tp, o)
+                        else:
+                            group.fail_pending_txn_offset_commit(producer.producer_id, tp)
                 answer(_commit_error(error))
 
-        self._append(records, on_appended)
+        self._append(records, on_appended, producer)
+
+    # ======================================================================
+    # TxnOffsetCommit and transaction completion (KIP-98, KIP-447)
+    # ======================================================================
+
+    def txn_commit_offsets(
+        self,
+        group_id: str,
+        producer: TxnProducer,
+        member_id: str,
+        group_instance_id: Optional[str],
+        generation_id: int,
+        offsets: Mapping[TopicPartition, PartitionCommit],
+        callback: CommitCallback,
+    ) -> None:
+        """TxnOffsetCommit (Kafka's handleTxnCommitOffsets). The offsets are
+        appended as a transactional batch of ``producer`` and stay pending
+        (invisible to OffsetFetch; UNSTABLE_OFFSET_COMMIT with
+        require_stable) until ``complete_transaction`` for that producer.
+        v3+ requests carry the member id, generation and group instance id,
+        checked as OffsetCommit checks them (KIP-447); older ones carry
+        none of them (member "", generation -1) and pass, whatever the
+        group's state. ``callback({tp: error})`` once durable or refused."""
+        offsets = {TopicPartition(*tp): commit for tp, commit in offsets.items()}
+        error = self._check_group_status(group_id, allow_empty_group_id=False)
+        if error is not None:
+            invoke_callback(callback, {tp: error for tp in offsets})
+            return
+        group = self._groups.get(group_id)
+        if group is None:
+            group = self._groups[group_id] = GroupMetadata(group_id, S.EMPTY, self._clock)
+        error = self._validate_txn_offset_commit(group, generation_id, member_id, group_instance_id)
+        if error is not None:
+            invoke_callback(callback, {tp: error for tp in offsets})
+            return
+        self._store_offsets(group, offsets, callback, producer)
+
+    @classmethod
+    def _validate_txn_offset_commit(cls, group: GroupMetadata, generation_id: int, member_id: str,
+                                    group_instance_id: Optional[str]) -> Optional[ErrorCode]:
+        """Kafka's validateOffsetCommit(isTransactional = true)."""
+        if group.is_(S.DEAD):
+            return E.coordinator_not_available
+        if generation_id < 0 and group.is_(S.EMPTY):
+            return None
+        if generation_id >= 0 or member_id != UNKNOWN_MEMBER_ID or group_instance_id is not None:
+            error = cls._validate_current_member(group, member_id, group_instance_id)
+            if error is not None:
+                return error
+            if generation_id != group.generation_id:
+                return E.illegal_generation
+        # Without a member id (TxnOffsetCommit v0-v2) anyone may commit.
+        return None
+
+    def complete_transaction(self, producer_id: int, committed: bool) -> int:
+        """The producer's COMMIT (``committed``) or ABORT marker is written to
+        this offsets partition (the transaction coordinator calls this, as
+        Kafka's scheduleHandleTxnCompletion): in every group of the
+        partition its pending offsets become committed offsets or are
+        dropped. Returns the number of groups that had pending offsets of
+        the producer. While loading the completion waits for the load to end
+        (the marker may lie beyond what the load reads); before loading and
+        after unloading it is nobody's business here (the next owner replays
+        the marker)."""
+        if self.status is CoordinatorStatus.LOADING:
+            self._completions_while_loading.append((producer_id, committed))
+            return 0
+        if self.status is not CoordinatorStatus.ACTIVE:
+            return 0
+        groups = 0
+        for group in list(self._groups.values()):
+            if group.is_(S.DEAD) or not group.has_pending_offset_commits_from_producer(producer_id):
+                continue
+            groups += 1
+            group.complete_pending_txn_offset_commit(producer_id, committed)
+            # An Empty group left without offsets (an aborted transaction's
+            # only commits) goes with the next expiration sweep, as in Kafka.
+        return groups
 
     def fetch_offsets(self, group_id: str, partitions: Optional[Iterable[TopicPartition]] = None,
                       require_stable: bool = False) -> OffsetFetchResult:
@@ -1319,14 +1477,14 @@ class GroupCoordinator:
                                             lambda g: g.remove_expired_offsets(now, retention))
 
     def _cleanup_group_metadata(self, groups: Iterable[GroupMetadata],
-                                select: Callable[[GroupMetadata], dict[TopicPartition, OffsetAndMetadata]]) -> int:
+                                select: Callable[[GroupMetadata], Iterable[TopicPartition]]) -> int:
         """Remove the offsets ``select`` picks; a group left Empty with no
         offsets is dead and goes too. Writes the tombstones without waiting:
         like Kafka (acks=0 here) a lost tombstone only means the data
         reappears after a reload, to be removed again by a later sweep."""
         removed_total = 0
         for group in groups:
-            removed = select(group)
+            removed = list(select(group))
             if group.is_(S.EMPTY) and not group.has_offsets():
                 group.transition_to(S.DEAD)
             records = [offset_commit_tombstone(group.group_id, tp.topic, tp.partition) for tp in removed]
@@ -1403,9 +1561,13 @@ class GroupCoordinator:
         self._append([group_metadata_record(group.group_id, value)],
                      lambda error: on_done(_store_group_error(error)))
 
-    def _append(self, records: list[Record], on_done: Callable[[ErrorCode], None]) -> None:
+    def _append(self, records: list[Record], on_done: Callable[[ErrorCode], None],
+                producer: Optional[TxnProducer] = None) -> None:
         try:
-            completion = self._append_records(records)
+            # Transactional records go in a batch of their producer (keyword
+            # only then, so plain drivers need not know about it).
+            completion = (self._append_records(records) if producer is None
+                          else self._append_records(records, producer=producer))
         except Exception:
             log.exception("append to __consumer_offsets failed")
             on_done(E.coordinator_not_available)
@@ -1451,6 +1613,12 @@ class GroupCoordinator:
                 },
                 "static_members": dict(sorted(g.static_members.items())),
                 "offsets": dict(sorted(g.all_offsets().items())),
+                # Appended TxnOffsetCommits awaiting their marker, per producer id.
+                "pending_txn_offsets": {
+                    producer_id: dict(sorted((tp, c.offset_and_metadata) for tp, c in pending.items()
+                                             if c.append_sequence is not None))
+                    for producer_id, pending in sorted(g.pending_txn_offset_commits.items())
+                },
             }
         return out
 

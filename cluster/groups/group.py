@@ -182,10 +182,17 @@ class CommittedOffset:
     """A committed offset plus the order in which its record was appended,
     so that of two in-flight commits of a partition the later-appended one
     wins whatever order their appends complete in (Kafka compares the log
-    offsets of the records). Offsets replayed from the log have -1."""
+    offsets of the records). Offsets replayed from the log get sequences in
+    log order, below those of every later append. ``None``: the record of a
+    pending transactional commit is still being appended."""
 
     offset_and_metadata: OffsetAndMetadata
-    append_sequence: int = -1
+    append_sequence: Optional[int] = -1
+
+    def older_than(self, other: "CommittedOffset") -> bool:
+        """Kafka's CommitRecordMetadataAndOffset.olderThan: appended before ``other``."""
+        return (self.append_sequence if self.append_sequence is not None else -1) < (
+            other.append_sequence if other.append_sequence is not None else -1)
 
 
 class GroupMetadata:
@@ -221,6 +228,12 @@ class GroupMetadata:
         # Commits whose records are being appended: visible to
         # require_stable fetches, protected from expiry.
         self.pending_offset_commits: dict[TopicPartition, OffsetAndMetadata] = {}
+        # TxnOffsetCommits (KIP-98) per producer id, from their append until
+        # the producer's COMMIT/ABORT marker reaches the offsets partition:
+        # invisible to OffsetFetch, UNSTABLE_OFFSET_COMMIT for require_stable
+        # (KIP-447), and they keep the group alive. append_sequence is None
+        # while the record is being appended.
+        self.pending_txn_offset_commits: dict[int, dict[TopicPartition, CommittedOffset]] = {}
 
     # -- state -------------------------------------------------------------
 
@@ -479,7 +492,7 @@ class GroupMetadata:
     # -- offsets --------------------------------------------------------------------
 
     def has_offsets(self) -> bool:
-        return bool(self.offsets) or bool(self.pending_offset_commits)
+        return bool(self.offsets) or bool(self.pending_offset_commits) or bool(self.pending_txn_offset_commits)
 
     def offset(self, tp: TopicPartition) -> Optional[OffsetAndMetadata]:
         committed = self.offsets.get(tp)
@@ -497,7 +510,7 @@ class GroupMetadata:
         # appended after this record, so dropping it matches the log.
         if tp in self.pending_offset_commits:
             current = self.offsets.get(tp)
-            if current is None or current.append_sequence < committed.append_sequence:
+            if current is None or current.older_than(committed):
                 self.offsets[tp] = committed
         if self.pending_offset_commits.get(tp) == committed.offset_and_metadata:
             del self.pending_offset_commits[tp]
@@ -506,20 +519,90 @@ class GroupMetadata:
         if self.pending_offset_commits.get(tp) == offset:
             del self.pending_offset_commits[tp]
 
-    def has_pending_offset_commits_for(self, tp: TopicPartition) -> bool:
-        return tp in self.pending_offset_commits
+    # -- transactional offsets (Kafka's GroupMetadata *TxnOffsetCommit*) ------------
 
-    def remove_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, OffsetAndMetadata]:
-        removed = {}
+    def prepare_txn_offset_commit(self, producer_id: int, offsets: dict[TopicPartition, OffsetAndMetadata]) -> None:
+        pending = self.pending_txn_offset_commits.setdefault(producer_id, {})
+        for tp, offset in offsets.items():
+            pending[tp] = CommittedOffset(offset, None)
+
+    def on_txn_offset_commit_append(self, producer_id: int, tp: TopicPartition, committed: CommittedOffset) -> None:
+        """The record is in the log: the commit waits for the marker now. A
+        commit removed meanwhile (deleted offsets, a later commit of the same
+        producer) stays removed."""
+        pending = self.pending_txn_offset_commits.get(producer_id)
+        if pending is not None:
+            current = pending.get(tp)
+            if current is not None and current.offset_and_metadata == committed.offset_and_metadata:
+                pending[tp] = committed
+
+    def fail_pending_txn_offset_commit(self, producer_id: int, tp: TopicPartition) -> None:
+        """The record never reached the log: the client gets the error and retries."""
+        pending = self.pending_txn_offset_commits.get(producer_id)
+        if pending is not None:
+            pending.pop(tp, None)
+            if not pending:
+                del self.pending_txn_offset_commits[producer_id]
+
+    def complete_pending_txn_offset_commit(self, producer_id: int, is_commit: bool) -> int:
+        """The producer's COMMIT (or ABORT) marker is in the offsets partition:
+        its pending offsets become committed offsets, unless a commit
+        appended after them is there already (or are dropped). Returns how
+        many offsets were materialized."""
+        pending = self.pending_txn_offset_commits.pop(producer_id, None)
+        if not pending or not is_commit:
+            return 0
+        materialized = 0
+        for tp, committed in pending.items():
+            if committed.append_sequence is None:
+                # Kafka fails here (the client only ends its transaction after
+                # TxnOffsetCommit answered, so the record is in the log first);
+                # a record still in flight would land after the marker.
+                log.warning("group %s: transactional offset of producer %d for %s completed before its record "
+                            "was appended; dropped", self.group_id, producer_id, tp)
+                continue
+            current = self.offsets.get(tp)
+            if current is None or current.older_than(committed):
+                self.offsets[tp] = committed
+                materialized += 1
+        return materialized
+
+    def has_pending_offset_commits_from_producer(self, producer_id: int) -> bool:
+        return producer_id in self.pending_txn_offset_commits
+
+    @property
+    def active_producers(self) -> set[int]:
+        return set(self.pending_txn_offset_commits)
+
+    def has_pending_offset_commits_for(self, tp: TopicPartition) -> bool:
+        return tp in self.pending_offset_commits or any(
+            tp in pending for pending in self.pending_txn_offset_commits.values())
+
+    def pending_txn_partitions(self) -> set[TopicPartition]:
+        return {tp for pending in self.pending_txn_offset_commits.values() for tp in pending}
+
+    def remove_offsets(self, partitions: Iterable[TopicPartition]) -> list[TopicPartition]:
+        """Drops the partitions' committed offsets and their pending commits,
+        transactional ones included; returns those that had any, each to be
+        tombstoned (a tombstone is appended after the pending records, and a
+        replay drops those too, as Kafka's newer coordinator does)."""
+        removed = []
         for tp in partitions:
-            self.pending_offset_commits.pop(tp, None)
-            committed = self.offsets.pop(tp, None)
-            if committed is not None:
-                removed[tp] = committed.offset_and_metadata
+            had = self.pending_offset_commits.pop(tp, None) is not None
+            for producer_id in list(self.pending_txn_offset_commits):
+                pending = self.pending_txn_offset_commits[producer_id]
+                if pending.pop(tp, None) is not None:
+                    had = True
+                if not pending:
+                    del self.pending_txn_offset_commits[producer_id]
+            if self.offsets.pop(tp, None) is not None or had:
+                removed.append(tp)
         return removed
 
-    def remove_all_offsets(self) -> dict[TopicPartition, OffsetAndMetadata]:
-        return self.remove_offsets(list(self.offsets) + list(self.pending_offset_commits))
+    def remove_all_offsets(self) -> list[TopicPartition]:
+        """DeleteGroups: every partition with an offset, committed or pending."""
+        return self.remove_offsets(
+            list(dict.fromkeys([*self.offsets, *self.pending_offset_commits, *self.pending_txn_partitions()])))
 
     def remove_expired_offsets(self, now_ms: int, retention_ms: int) -> dict[TopicPartition, OffsetAndMetadata]:
         """Kafka 2.1+ retention (KIP-211): a group's offsets live as long as the
@@ -536,7 +619,8 @@ class GroupMetadata:
 
         An explicit expire timestamp (OffsetCommit v1-v4 retention time)
         overrides all of that for its offset. Offsets with a commit in flight
-        never expire.
+        never expire, nor do those with a pending transactional commit (as
+        Kafka's newer coordinator).
         """
         if self.protocol_type is not None and self.is_(GroupState.EMPTY):
             state_ts = self.current_state_timestamp
@@ -569,7 +653,7 @@ class GroupMetadata:
         expired = {}
         for tp, committed in self.offsets.items():
             offset = committed.offset_and_metadata
-            if tp.topic in subscribed or tp in self.pending_offset_commits:
+            if tp.topic in subscribed or self.has_pending_offset_commits_for(tp):
                 continue
             if offset.expire_timestamp is None:
                 if now_ms - base(offset) >= retention_ms:

@@ -15,6 +15,7 @@ from cluster.groups.consumer_protocol import encode_assignment, encode_subscript
 from cluster.groups.records import OffsetCommitKey, OffsetCommitValue, decode_key, offset_commit_record
 from cluster.partition import Partition
 from core.config import BrokerConfig
+from core.txn_messages import ORIGIN_CLIENT
 from storage.log import Log, LogConfig
 from storage.records import iter_records
 
@@ -42,7 +43,10 @@ class FakeReplica:
         self.partition = partition
         self.state = _Method(partition.state)
         self.read = _Method(partition.read)
-        self.append = _Method(lambda sets, epoch: partition.append(sets, epoch, int(time.time() * 1000)))
+        self.append = _Method(lambda sets, epoch, tail=False, origin=ORIGIN_CLIENT:
+                              partition.append(sets, epoch, int(time.time() * 1000), origin))
+        self.write_txn_markers = _Method(lambda markers, timeout_ms=30000:
+                                         partition.write_txn_markers(list(markers), int(time.time() * 1000)))
 
 
 def make_replica(tmp_path, p: int, epoch: int = 0) -> FakeReplica:

@@ -1,0 +1,132 @@
+"""TxnOffsetCommit end to end (KIP-98, KIP-447): a consume-transform-produce
+loop with confluent-kafka. The transactional producer sends the consumer's
+offsets to its transaction (``send_offsets_to_transaction`` with the
+consumer's group metadata: TxnOffsetCommit v3 carrying member id and
+generation); committing the transaction makes them the group's committed
+offsets, aborting it leaves the group's offsets as they were.
+
+Needs the transaction coordinator (InitProducerId, AddOffsetsToTxn, EndTxn)
+as well as the group coordinator's TxnOffsetCommit."""
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+from tests.broker_process import BrokerProcess
+from tests.kafka_admin import create_topic
+
+RECORDS = 10
+
+
+@pytest.fixture(scope="module")
+def tbroker(tmp_path_factory):
+    """A broker of our own: one offsets partition, one transaction state
+    partition, quick initial rebalances."""
+    process = BrokerProcess(tmp_path_factory.mktemp("txn-offsets") / "data", log_name="txn-offsets-broker.log",
+                            overrides={"group.initial.rebalance.delay.ms": "0",
+                                       "offsets.topic.num.partitions": "1",
+                                       "transaction.state.log.num.partitions": "1",
+                                       "transaction.state.log.replication.factor": "1",
+                                       "transaction.state.log.min.isr": "1"})
+    process.start()
+    yield process
+    code = process.stop()
+    assert code == 0, f"broker did not stop cleanly (exit {code}):\n{process.log_tail()}"
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def input_topic(bootstrap: str) -> str:
+    topic = unique("in")
+    create_topic(bootstrap, topic, 1)
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for i in range(RECORDS):
+        producer.produce(topic, key=str(i).encode(), value=b"v%d" % i, partition=0)
+    assert producer.flush(30) == 0
+    return topic
+
+
+def consume_all(bootstrap: str, topic: str, group: str) -> Consumer:
+    """A group member that has read every record (and committed nothing)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+                         "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
+    consumer.subscribe([topic])
+    read, deadline = 0, time.monotonic() + 60
+    while read < RECORDS:
+        assert time.monotonic() < deadline, f"read {read} of {RECORDS} records"
+        message = consumer.poll(0.5)
+        if message is not None and message.error() is None:
+            read += 1
+    return consumer
+
+
+def run_transaction(bootstrap: str, consumer: Consumer, topic: str, output: str, commit: bool) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": unique("txn"),
+                         "transaction.timeout.ms": 60000})
+    producer.init_transactions(60)
+    producer.begin_transaction()
+    producer.produce(output, key=b"k", value=b"transformed", partition=0)
+    producer.send_offsets_to_transaction([TopicPartition(topic, 0, RECORDS)], consumer.consumer_group_metadata(), 60)
+    if commit:
+        producer.commit_transaction(60)
+    else:
+        producer.abort_transaction(60)
+
+
+def committed_offset(bootstrap: str, topic: str, group: str) -> int:
+    """The group's committed offset of partition 0, as a new client of the
+    group reads it (librdkafka asks with require_stable under read_committed)."""
+    reader = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+                       "isolation.level": "read_committed"})
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                [tp] = reader.committed([TopicPartition(topic, 0)], timeout=10)
+                return tp.offset
+            except KafkaException:
+                # UNSTABLE_OFFSET_COMMIT while the marker is on its way: retried.
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+    finally:
+        reader.close()
+
+
+def test_offsets_sent_to_a_committed_transaction(tbroker):
+    bootstrap = tbroker.bootstrap
+    topic, group = input_topic(bootstrap), unique("g")
+    output = unique("out")
+    create_topic(bootstrap, output, 1)
+    consumer = consume_all(bootstrap, topic, group)
+    try:
+        assert consumer.committed([TopicPartition(topic, 0)], timeout=10)[0].offset < 0
+        run_transaction(bootstrap, consumer, topic, output, commit=True)
+        # The member sees them too (OffsetFetch from the group's member).
+        deadline = time.monotonic() + 30
+        while consumer.committed([TopicPartition(topic, 0)], timeout=10)[0].offset != RECORDS:
+            assert time.monotonic() < deadline, "the transaction's offsets never became committed"
+            time.sleep(0.2)
+    finally:
+        consumer.close()
+    assert committed_offset(bootstrap, topic, group) == RECORDS
+
+
+def test_offsets_sent_to_an_aborted_transaction(tbroker):
+    bootstrap = tbroker.bootstrap
+    topic, group = input_topic(bootstrap), unique("g")
+    output = unique("out")
+    create_topic(bootstrap, output, 1)
+    consumer = consume_all(bootstrap, topic, group)
+    try:
+        consumer.commit(offsets=[TopicPartition(topic, 0, 3)], asynchronous=False)
+        run_transaction(bootstrap, consumer, topic, output, commit=False)
+        assert consumer.committed([TopicPartition(topic, 0)], timeout=10)[0].offset == 3
+    finally:
+        consumer.close()
+    assert committed_offset(bootstrap, topic, group) == 3

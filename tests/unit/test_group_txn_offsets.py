@@ -499,3 +499,68 @@ def test_actor_writes_transactional_batches_and_reloads_them(tmp_path):
         assert fetched.partitions[TP1].offset == 7
 
     asyncio.run(scenario())
+
+
+# -- the wire handler (net/apis/n28_txn_offset_commit.py) ----------------------------------------
+
+
+def txn_offset_commit_exchange(version: int, answer, *, group_error=None):
+    """A TxnOffsetCommit of ``version`` through a real EdgeService, with the
+    group coordinator faked: -> (decoded response, the coordinator call)."""
+    import asyncio
+
+    from core.config import BrokerConfig
+    from net.codec import decode_response, encode_request, request_schema
+    from net.edge_service import EdgeService
+    from net.schema_build import nested
+
+    edge = EdgeService(BrokerConfig.from_sources(), 1, "127.0.0.1", 0)
+    calls = []
+    try:
+        edge.metadata.partition = lambda name, p: object() if name == "t" and p < 2 else None
+
+        async def group_call(group_id, method, *args, timeout_s=None):
+            calls.append((group_id, method, args))
+            return group_error, (None if group_error is not None else answer(args[-1]))
+
+        edge.group_call = group_call
+        schema = request_schema(28, version)
+        part_cls, topic_cls = nested(schema, "TxnOffsetCommitRequestPartition"), nested(
+            schema, "TxnOffsetCommitRequestTopic")
+        extra = {"committed_leader_epoch": 4} if version >= 2 else {}
+        member = {"generation_id": 3, "member_id": "m-1", "group_instance_id": "i-1"} if version >= 3 else {}
+        request = schema(transactional_id="tx", group_id="g", producer_id=1000, producer_epoch=2, **member, topics=(
+            topic_cls(name="t", partitions=(part_cls(partition_index=0, committed_offset=5, committed_metadata="m",
+                                                     **extra),
+                                            part_cls(partition_index=7, committed_offset=1, committed_metadata=None,
+                                                     **extra))),
+            topic_cls(name="gone", partitions=(part_cls(partition_index=0, committed_offset=1, committed_metadata="",
+                                                        **extra),))))
+        frame = encode_request(request, correlation_id=9)[4:]
+        encoded = asyncio.run(edge.dispatch(None, 28, version, 9, frame))
+        correlation_id, response = decode_response(28, version, encoded[4:])
+        assert correlation_id == 9
+        return response, calls
+    finally:
+        edge.close()
+
+
+def test_wire_handler_every_version():
+    for version in range(6):
+        response, calls = txn_offset_commit_exchange(version, lambda offsets: {tp: E.none for tp in offsets})
+        assert {t.name: {p.partition_index: p.error_code for p in t.partitions} for t in response.topics} == {
+            "t": {0: E.none, 7: E.unknown_topic_or_partition}, "gone": {0: E.unknown_topic_or_partition}}, version
+        [(group, method, args)] = calls
+        assert (group, method) == ("g", "txn_commit_offsets")
+        expected_member = ("m-1", "i-1", 3) if version >= 3 else ("", None, -1)
+        assert args[:6] == ("g", 1000, 2) + expected_member, version
+        assert args[6] == {("t", 0): (5, 4 if version >= 2 else -1, "m")}, version
+
+
+def test_wire_handler_errors_and_old_versions_loading():
+    response, _ = txn_offset_commit_exchange(1, None, group_error=E.coordinator_load_in_progress)
+    assert response.topics[0].partitions[0].error_code == E.coordinator_not_available
+    response, _ = txn_offset_commit_exchange(2, None, group_error=E.coordinator_load_in_progress)
+    assert response.topics[0].partitions[0].error_code == E.coordinator_load_in_progress
+    response, _ = txn_offset_commit_exchange(3, lambda offsets: {tp: E.illegal_generation for tp in offsets})
+    assert response.topics[0].partitions[0].error_code == E.illegal_generation

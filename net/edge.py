@@ -81,6 +81,7 @@ class EdgeActor:
         self.service = EdgeService(self.config, self.broker_id, "", 0,
                                    node_id=ray.get_runtime_context().get_node_id())
         self.service.purgatory = self.purgatory
+        self.service.zk_connect = self.zk_connect  # producer id blocks (net/txn_coordinators.py)
         self.server = KafkaServer(self.service.dispatch, self._limits())
         self.server.metrics = self.service.metrics
         if self.service.metrics is not None:

@@ -5,8 +5,10 @@ consumer's group metadata: TxnOffsetCommit v3 carrying member id and
 generation); committing the transaction makes them the group's committed
 offsets, aborting it leaves the group's offsets as they were.
 
-Needs the transaction coordinator (InitProducerId, AddOffsetsToTxn, EndTxn)
-as well as the group coordinator's TxnOffsetCommit."""
+The client tests need the transaction coordinator (InitProducerId,
+AddOffsetsToTxn, EndTxn) as well as the group coordinator's TxnOffsetCommit;
+the wire test needs only the latter: a pending transactional offset is
+UNSTABLE_OFFSET_COMMIT to require_stable OffsetFetches (KIP-447)."""
 from __future__ import annotations
 
 import time
@@ -15,8 +17,13 @@ import uuid
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
+from kio.schema.errors import ErrorCode
+
+from net.codec import request_schema
+from net.schema_build import nested
 from tests.broker_process import BrokerProcess
 from tests.kafka_admin import create_topic
+from tests.wire_client import WireClient
 
 RECORDS = 10
 
@@ -130,3 +137,40 @@ def test_offsets_sent_to_an_aborted_transaction(tbroker):
     finally:
         consumer.close()
     assert committed_offset(bootstrap, topic, group) == 3
+
+
+def test_pending_offsets_are_unstable_on_the_wire(tbroker):
+    """TxnOffsetCommit v3 by hand, no transaction coordinator involved: the
+    offsets are written (a transactional batch of producer 4242 in
+    __consumer_offsets) and stay pending, as no marker ever comes."""
+    bootstrap = tbroker.bootstrap
+    topic, group = input_topic(bootstrap), unique("g")
+    schema = request_schema(28, 3)
+    topic_cls, part_cls = nested(schema, "TxnOffsetCommitRequestTopic"), nested(schema, "TxnOffsetCommitRequestPartition")
+    client = WireClient(bootstrap)
+    try:
+        retriable = {ErrorCode.coordinator_not_available, ErrorCode.not_coordinator,
+                     ErrorCode.coordinator_load_in_progress}
+        deadline = time.monotonic() + 60
+        while True:
+            client.request(10, 3, key=group, key_type=0)  # creates __consumer_offsets on first use
+            answer = client.request(28, 3, transactional_id="tx", group_id=group, producer_id=4242, producer_epoch=0,
+                                    generation_id=-1, member_id="", group_instance_id=None, topics=(
+                                        topic_cls(name=topic, partitions=(
+                                            part_cls(partition_index=0, committed_offset=5, committed_leader_epoch=-1,
+                                                     committed_metadata="m"),)),))
+            [[error]] = [[p.error_code for p in t.partitions] for t in answer.topics]
+            if error not in retriable or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert error == ErrorCode.none
+        fetch_schema = request_schema(9, 7)
+        fetch_topic = nested(fetch_schema, "OffsetFetchRequestTopic")
+        for require_stable, expected in ((True, (-1, ErrorCode.unstable_offset_commit)), (False, (-1, ErrorCode.none))):
+            answer = client.request(9, 7, group_id=group, require_stable=require_stable,
+                                    topics=(fetch_topic(name=topic, partition_indexes=(0,)),))
+            assert answer.error_code == ErrorCode.none
+            [[row]] = [[(p.committed_offset, p.error_code) for p in t.partitions] for t in answer.topics]
+            assert row == expected
+    finally:
+        client.close()

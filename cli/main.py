@@ -113,6 +113,10 @@ def build_parser() -> argparse.ArgumentParser:
     topics.add_parser(sub)  # `raykafka topics ...` (cli/topics.py)
     reassign.add_parser(sub)  # `raykafka reassign ...` (cli/reassign.py)
     elect_leaders.add_parser(sub)  # `raykafka elect-leaders ...` (cli/elect_leaders.py)
+    from cli import console
+
+    console.add_producer_parser(sub)  # `raykafka console-producer ...` (cli/console.py)
+    console.add_consumer_parser(sub)  # `raykafka console-consumer ...` (cli/console.py)
     return parser
 
 
@@ -134,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         from cli import groups
 
         return groups.run(args)
-    if getattr(args, "run_admin_command", None) is not None:  # topics, reassign, elect-leaders
+    if getattr(args, "run_admin_command", None) is not None:  # topics, reassign, elect-leaders, console-*
         return args.run_admin_command(args)
     return 2
 

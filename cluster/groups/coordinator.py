@@ -62,7 +62,6 @@ from cluster.groups.api import (
     TxnProducer,
 )
 from cluster.groups.config import GroupConfig
-from cluster.groups.log_batches import CONTROL_COMMIT, LogBatch
 from cluster.groups.delayed_ops import DelayedHeartbeat, DelayedJoin, DelayedSync, InitialDelayedJoin
 from cluster.groups.group import (
     CommittedOffset,
@@ -74,6 +73,7 @@ from cluster.groups.group import (
     SyncCallback,
     invoke_callback,
 )
+from cluster.groups.log_batches import CONTROL_COMMIT, LogBatch
 from cluster.groups.records import (
     GroupMetadataKey,
     GroupMetadataValue,

@@ -17,8 +17,6 @@ import struct
 from typing import NamedTuple, Optional
 
 from cluster.groups.records import Record, RecordFormatError
-from storage.record_batch import iter_headers
-from storage.records import iter_batch_records
 
 __all__ = [
     "CONTROL_ABORT",
@@ -73,6 +71,11 @@ def read_log_batches(data, start_offset: int, end_offset: int) -> tuple[list[Log
     read next (``start_offset`` when ``data`` holds no complete batch).
     A batch that straddles ``start_offset`` keeps only its records from
     there; a control batch below it is skipped."""
+    # Here, not at the top: the coordinator imports this module for LogBatch,
+    # and the edge imports the coordinator, without the codecs' libraries.
+    from storage.record_batch import iter_headers
+    from storage.records import iter_batch_records
+
     batches: list[LogBatch] = []
     next_offset = start_offset
     for pos, header in iter_headers(data):

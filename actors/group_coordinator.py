@@ -56,9 +56,8 @@ import ray
 from kio.schema.errors import ErrorCode
 
 from cluster.groups import (AppendCompletion, GroupConfig, GroupCoordinator, LeavingMember, PartitionCommit,
-                            TopicPartition)
+                            TopicPartition, TxnProducer)
 from cluster.groups.coordinator import CoordinatorStatus
-from cluster.groups.api import TxnProducer
 from core.config import BrokerConfig
 from core.local_calls import LocalCallServer
 from core.local_channels import LocalChannels

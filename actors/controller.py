@@ -18,6 +18,8 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors.group_coordinator import OFFSETS_TOPIC, offsets_topic_spec, sync_group_coordinators
 from actors.group_coordinator import forget_broker as forget_coordinators_of
+from actors.transaction_coordinator import forget_broker as forget_txn_coordinators_of
+from actors.transaction_coordinator import sync_transaction_coordinators, transaction_state_topic_spec
 from actors.controller_operations import PartitionOperations
 from actors.partition_leader import ReplicaActorRemote
 from cluster.controller_context import (NO_LEADER, BrokerState, ControllerContext, PartitionState,
@@ -450,6 +452,8 @@ class ControllerService(PartitionOperations):
             self._retry_leader_and_isr(frozenset(failed), attempt + 1)
         # Group coordinators move with the leaders of __consumer_offsets partitions.
         await sync_group_coordinators(self, partitions)
+        # Transaction coordinators move with the leaders of __transaction_state partitions.
+        await sync_transaction_coordinators(self, partitions)
 
     def _retry_leader_and_isr(self, targets: frozenset[tuple[str, int, int]], attempt: int) -> None:
         """Resend a LeaderAndIsr that failed to a replica of a live broker, as Kafka's
@@ -588,6 +592,7 @@ class ControllerService(PartitionOperations):
             for key in [k for k in self.replica_handles if k[2] == broker_id]:
                 del self.replica_handles[key]
             forget_coordinators_of(self, broker_id)
+            forget_txn_coordinators_of(self, broker_id)
         for broker_id in new_ids:
             log.info("broker %d joined", broker_id)
             ctx.brokers[broker_id] = _broker_state(broker_id, current[broker_id])
@@ -731,6 +736,25 @@ class ControllerService(PartitionOperations):
             return result["error_code"], result["error_message"]
 
         event.__name__ = "ensure_offsets_topic"
+        return await self.submit(event)
+
+    async def ensure_transaction_state_topic(self) -> tuple[int, str | None]:
+        """Create __transaction_state unless it exists (the first
+        FindCoordinator(TRANSACTION) asks for it); -> (error code, message)."""
+        from cluster.transactions.state_manager import TRANSACTION_STATE_TOPIC
+
+        async def event():
+            if not self.is_active:
+                return ERR_NOT_CONTROLLER, "This is not the active controller"
+            if TRANSACTION_STATE_TOPIC in self.ctx.topics:
+                return ERR_NONE, None
+            if not self.ctx.brokers:
+                return 15, "no live brokers"  # COORDINATOR_NOT_AVAILABLE
+            [result] = await self._create_topics([transaction_state_topic_spec(self.config, len(self.ctx.brokers))],
+                                                 False)
+            return result["error_code"], result["error_message"]
+
+        event.__name__ = "ensure_transaction_state_topic"
         return await self.submit(event)
 
     async def delete_topics(self, names: list[str]) -> dict[str, tuple[int, str | None]]:
@@ -1042,6 +1066,9 @@ class ControllerActor:
 
     async def ensure_offsets_topic(self) -> tuple[int, str | None]:
         return await self.service.ensure_offsets_topic()
+
+    async def ensure_transaction_state_topic(self) -> tuple[int, str | None]:
+        return await self.service.ensure_transaction_state_topic()
 
     async def close_local_replicas(self, broker_id: int) -> int:
         return await self.service.close_local_replicas(broker_id)

@@ -3,8 +3,9 @@ __consumer_offsets partition (Kafka's partitionFor: Java hashCode of the
 group id modulo the partition count), from this edge's metadata cache.
 
 The first GROUP lookup creates __consumer_offsets through the controller, as
-Kafka creates it lazily. Batched keys from v4. TRANSACTION keys answer
-COORDINATOR_NOT_AVAILABLE (no transaction coordinator yet); SHARE (v6) keys
+Kafka creates it lazily. TRANSACTION keys: the leader of the transactional
+id's __transaction_state partition (the same hash), the topic created by the
+first lookup (net/txn_coordinators.py). Batched keys from v4. SHARE (v6) keys
 INVALID_REQUEST (no share groups).
 """
 import asyncio
@@ -41,12 +42,15 @@ async def _find(edge, key_type: int, key: str):
     if key_type == KEY_GROUP:
         return await find_group_coordinator(edge, key or "")
     if key_type == KEY_TRANSACTION:
-        return ErrorCode.coordinator_not_available, -1, "", -1
+        from net.apis.n22_init_producer_id import routing
+
+        return await routing(edge).find(key or "")
     return ErrorCode.invalid_request, -1, "", -1
 
 
 @api(10, 0, 6, tests=("tests/integration/test_groups.py::test_find_coordinator_batched_and_key_types",
-                      "tests/integration/test_groups.py::test_three_members_share_six_partitions"))
+                      "tests/integration/test_groups.py::test_three_members_share_six_partitions",
+                      "tests/integration/test_transactions_coordinator.py::test_find_transaction_coordinator"))
 async def handle_find_coordinator(ctx, request):
     schema = response_schema_for(request)
     key_type = getattr(request, "key_type", KEY_GROUP)

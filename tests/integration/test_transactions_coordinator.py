@@ -75,3 +75,250 @@ def test_idempotent_producer_gets_an_id(txn_broker):
         producer.produce(topic, value=b"v%d" % i, on_delivery=lambda err, msg: errors.append(err))
     assert producer.flush(60) == 0
     assert errors == [None] * 20
+
+
+# ---- transactional producers -------------------------------------------------------------------------------
+def _txn_producer(broker, transactional_id, **extra):
+    return confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": transactional_id,
+                                     "message.timeout.ms": 30000, **extra})
+
+
+def _txn_states(broker, transactional_id, timeout_s=20.0):
+    """[(state name, producer id, epoch)] of ``transactional_id`` in __transaction_state, in log order."""
+    from cluster.transactions.log_records import decode_key, decode_value
+
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"rd-{uuid.uuid4().hex}",
+                                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    try:
+        parts = [confluent_kafka.TopicPartition("__transaction_state", p, confluent_kafka.OFFSET_BEGINNING)
+                 for p in range(2)]
+        ends = {p.partition: consumer.get_watermark_offsets(p, timeout=10)[1] for p in parts}
+        consumer.assign(parts)
+        out, positions = [], {p: 0 for p in ends}
+        deadline = time.monotonic() + timeout_s
+        while any(positions[p] < ends[p] for p in ends) and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None or msg.error():
+                continue
+            positions[msg.partition()] = msg.offset() + 1
+            if decode_key(msg.key()) == transactional_id:
+                value = decode_value(msg.value())
+                out.append(None if value is None else
+                           (value.transaction_status.kafka_name, value.producer_id, value.producer_epoch))
+        return out
+    finally:
+        consumer.close()
+
+
+def _wait_for_state(broker, transactional_id, state, timeout_s=30.0):
+    deadline = time.monotonic() + timeout_s
+    states = []
+    while time.monotonic() < deadline:
+        states = _txn_states(broker, transactional_id)
+        if states and states[-1] and states[-1][0] == state:
+            return states
+        time.sleep(0.5)
+    raise AssertionError(f"{transactional_id} never reached {state}: {states}")
+
+
+def test_find_transaction_coordinator(txn_broker):
+    client = WireClient(txn_broker.bootstrap)
+    try:
+        first = client.request(10, 3, key="some-txn", key_type=1)
+        for _ in range(60):  # the first lookup creates __transaction_state
+            if first.error_code == 0:
+                break
+            time.sleep(0.5)
+            first = client.request(10, 3, key="some-txn", key_type=1)
+        assert first.error_code == 0 and first.node_id >= 0 and first.port > 0
+        batched = client.request(10, 4, key_type=1, coordinator_keys=("a", "b", "c"))
+        assert [c.error_code for c in batched.coordinators] == [0, 0, 0]
+        assert {c.node_id for c in batched.coordinators} == {first.node_id}
+    finally:
+        client.close()
+
+
+def test_init_transactions_and_fencing(txn_broker):
+    tid = f"fence-{uuid.uuid4().hex[:6]}"
+    topic = f"fence-{uuid.uuid4().hex[:6]}"
+    _create_topic(txn_broker, topic)
+    first = _txn_producer(txn_broker, tid)
+    first.init_transactions(60)
+    first.begin_transaction()
+    first.produce(topic, value=b"from the first", partition=0)
+    first.flush(30)
+    # a second producer with the same id: the open transaction of the first is aborted,
+    # and the second gets the next epoch
+    second = _txn_producer(txn_broker, tid)
+    second.init_transactions(60)
+    with pytest.raises(confluent_kafka.KafkaException) as failure:
+        first.commit_transaction(30)
+    error = failure.value.args[0]
+    assert error.fatal() or error.code() in (confluent_kafka.KafkaError._FENCED,
+                                             confluent_kafka.KafkaError.PRODUCER_FENCED,
+                                             confluent_kafka.KafkaError.INVALID_PRODUCER_EPOCH), error
+    states = _wait_for_state(txn_broker, tid, "Empty")
+    pid = states[0][1]
+    assert [s for s in states if s] == [("Empty", pid, 0), ("Ongoing", pid, 0), ("PrepareAbort", pid, 1),
+                                        ("CompleteAbort", pid, 1), ("Empty", pid, 2)]
+    # the second one works
+    second.begin_transaction()
+    second.produce(topic, value=b"from the second", partition=1)
+    second.commit_transaction(30)
+    _wait_for_state(txn_broker, tid, "CompleteCommit")
+
+
+def test_commit_and_abort(txn_broker):
+    tid = f"ca-{uuid.uuid4().hex[:6]}"
+    topic = f"ca-{uuid.uuid4().hex[:6]}"
+    _create_topic(txn_broker, topic)
+    producer = _txn_producer(txn_broker, tid)
+    producer.init_transactions(60)
+    producer.begin_transaction()
+    for i in range(10):
+        producer.produce(topic, value=b"c%d" % i, partition=i % 2)
+    producer.commit_transaction(30)
+    producer.begin_transaction()
+    producer.produce(topic, value=b"aborted", partition=0)
+    producer.flush(30)  # else librdkafka purges the record and, with no partition added, sends no EndTxn
+    producer.abort_transaction(30)
+    states = [s[0] for s in _wait_for_state(txn_broker, tid, "CompleteAbort") if s]
+    assert states == ["Empty", "Ongoing", "PrepareCommit", "CompleteCommit", "Ongoing", "PrepareAbort",
+                      "CompleteAbort"]
+
+
+def test_transaction_timeout_aborts(txn_broker):
+    tid = f"to-{uuid.uuid4().hex[:6]}"
+    topic = f"to-{uuid.uuid4().hex[:6]}"
+    _create_topic(txn_broker, topic, 1)
+    producer = _txn_producer(txn_broker, tid, **{"transaction.timeout.ms": 2000, "message.timeout.ms": 2000})
+    producer.init_transactions(60)
+    producer.begin_transaction()
+    producer.produce(topic, value=b"left open", partition=0)
+    producer.flush(30)
+    states = _wait_for_state(txn_broker, tid, "CompleteAbort", timeout_s=30)
+    assert [s[0] for s in states if s][-2:] == ["PrepareAbort", "CompleteAbort"]
+    assert states[-1][2] == 1  # aborted at a bumped epoch: the producer is fenced
+    with pytest.raises(confluent_kafka.KafkaException):
+        producer.commit_transaction(30)
+
+
+def test_add_partitions_wire_versions(txn_broker):
+    topic = f"wire-{uuid.uuid4().hex[:6]}"
+    _create_topic(txn_broker, topic)
+    tid = f"wire-{uuid.uuid4().hex[:6]}"
+    client = WireClient(txn_broker.bootstrap)
+    try:
+        for _ in range(60):
+            found = client.request(10, 3, key=tid, key_type=1)
+            if found.error_code == 0:
+                break
+            time.sleep(0.5)
+        timeout = datetime.timedelta(milliseconds=60000)
+        for _ in range(60):
+            init = client.request(22, 3, transactional_id=tid, transaction_timeout=timeout)
+            if init.error_code not in (14, 15, 51):  # loading, not available, concurrent
+                break
+            time.sleep(0.5)
+        assert init.error_code == 0, init
+        pid, epoch = init.producer_id, init.producer_epoch
+        add = client.request(24, 3, v3_and_below_transactional_id=tid, v3_and_below_producer_id=pid,
+                             v3_and_below_producer_epoch=epoch,
+                             v3_and_below_topics=_topics(client, 24, 3, [(topic, [0, 1])]))
+        assert [(r.name, p.partition_index, p.partition_error_code)
+                for r in add.results_by_topic_v3_and_below for p in r.results_by_partition] == \
+            [(topic, 0, 0), (topic, 1, 0)]
+        # a wrong epoch: INVALID_PRODUCER_EPOCH below v2, PRODUCER_FENCED from v2
+        for version, code in ((1, 47), (3, 90)):
+            bad = client.request(24, version, v3_and_below_transactional_id=tid, v3_and_below_producer_id=pid,
+                                 v3_and_below_producer_epoch=epoch + 1,
+                                 v3_and_below_topics=_topics(client, 24, version, [(topic, [0])]))
+            assert bad.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == code
+        # an unknown topic fails the whole transaction
+        unknown = client.request(24, 3, v3_and_below_transactional_id=tid, v3_and_below_producer_id=pid,
+                                 v3_and_below_producer_epoch=epoch,
+                                 v3_and_below_topics=_topics(client, 24, 3, [(topic, [0]), ("no-such-topic", [0])]))
+        assert sorted((r.name, p.partition_error_code) for r in unknown.results_by_topic_v3_and_below
+                      for p in r.results_by_partition) == [("no-such-topic", 3), (topic, 55)]
+        # v4+: batched, verify_only
+        from kio.schema.add_partitions_to_txn.v4.request import (AddPartitionsToTxnTopic,
+                                                                 AddPartitionsToTxnTransaction)
+        verify = client.request(24, 4, transactions=(
+            AddPartitionsToTxnTransaction(transactional_id=tid, producer_id=pid, producer_epoch=epoch,
+                                          verify_only=True,
+                                          topics=(AddPartitionsToTxnTopic(name=topic, partitions=(0, 1)),)),
+            AddPartitionsToTxnTransaction(transactional_id="unknown-" + tid, producer_id=pid, producer_epoch=epoch,
+                                          verify_only=True,
+                                          topics=(AddPartitionsToTxnTopic(name=topic, partitions=(0,)),))))
+        assert verify.error_code == 0
+        codes = {(r.transactional_id, p.partition_index): p.partition_error_code
+                 for r in verify.results_by_transaction for t in r.topic_results for p in t.results_by_partition}
+        assert codes[(tid, 0)] == 0 and codes[(tid, 1)] == 0
+        assert codes[("unknown-" + tid, 0)] in (49, 16)  # INVALID_PRODUCER_ID_MAPPING, or NOT_COORDINATOR
+        # EndTxn: abort, then a second abort is a retry (OK), a commit INVALID_TXN_STATE
+        assert client.request(26, 3, transactional_id=tid, producer_id=pid, producer_epoch=epoch,
+                              committed=False).error_code == 0
+        for _ in range(60):
+            again = client.request(26, 3, transactional_id=tid, producer_id=pid, producer_epoch=epoch,
+                                   committed=False)
+            if again.error_code != 51:
+                break
+            time.sleep(0.2)
+        assert again.error_code == 0
+        assert client.request(26, 3, transactional_id=tid, producer_id=pid, producer_epoch=epoch,
+                              committed=True).error_code == 48
+        assert client.request(26, 1, transactional_id=tid, producer_id=pid, producer_epoch=epoch + 3,
+                              committed=True).error_code == 47
+        # a transaction timeout above transaction.max.timeout.ms
+        assert client.request(22, 3, transactional_id=tid,
+                              transaction_timeout=datetime.timedelta(milliseconds=900001)).error_code == 50
+    finally:
+        client.close()
+
+
+def _topics(client, api_key, version, pairs):
+    module = __import__(f"kio.schema.add_partitions_to_txn.v{version}.request", fromlist=["AddPartitionsToTxnTopic"])
+    return tuple(module.AddPartitionsToTxnTopic(name=name, partitions=tuple(parts)) for name, parts in pairs)
+
+
+def test_write_txn_markers_wire(txn_broker):
+    topic = f"mk-{uuid.uuid4().hex[:6]}"
+    _create_topic(txn_broker, topic, 1)
+    from kio.schema.write_txn_markers.v1.request import WritableTxnMarker, WritableTxnMarkerTopic
+
+    client = WireClient(txn_broker.bootstrap)
+    try:
+        response = client.request(27, 1, markers=(
+            WritableTxnMarker(producer_id=424242, producer_epoch=0, transaction_result=False, coordinator_epoch=0,
+                              topics=(WritableTxnMarkerTopic(name=topic, partition_indexes=(0,)),
+                                      WritableTxnMarkerTopic(name="no-such-topic", partition_indexes=(0,)))),))
+        codes = {(t.name, p.partition_index): p.error_code for m in response.markers for t in m.topics
+                 for p in t.partitions}
+        assert codes[("no-such-topic", 0)] == 3
+        assert codes[(topic, 0)] == 0
+    finally:
+        client.close()
+
+
+def test_send_offsets_to_transaction(txn_broker):
+    tid = f"so-{uuid.uuid4().hex[:6]}"
+    topic = f"so-{uuid.uuid4().hex[:6]}"
+    group = f"so-group-{uuid.uuid4().hex[:6]}"
+    _create_topic(txn_broker, topic, 1)
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": txn_broker.bootstrap, "group.id": group,
+                                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    producer = _txn_producer(txn_broker, tid)
+    try:
+        producer.init_transactions(60)
+        producer.begin_transaction()
+        producer.produce(topic, value=b"x", partition=0)
+        offsets = [confluent_kafka.TopicPartition(topic, 0, 7)]
+        producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(), 60)
+        producer.commit_transaction(60)
+        states = _wait_for_state(txn_broker, tid, "CompleteCommit")
+        prepared = [s for s in states if s and s[0] == "PrepareCommit"]
+        assert prepared
+        committed = consumer.committed([confluent_kafka.TopicPartition(topic, 0)], timeout=30)
+        assert committed[0].offset == 7
+    finally:
+        consumer.close()

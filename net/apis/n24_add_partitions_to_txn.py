@@ -1,0 +1,73 @@
+"""AddPartitionsToTxn (24).
+
+v0-v3 (clients): one transaction; every partition answers the transaction's
+error. v4+ (KIP-890, batched, as brokers send it): several transactions, each
+answered on its own, ``verify_only`` asks whether the partitions are already
+in the transaction (TRANSACTION_ABORTABLE for those that are not). As in
+KafkaApis, a partition of a topic this broker does not know fails the whole
+transaction: UNKNOWN_TOPIC_OR_PARTITION for it and OPERATION_NOT_ATTEMPTED for
+the others. The coordinator answers NOT_COORDINATOR when this broker does not
+host it; PRODUCER_FENCED is INVALID_PRODUCER_EPOCH below v2.
+"""
+from kio.schema.errors import ErrorCode
+
+from net.apis.n22_init_producer_id import routing
+from net.registry import api
+from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for
+
+E = ErrorCode
+
+
+async def _one(edge, version: int, transactional_id: str, producer_id: int, epoch: int, verify_only: bool,
+               topics) -> dict:
+    """-> {(topic, partition): error}"""
+    wanted = [(t.name, int(p)) for t in topics for p in t.partitions]
+    unknown = {tp for tp in wanted if edge.metadata.partition(*tp) is None}
+    if unknown:
+        return {tp: (E.unknown_topic_or_partition if tp in unknown else E.operation_not_attempted) for tp in wanted}
+    if not wanted:
+        return {}
+    if verify_only:
+        error, answer = await routing(edge).call(transactional_id, "verify_partitions", transactional_id,
+                                                 producer_id, epoch, wanted)
+        if error is not None:
+            return {tp: error for tp in wanted}
+        return {tuple(tp): E(code) for tp, code in answer.items()}
+    error, code = await routing(edge).call(transactional_id, "add_partitions", transactional_id, producer_id,
+                                           epoch, wanted)
+    error = error if error is not None else E(code)
+    if error == E.producer_fenced and version < 2:
+        error = E.invalid_producer_epoch
+    return {tp: error for tp in wanted}
+
+
+def _topic_results(schema, errors: dict) -> tuple:
+    topic_cls = nested(schema, "AddPartitionsToTxnTopicResult")
+    part_cls = nested(schema, "AddPartitionsToTxnPartitionResult")
+    by_topic: dict[str, list] = {}
+    for (topic, partition), error in errors.items():
+        by_topic.setdefault(topic, []).append(build(part_cls, partition_index=partition,
+                                                    partition_error_code=error))
+    return tuple(build(topic_cls, name=topic, results_by_partition=tuple(parts))
+                 for topic, parts in by_topic.items())
+
+
+@api(24, 0, 5, tests=("tests/integration/test_transactions_coordinator.py::test_commit_and_abort",
+                      "tests/integration/test_transactions_coordinator.py::test_add_partitions_wire_versions"))
+async def handle_add_partitions_to_txn(ctx, request):
+    import asyncio
+
+    schema = response_schema_for(request)
+    edge = ctx.edge
+    if ctx.api_version < 4:
+        errors = await _one(edge, ctx.api_version, request.v3_and_below_transactional_id,
+                            request.v3_and_below_producer_id, request.v3_and_below_producer_epoch, False,
+                            request.v3_and_below_topics)
+        return build(schema, throttle_time=ZERO_THROTTLE, results_by_topic_v3_and_below=_topic_results(schema, errors))
+    transactions = list(request.transactions)
+    answers = await asyncio.gather(*(_one(edge, ctx.api_version, t.transactional_id, t.producer_id, t.producer_epoch,
+                                          t.verify_only, t.topics) for t in transactions))
+    result_cls = nested(schema, "AddPartitionsToTxnResult")
+    return build(schema, throttle_time=ZERO_THROTTLE, error_code=E.none, results_by_transaction=tuple(
+        build(result_cls, transactional_id=t.transactional_id, topic_results=_topic_results(schema, errors))
+        for t, errors in zip(transactions, answers)))

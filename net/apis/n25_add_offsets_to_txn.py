@@ -1,0 +1,32 @@
+"""AddOffsetsToTxn (25): the group's __consumer_offsets partition joins the
+transaction (Kafka's handleAddOffsetsToTxnRequest: AddPartitions of that
+partition), so the coordinator writes a marker there at the end and the group
+coordinator completes the transaction's TxnOffsetCommits. PRODUCER_FENCED is
+INVALID_PRODUCER_EPOCH below v2."""
+from kio.schema.errors import ErrorCode
+
+from net.apis.n22_init_producer_id import routing
+from net.registry import api
+from net.schema_build import ZERO_THROTTLE, build, response_schema_for
+
+E = ErrorCode
+
+
+@api(25, 0, 4, tests=("tests/integration/test_transactions_coordinator.py::test_send_offsets_to_transaction",))
+async def handle_add_offsets_to_txn(ctx, request):
+    from actors.group_coordinator import OFFSETS_TOPIC
+
+    schema = response_schema_for(request)
+    edge = ctx.edge
+    error = await edge.ensure_offsets_topic()
+    partition = edge.group_partition(request.group_id) if error is None else None
+    if error is None and partition is None:
+        error = E.coordinator_not_available
+    if error is None:
+        failure, code = await routing(edge).call(request.transactional_id, "add_partitions",
+                                                 request.transactional_id, request.producer_id,
+                                                 request.producer_epoch, [(OFFSETS_TOPIC, partition)])
+        error = failure if failure is not None else E(code)
+    if error == E.producer_fenced and ctx.api_version < 2:
+        error = E.invalid_producer_epoch
+    return build(schema, throttle_time=ZERO_THROTTLE, error_code=error)

@@ -1,0 +1,25 @@
+"""EndTxn (26): commit or abort. The coordinator writes PrepareCommit /
+PrepareAbort and answers; the markers and the Complete state follow
+(cluster/transactions/markers.py). PRODUCER_FENCED is INVALID_PRODUCER_EPOCH
+below v2. Served up to v4: v5 is KIP-890's transaction version 2 (an epoch
+bump per transaction), which this broker does not advertise."""
+from kio.schema.errors import ErrorCode
+
+from net.apis.n22_init_producer_id import routing
+from net.registry import api
+from net.schema_build import ZERO_THROTTLE, build, response_schema_for
+
+E = ErrorCode
+
+
+@api(26, 0, 4, tests=("tests/integration/test_transactions_coordinator.py::test_commit_and_abort",
+                      "tests/integration/test_transactions_coordinator.py::test_init_transactions_and_fencing"))
+async def handle_end_txn(ctx, request):
+    schema = response_schema_for(request)
+    failure, result = await routing(ctx.edge).call(request.transactional_id, "end_txn", request.transactional_id,
+                                                   request.producer_id, request.producer_epoch,
+                                                   bool(request.committed))
+    error = failure if failure is not None else E(result.error)
+    if error == E.producer_fenced and ctx.api_version < 2:
+        error = E.invalid_producer_epoch
+    return build(schema, throttle_time=ZERO_THROTTLE, error_code=error)

@@ -1,0 +1,80 @@
+"""WriteTxnMarkers (27), the wire form of what the transaction coordinators
+do by actor calls: each marker goes to the leader replica of each partition
+(``write_txn_markers``, acks=all); after a marker is written to an
+__consumer_offsets partition its group coordinator completes the producer's
+pending offset commits. Partitions this broker does not lead answer
+NOT_LEADER_OR_FOLLOWER, unknown ones UNKNOWN_TOPIC_OR_PARTITION, as Kafka."""
+import asyncio
+import logging
+
+from kio.schema.errors import ErrorCode
+
+from core.txn_messages import TxnCompletion, TxnMarker
+from net.registry import api
+from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for
+
+log = logging.getLogger("raykafka.edge.transactions")
+E = ErrorCode
+MARKER_TIMEOUT_MS = 30000
+
+
+async def _write(edge, topic: str, partition: int, markers: list[TxnMarker]) -> list[ErrorCode]:
+    from actors.group_coordinator import OFFSETS_TOPIC
+
+    info = edge.metadata.partition(topic, partition)
+    if info is None:
+        return [E.unknown_topic_or_partition] * len(markers)
+    handle = edge.leader_handle(topic, partition) if info.leader == edge.broker_id else None
+    if handle is None:
+        return [E.not_leader_or_follower] * len(markers)
+    try:
+        results = await asyncio.wait_for(handle.write_txn_markers.remote(markers, MARKER_TIMEOUT_MS),
+                                         MARKER_TIMEOUT_MS / 1000 + edge.call_timeout_s)
+    except asyncio.TimeoutError:
+        return [E.request_timed_out] * len(markers)
+    except Exception as exc:  # noqa: BLE001 - the leader is gone or moving
+        log.info("WriteTxnMarkers to %s-%d failed: %s", topic, partition, str(exc).splitlines()[0][:200])
+        return [E.not_leader_or_follower] * len(markers)
+    errors = [E(r[0]) for r in results]
+    if topic == OFFSETS_TOPIC:
+        handle = await edge.coordinator_handle(partition)
+        for marker, error in zip(markers, errors):
+            if error != E.none or handle is None:
+                continue
+            try:
+                await asyncio.wait_for(handle.complete_transaction.remote(
+                    TxnCompletion(marker.producer_id, marker.producer_epoch, marker.committed)), edge.call_timeout_s)
+            except Exception as exc:  # noqa: BLE001 - an older group coordinator, or it moved
+                log.warning("completing producer %d's offsets on %s-%d failed: %s", marker.producer_id, topic,
+                            partition, str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__)
+    return errors
+
+
+@api(27, 1, 1, tests=("tests/integration/test_transactions_coordinator.py::test_write_txn_markers_wire",))
+async def handle_write_txn_markers(ctx, request):
+    schema = response_schema_for(request)
+    edge = ctx.edge
+    # Group the markers by destination: one leader call per partition.
+    by_partition: dict[tuple[str, int], list[tuple[int, TxnMarker]]] = {}
+    for index, m in enumerate(request.markers):
+        marker = TxnMarker(int(m.producer_id), int(m.producer_epoch), int(m.coordinator_epoch),
+                           bool(m.transaction_result))
+        for t in m.topics:
+            for p in t.partition_indexes:
+                by_partition.setdefault((t.name, int(p)), []).append((index, marker))
+    keys = list(by_partition)
+    answers = await asyncio.gather(*(_write(edge, t, p, [mk for _, mk in by_partition[(t, p)]]) for t, p in keys))
+    errors: dict[tuple[int, str, int], ErrorCode] = {}
+    for (topic, partition), answer in zip(keys, answers):
+        for (index, _), error in zip(by_partition[(topic, partition)], answer):
+            errors[(index, topic, partition)] = error
+    result_cls = nested(schema, "WritableTxnMarkerResult")
+    topic_cls = nested(schema, "WritableTxnMarkerTopicResult")
+    part_cls = nested(schema, "WritableTxnMarkerPartitionResult")
+    return build(schema, markers=tuple(
+        build(result_cls, producer_id=m.producer_id, topics=tuple(
+            build(topic_cls, name=t.name, partitions=tuple(
+                build(part_cls, partition_index=p, error_code=errors[(index, t.name, int(p))])
+                for p in t.partition_indexes))
+            for t in m.topics))
+        for index, m in enumerate(request.markers)))

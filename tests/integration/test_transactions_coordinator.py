@@ -322,3 +322,35 @@ def test_send_offsets_to_transaction(txn_broker):
         assert committed[0].offset == 7
     finally:
         consumer.close()
+
+
+def test_open_transaction_aborted_after_kill9_and_restart(txn_broker):
+    """Runs last in this module: kill -9 of the whole broker with an open
+    transaction and a committed one in __transaction_state; after the restart
+    the coordinator reloads them from the log (committed stays committed) and
+    aborts the open one once its timeout passes."""
+    done_id, open_id = f"kd-{uuid.uuid4().hex[:6]}", f"ko-{uuid.uuid4().hex[:6]}"
+    topic = f"k9-{uuid.uuid4().hex[:6]}"
+    _create_topic(txn_broker, topic, 1)
+    done = _txn_producer(txn_broker, done_id)
+    done.init_transactions(60)
+    done.begin_transaction()
+    done.produce(topic, value=b"committed", partition=0)
+    done.commit_transaction(30)
+    _wait_for_state(txn_broker, done_id, "CompleteCommit")
+    left_open = _txn_producer(txn_broker, open_id, **{"transaction.timeout.ms": 5000, "message.timeout.ms": 5000})
+    left_open.init_transactions(60)
+    left_open.begin_transaction()
+    left_open.produce(topic, value=b"open", partition=0)
+    left_open.flush(30)
+    assert [s[0] for s in _txn_states(txn_broker, open_id) if s][-1] == "Ongoing"
+    txn_broker.kill9()
+    txn_broker.start()
+    states = _wait_for_state(txn_broker, open_id, "CompleteAbort", timeout_s=90)
+    assert [s[0] for s in states if s][-3:] == ["Ongoing", "PrepareAbort", "CompleteAbort"]
+    assert [s[0] for s in _txn_states(txn_broker, done_id) if s][-1] == "CompleteCommit"
+    # the recovered coordinator serves the committed producer's id again (epoch bumped)
+    again = _txn_producer(txn_broker, done_id)
+    again.init_transactions(60)
+    states = _wait_for_state(txn_broker, done_id, "Empty")
+    assert states[-1][1] == states[0][1] and states[-1][2] == 1

@@ -23,9 +23,13 @@ dropped.
 from __future__ import annotations
 
 import argparse
+import os
+import queue
 import re
 import signal
 import sys
+import threading
+import time
 import uuid
 from typing import Optional
 
@@ -37,8 +41,19 @@ class UsageError(Exception):
     pass
 
 
-class _Stop(Exception):
-    """SIGTERM: stop like Ctrl-C."""
+class StopFlag:
+    """Set by Ctrl-C (SIGINT) and SIGTERM. The handlers only set it: an
+    exception raised from a signal handler while librdkafka's C code runs
+    (poll, flush) comes out of it mangled (a SystemError, or later)."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            # Also where SIGINT came in ignored (a background job of a script).
+            signal.signal(sig, lambda *_: self.event.set())
+
+    def __bool__(self) -> bool:
+        return self.event.is_set()
 
 
 # ---- client configuration ---------------------------------------------------------------------
@@ -116,13 +131,26 @@ def _import_confluent():
     return confluent_kafka
 
 
-def _sigterm_stops() -> None:
-    def stop(*_):
-        raise _Stop()
-
-    signal.signal(signal.SIGTERM, stop)
-    # Ctrl-C even where SIGINT came in ignored (a background job of a script).
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+def _stdin_lines(lines: queue.Queue) -> None:
+    """Read stdin's lines into `lines` (None at the end). Runs on a daemon
+    thread so the main thread never blocks in a read and sees Ctrl-C at once;
+    os.read on the descriptor holds no lock of sys.stdin's that interpreter
+    shutdown would wait for."""
+    pending = b""
+    try:
+        while True:
+            chunk = os.read(0, 1 << 16)
+            if not chunk:
+                break
+            pending += chunk
+            *complete, pending = pending.split(b"\n")
+            for line in complete:
+                lines.put(line)
+    except OSError:
+        pass
+    if pending:
+        lines.put(pending)
+    lines.put(None)
 
 
 def _flag(props: dict[str, str], key: str, default: bool = False) -> bool:
@@ -241,36 +269,42 @@ def run_producer(args) -> int:
                   f"{0 if msg.value() is None else len(msg.value())} bytes with error: {err.str()}",
                   file=sys.stderr)
 
-    _sigterm_stops()
-    interrupted = False
+    stop = StopFlag()
+    lines: queue.Queue = queue.Queue(maxsize=10_000)
+    threading.Thread(target=_stdin_lines, args=(lines,), name="stdin", daemon=True).start()
     number = 0
-    try:
-        for raw in sys.stdin.buffer:
-            number += 1
-            line = raw.decode("utf-8", errors="replace").rstrip("\n").rstrip("\r")
-            try:
-                key, value, headers = reader.parse(line, number)
-            except UsageError as exc:
-                print(f"console-producer: {exc}", file=sys.stderr)
-                failures.append(exc)
-                break
-            while True:
-                try:
-                    producer.produce(args.topic, value=value, key=key, headers=headers or None,
-                                     on_delivery=delivered)
-                    break
-                except BufferError:  # local queue full: let deliveries drain
-                    producer.poll(0.1)
+    while not stop:
+        try:
+            raw = lines.get(timeout=0.1)
+        except queue.Empty:
             producer.poll(0)
-            if args.sync:
-                producer.flush()
-    except (KeyboardInterrupt, _Stop):
-        interrupted = True
+            continue
+        if raw is None:
+            break
+        number += 1
+        line = raw.decode("utf-8", errors="replace").rstrip("\r")
+        try:
+            key, value, headers = reader.parse(line, number)
+        except UsageError as exc:
+            print(f"console-producer: {exc}", file=sys.stderr)
+            failures.append(exc)
+            break
+        while not stop:
+            try:
+                producer.produce(args.topic, value=value, key=key, headers=headers or None, on_delivery=delivered)
+                break
+            except BufferError:  # local queue full: let deliveries drain
+                producer.poll(0.1)
+        producer.poll(0)
+        if args.sync:
+            while len(producer) and not stop:
+                producer.poll(0.1)
     # End of input or Ctrl-C: what was read is sent (bounded), then exit.
-    try:
-        left = producer.flush(5 if interrupted else 60)
-    except (KeyboardInterrupt, _Stop):
-        left = len(producer)
+    interrupted = bool(stop)
+    deadline = time.monotonic() + (5 if interrupted else 60)
+    while len(producer) and time.monotonic() < deadline:
+        producer.poll(0.1)
+    left = len(producer)
     if left:
         print(f"console-producer: {left} records not acknowledged", file=sys.stderr)
         return 1
@@ -343,7 +377,8 @@ def add_consumer_parser(sub) -> None:
                    help="a consumer config (Kafka's key names)")
     p.add_argument("--consumer.config", dest="config_file", help="consumer config file")
     p.add_argument("--command-config", help="client config file (security settings, ...)")
-    p.add_argument("--skip-message-on-error", action="store_true", help="print errors and carry on")
+    p.add_argument("--skip-message-on-error", action="store_true",
+                   help="accepted for compatibility: errors short of fatal are printed and skipped anyway")
     p.add_argument("--log-level", default="WARNING", help=argparse.SUPPRESS)
     p.set_defaults(run_admin_command=run_consumer)
 
@@ -395,14 +430,12 @@ def run_consumer(args) -> int:
         consumer.assign([ck.TopicPartition(args.topic, args.partition, start)])
     else:
         consumer.subscribe([args.topic] if args.topic else ["^" + args.include])
-    _sigterm_stops()
+    stop = StopFlag()
     out = sys.stdout.buffer
     count, code = 0, 0
-    import time
-
     last = time.monotonic()
     try:
-        while args.max_messages is None or count < args.max_messages:
+        while (args.max_messages is None or count < args.max_messages) and not stop:
             msg = consumer.poll(0.2)
             if msg is None:
                 if args.timeout_ms is not None and (time.monotonic() - last) * 1000 >= args.timeout_ms:
@@ -412,8 +445,10 @@ def run_consumer(args) -> int:
             if msg.error():
                 if msg.error().code() == ck.KafkaError._PARTITION_EOF:
                     continue
+                # As Kafka's tool: a topic that does not exist yet, a leader
+                # moving, ... are warnings while it waits; a fatal error ends it.
                 print(f"console-consumer: {msg.error().str()}", file=sys.stderr)
-                if msg.error().fatal() or not (args.skip_message_on_error or msg.error().retriable()):
+                if msg.error().fatal():
                     code = 1
                     break
                 continue
@@ -421,13 +456,11 @@ def run_consumer(args) -> int:
             out.write(formatter.format(msg))
             out.flush()
             count += 1
-    except (KeyboardInterrupt, _Stop):
-        pass
     except BrokenPipeError:  # `| head`
         pass
     try:
         consumer.close()  # commits (auto commit) and leaves the group
-    except (KeyboardInterrupt, _Stop, ck.KafkaException):
+    except ck.KafkaException:
         pass
     print(f"Processed a total of {count} messages", file=sys.stderr)
     return code

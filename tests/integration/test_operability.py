@@ -1,0 +1,157 @@
+"""Issue 22 on the session's shared broker: Kafka's metrics on Ray's
+Prometheus endpoint, and the console producer and consumer."""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+
+import pytest
+
+from tests.broker_process import REPO, broker_env
+
+RAYKAFKA = str(REPO / ".venv" / "bin" / "raykafka")
+METRICS_URL = re.compile(r"raykafka metrics on (http://\S+)")
+
+
+def _topic(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:6]}"
+
+
+def _metrics_url(broker) -> str:
+    found = METRICS_URL.search(broker.log_path.read_text(errors="replace"))
+    assert found, "raykafka start printed no metrics URL"
+    return found.group(1)
+
+
+def _scrape(url: str) -> dict[str, list[tuple[dict, float]]]:
+    """name -> [(labels, value)] of the raykafka series (Ray prefixes ray_)."""
+    text = urllib.request.urlopen(url, timeout=10).read().decode()
+    series: dict[str, list] = {}
+    for line in text.splitlines():
+        if not line.startswith("ray_kafka_"):
+            continue
+        match = re.match(r"(\w+)\{(.*)\} (\S+)$", line)
+        if not match:
+            continue
+        labels = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', match.group(2)))
+        series.setdefault(match.group(1), []).append((labels, float(match.group(3))))
+    return series
+
+
+def test_metrics_endpoint_after_2mb(broker):
+    from confluent_kafka import Consumer, Producer
+
+    topic = _topic("metrics")
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5})
+    for i in range(2048):
+        producer.produce(topic, key=str(i).encode(), value=os.urandom(1024))
+    assert producer.flush(60) == 0
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"g-{topic}",
+                         "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    got, deadline = 0, time.monotonic() + 60
+    while got < 2048 and time.monotonic() < deadline:
+        msg = consumer.poll(1)
+        if msg is not None and not msg.error():
+            got += 1
+    consumer.commit(asynchronous=False)
+    consumer.close()
+    assert got == 2048
+
+    url = _metrics_url(broker)
+    # Local counters reach Ray every 5 s, Ray's workers report every 5 s.
+    deadline = time.monotonic() + 90
+    while True:
+        series = _scrape(url)
+        bytes_in = sum(v for labels, v in series.get("ray_kafka_server_brokertopicmetrics_bytesin_total", [])
+                       if labels.get("topic") == topic)
+        end = [v for labels, v in series.get("ray_kafka_log_log_logendoffset", []) if labels.get("topic") == topic]
+        if bytes_in >= 2 * 1024 * 1024 and end == [2048] or time.monotonic() > deadline:
+            break
+        time.sleep(2)
+    assert bytes_in >= 2 * 1024 * 1024, f"bytes in for {topic}: {bytes_in}"
+    assert end == [2048]
+
+    def of_topic(name):
+        return sum(v for labels, v in series.get(name, []) if labels.get("topic") == topic)
+
+    assert of_topic("ray_kafka_server_brokertopicmetrics_messagesin_total") == 2048
+    assert of_topic("ray_kafka_server_brokertopicmetrics_bytesout_total") >= 2 * 1024 * 1024
+    assert of_topic("ray_kafka_log_log_size") >= 2 * 1024 * 1024
+    requests = {labels["request"] for labels, _v in series["ray_kafka_network_requestmetrics_requests_total"]}
+    assert {"Produce", "Fetch", "Metadata", "JoinGroup", "OffsetCommit"} <= requests
+    for name in ("ray_kafka_network_requestmetrics_totaltimems_bucket",
+                 "ray_kafka_network_requestmetrics_requestqueuetimems_count",
+                 "ray_kafka_network_requestmetrics_localtimems_count",
+                 "ray_kafka_network_requestmetrics_remotetimems_count",
+                 "ray_kafka_server_replicamanager_underreplicatedpartitions",
+                 "ray_kafka_server_replicamanager_underminisrpartitioncount",
+                 "ray_kafka_server_replicamanager_leadercount",
+                 "ray_kafka_server_replicamanager_partitioncount",
+                 "ray_kafka_controller_kafkacontroller_activecontrollercount",
+                 "ray_kafka_controller_kafkacontroller_controllerepoch",
+                 "ray_kafka_controller_kafkacontroller_offlinepartitionscount",
+                 "ray_kafka_server_delayedoperationpurgatory_purgatorysize",
+                 "ray_kafka_log_log_logstartoffset",
+                 "ray_kafka_server_replicafetchermanager_maxlag",
+                 "ray_kafka_server_socketservermetrics_connectioncount",
+                 "ray_kafka_server_socketservermetrics_connectioncreation_total",
+                 "ray_kafka_coordinator_group_groupmetadatamanager_numgroups",
+                 "ray_kafka_server_groupcoordinatormetrics_groupcompletedrebalance_total",
+                 "ray_kafka_server_groupcoordinatormetrics_offsetcommit_total"):
+        assert name in series, f"{name} missing from {url}"
+    assert max(v for _l, v in series["ray_kafka_controller_kafkacontroller_activecontrollercount"]) == 1
+
+
+def _run(args, **kwargs):
+    return subprocess.run([RAYKAFKA, *args], env=broker_env(), capture_output=True, timeout=120, **kwargs)
+
+
+def test_console_producer_to_console_consumer(broker):
+    topic = _topic("console")
+    lines = [f"h{i}:x{i}\tkey-{i}:value {i} \u00e9" for i in range(50)]
+    produced = _run(["console-producer", "--bootstrap-server", broker.bootstrap, "--topic", topic,
+                     "--property", "parse.key=true", "--property", "key.separator=:",
+                     "--property", "parse.headers=true", "--compression-codec", "lz4",
+                     "--request-required-acks", "all"], input="\n".join(lines).encode() + b"\n")
+    assert produced.returncode == 0, produced.stderr.decode()
+    consumed = _run(["console-consumer", "--bootstrap-server", broker.bootstrap, "--topic", topic,
+                     "--from-beginning", "--max-messages", "50", "--timeout-ms", "60000",
+                     "--property", "print.key=true", "--property", "print.headers=true",
+                     "--property", "print.offset=true", "--property", "key.separator=|"])
+    assert consumed.returncode == 0, consumed.stderr.decode()
+    out = consumed.stdout.decode().splitlines()
+    assert out == [f"Offset:{i}|h{i}:x{i}|key-{i}|value {i} \u00e9" for i in range(50)], consumed.stderr.decode()
+    assert "Processed a total of 50 messages" in consumed.stderr.decode()
+
+
+@pytest.mark.parametrize("tool", ["console-consumer", "console-producer"])
+def test_console_tools_exit_cleanly_on_ctrl_c(broker, tool):
+    topic = _topic("ctrlc")
+    args = [RAYKAFKA, tool, "--bootstrap-server", broker.bootstrap, "--topic", topic]
+    if tool == "console-consumer":
+        args += ["--group", f"g-{topic}"]
+    proc = subprocess.Popen(args, env=broker_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    if tool == "console-producer":
+        proc.stdin.write(b"one\ntwo\n")
+        proc.stdin.flush()
+    time.sleep(6)  # connected, polling / waiting for more input
+    proc.send_signal(signal.SIGINT)
+    try:
+        _out, err = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise
+    assert proc.returncode == 0, err.decode()
+    assert b"Traceback" not in err
+    if tool == "console-producer":
+        consumed = _run(["console-consumer", "--bootstrap-server", broker.bootstrap, "--topic", topic,
+                         "--from-beginning", "--max-messages", "2", "--timeout-ms", "30000"])
+        assert consumed.stdout.decode().splitlines() == ["one", "two"]

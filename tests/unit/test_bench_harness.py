@@ -530,3 +530,174 @@ def test_fetch_totals_sum_the_real_brokers_of_a_statistics_document():
     assert fetch_totals(json.dumps(doc)) == {"fetch_requests": 10, "responses": 16,
                                              "rx_bytes": 10_000_000, "partial_message_sets": 1}
     assert fetch_totals(None) is None
+
+
+# ------------------------------------------------------------------ transactions (issue 19)
+def txn_topic(mode: str, produce_mb: float = 100.0, read_mb: dict | None = None,
+              records: int = 1000, deleted: int = 0) -> dict:
+    """A bench.transactions topic: produce in `mode`, read back (both
+    isolations for the transactional topic) at the given MB/s."""
+    cpu = {"client_cpu_pct": 90.0, "broker_cpu_pct": 80.0, "other_cpu_pct": 5.0}
+    prod = {"ok": True, "mode": mode, "mb_s": produce_mb, "records_s": produce_mb * 1000,
+            "elapsed_s": 1.0, "records": records, "partitions_seen": 3, "cpu": cpu}
+    if mode == "transactional":
+        prod.update(transactions=records // 100, commit={"p50_ms": 4.0, "p99_ms": 9.0})
+    t = {"create": {"ok": True, "created": True}, "produce": prod}
+    isos = ("read_uncommitted", "read_committed") if mode == "transactional" \
+        else ("read_uncommitted",)
+    for iso in isos:
+        mb = (read_mb or {}).get(iso, 200.0)
+        t[iso] = {"ok": True, "mb_s": mb, "records_s": mb * 1000, "elapsed_s": 0.5,
+                  "partitions": 3, "cpu": cpu}
+        if deleted:
+            t[iso] = {"ok": False, "error": "broker deleted records",
+                      "retention_deleted_offsets": deleted}
+    return t
+
+
+def txn_session(plain=100.0, idem=90.0, txn=50.0, ru=200.0, rc=190.0, records=1000) -> dict:
+    return {"records": records, "topics": {
+        "plain": txn_topic("plain", plain, records=records),
+        "idempotent": txn_topic("idempotent", idem, records=records),
+        "transactional": txn_topic("transactional", txn, records=records,
+                                   read_mb={"read_uncommitted": ru, "read_committed": rc})}}
+
+
+def test_txn_cells_count_only_read_back_produces_and_take_the_right_read():
+    from bench.transactions import cell_from_topic, round_cells
+
+    cells = round_cells(txn_session(plain=100.0, txn=50.0, ru=200.0, rc=180.0))
+    assert cells["produce plain"]["mb_s"] == 100.0
+    assert cells["produce transactional"]["txn_s"] == pytest.approx(10.0)
+    assert cells["produce transactional"]["commit_p99_ms"] == 9.0
+    assert cells["consume read_uncommitted"]["mb_s"] == 200.0
+    assert cells["consume read_committed"]["mb_s"] == 180.0
+    lossy = txn_topic("transactional")
+    lossy["read_committed"] = {"ok": False, "error": "consumed 990/1000 records: 10 missing"}
+    assert cell_from_topic("produce", "read_committed", lossy)["status"] == "fail"
+    assert "10 missing" in cell_from_topic("consume", "read_committed", lossy)["error"]
+    assert cell_from_topic("consume", "read_uncommitted", lossy)["status"] == "ok"
+    unread = txn_topic("plain")
+    del unread["read_uncommitted"]
+    assert cell_from_topic("produce", "read_uncommitted", unread) == {
+        "status": "fail", "error": "read_uncommitted: not run"}
+    failed = {"create": {"ok": True}, "produce": {"ok": False, "error":
+                                                  "init_transactions failed: timed out"}}
+    assert cell_from_topic("produce", "read_committed", failed)["error"] == \
+        "produce: init_transactions failed: timed out"
+    gone = txn_topic("plain", deleted=700)
+    assert cell_from_topic("produce", "read_uncommitted", gone)["status"] == "na"
+    assert round_cells({"error": "raykafka exited"})["produce plain"] == {
+        "status": "fail", "error": "raykafka exited"}
+
+
+def test_txn_summary_medians_pairs_and_the_idempotence_goal():
+    from bench.transactions import goal, pair_ratios, summarize_rows
+
+    sessions = {
+        "raykafka": [txn_session(plain=p, idem=i) for p, i in
+                     ((100.0, 95.0), (200.0, 170.0), (120.0, 108.0))],
+        "tansu": [txn_session(plain=300.0, idem=290.0)] * 3,
+        "mock": [txn_session(records=500)] * 3,
+    }
+    summary = summarize_rows(sessions)
+    rk = summary["produce idempotent"]["raykafka"]
+    assert rk["mb_s"] == 108.0 and rk["all_mb_s"] == [95.0, 170.0, 108.0]
+    assert rk["ratio"] == pytest.approx(108.0 / 290.0)
+    assert summary["produce idempotent"]["mock"]["ratio"] is None  # other record count
+    assert summary["produce transactional"]["raykafka"]["txn_s"] == pytest.approx(10.0)
+    pairs = pair_ratios(sessions, summary)
+    idem = pairs["idempotent / plain"]["raykafka"]
+    assert idem["ratio"] == pytest.approx(108.0 / 120.0)
+    assert idem["rounds"] == [0.95, 0.85, 0.9] and idem["paired"] == pytest.approx(0.9)
+    assert pairs["read_committed / read_uncommitted"]["tansu"]["ratio"] == pytest.approx(0.95)
+    g = goal(pairs)
+    assert g["value"] == pytest.approx(0.9) and g["met"] is True
+    # a phase Tansu cannot do: its ratio is n/a with the reason, never a number
+    bad = txn_session()
+    bad["topics"]["transactional"]["produce"] = {"ok": False, "error":
+                                                 "init_transactions failed: unsupported"}
+    sessions["tansu"] = [bad]
+    summary = summarize_rows(sessions)
+    assert summary["produce transactional"]["tansu"]["status"] == "fail"
+    assert summary["produce transactional"]["raykafka"]["ratio"] is None
+    p = pair_ratios(sessions, summary)["transactional / plain"]["tansu"]
+    assert p["ratio"] is None and p["paired"] is None and "unsupported" in p["why_not"]
+    assert goal({})["met"] is None
+
+
+def test_txn_report_renders_figures_ratios_and_failures(capsys):
+    from bench.transactions import goal, pair_ratios, print_report, summarize_rows
+
+    bad = txn_session()
+    bad["topics"]["transactional"]["produce"] = {"ok": False, "error": "EndTxn: unsupported"}
+    sessions = {"raykafka": [txn_session(plain=100.0, idem=80.0)], "tansu": [bad]}
+    summary = summarize_rows(sessions)
+    pairs = pair_ratios(sessions, summary)
+    print_report({"config": {"targets": ["raykafka", "tansu"], "records": 1000,
+                             "mock_records": 1000, "record_size": 1024, "partitions": 3,
+                             "txn_records": 100, "repeat": 1},
+                  "machine": {"cpus_usable": 2, "loadavg_at_start": [1, 1, 1],
+                              "loadavg_at_end": [1, 1, 1]},
+                  "summary": summary, "pairs": pairs, "goal": goal(pairs)})
+    out = capsys.readouterr().out
+    assert "0.80 (paired 0.80)" in out
+    assert any(line.startswith("produce transactional") and "10.0" in line
+               for line in out.splitlines())
+    assert "FAIL" in out and "EndTxn: unsupported" in out
+    assert "n/a transactional / plain [tansu]" in out
+    assert "0.80x (paired 0.80x) -> NOT met (reported, not asserted)" in out
+
+
+def test_txn_mock_records_fit_its_retention():
+    from bench.transactions import mock_records
+
+    assert mock_records(1000, 1024) == 1000
+    cap = mock_records(10**7, 1024)
+    assert 10000 < cap < 5 * 4 * 1024 * 1024 / (1024 * 0.52)
+    assert mock_records(10**7, 16384) < cap
+
+
+def test_txn_consume_verdict_and_idempotence_state():
+    from bench.txn_client import consume_verdict, idempotence_state, percentiles_ms
+
+    assert consume_verdict(100, 10, 100, 100, 0, 1000, 103, 30) is None
+    assert "3 missing" in consume_verdict(100, 10, 97, 97, 0, 970, 100, 30)
+    assert "no record for 30s" in consume_verdict(100, 10, 97, 97, 0, 970, 100, 30)
+    assert "2 duplicates" in consume_verdict(100, 10, 100, 98, 0, 1000, 100, 30)
+    assert "value bytes" in consume_verdict(100, 10, 100, 100, 0, 999, 100, 30)
+    assert "end offsets sum to 90" in consume_verdict(100, 10, 100, 100, 0, 1000, 90, 30)
+    assert consume_verdict(100, 10, 100, 100, 0, 1000, None, 30) is None
+    assert idempotence_state(json.dumps({"eos": {"idemp_state": "Assigned"}})) == "Assigned"
+    assert idempotence_state(json.dumps({"brokers": {}})) is None
+    assert idempotence_state(None) is None
+    assert percentiles_ms([0.003, 0.001, 0.002]) == {"p50_ms": 2.0, "p99_ms": 3.0,
+                                                     "max_ms": 3.0}
+    assert percentiles_ms([]) == {}
+
+
+def test_txn_setup_times_are_medians_of_what_each_round_reported():
+    from bench.transactions import setup_times
+
+    s1, s2 = txn_session(), txn_session()
+    s1["txn_warmup"] = {"ok": True, "init_transactions_s": 40.0}
+    s2["txn_warmup"] = {"ok": False, "error": "timed out"}
+    s1["topics"]["transactional"]["produce"]["init_transactions_s"] = 0.02
+    s2["topics"]["transactional"]["produce"]["init_transactions_s"] = 0.04
+    out = setup_times({"raykafka": [s1, s2], "tansu": [{"error": "exited"}]})
+    assert out["raykafka"] == {"first_init_s": 40.0, "init_transactions_s": pytest.approx(0.03),
+                               "init_producer_id_s": None}
+    assert out["tansu"] == {"first_init_s": None, "init_transactions_s": None,
+                            "init_producer_id_s": None}
+
+
+def test_txn_raykafka_overrides_are_the_env_names_raykafka_reads():
+    from bench.transactions import override_env, parse_args
+    from core.config import env_overrides
+
+    name = override_env("transaction.state.log.num.partitions")
+    assert env_overrides({name: "3"}) == {"transaction.state.log.num.partitions": "3"}
+    a = parse_args(["--quick", "--raykafka-override", "transaction.state.log.num.partitions=3"])
+    assert a.records == 20000 and a.repeat == 1 and a.mock_records == 20000
+    with pytest.raises(SystemExit):
+        parse_args(["--raykafka-override", "no-equals-sign"])

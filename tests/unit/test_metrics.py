@@ -1,0 +1,123 @@
+"""core/metrics.py and net/edge_metrics.py without Ray: local recording, the
+hand-over to Ray's metric objects, what the edge counts from requests and
+responses; the README and the Grafana dashboard name only metrics that exist."""
+from __future__ import annotations
+
+import json
+import re
+import struct
+from pathlib import Path
+from types import SimpleNamespace as NS
+
+from core import metrics
+from net.edge_metrics import EdgeMetrics, count_records, error_codes
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def batch(records: int, payload: bytes = b"x" * 10) -> bytes:
+    """A v2 batch header (only the fields count_records reads matter) + payload."""
+    header = bytearray(61)
+    struct.pack_into(">q", header, 0, 0)
+    struct.pack_into(">i", header, 8, 49 + len(payload))  # batchLength: from the leader epoch on
+    header[16] = 2
+    struct.pack_into(">i", header, 57, records)
+    return bytes(header) + payload
+
+
+def test_count_records_reads_every_batch_header():
+    assert count_records(batch(3) + batch(5, b"") + batch(7, b"y" * 100)) == 15
+    assert count_records(b"") == 0 and count_records(None) == 0
+    assert count_records(batch(4) + b"\x00" * 20) == 4  # a trailing partial batch is not counted
+
+
+class FakeRay:
+    def __init__(self):
+        self.calls = []
+
+    def inc(self, value, tags):
+        self.calls.append(("inc", value, tags))
+
+    def set(self, value, tags):
+        self.calls.append(("set", value, tags))
+
+    def observe(self, value, tags):
+        self.calls.append(("observe", value, tags))
+
+
+def test_flush_hands_deltas_and_bucket_counts_to_ray(monkeypatch):
+    registry = metrics.Registry()
+    fakes = {}
+    monkeypatch.setattr(registry, "_ray_metric", lambda d, bounds=None: fakes.setdefault(d.name, FakeRay()))
+    bytes_in = registry.counter("kafka_server_brokertopicmetrics_bytesin")
+    bytes_in.inc(("1", "t"), 100)
+    bytes_in.inc(("1", "t"), 50)
+    total = registry.histogram("kafka_network_requestmetrics_totaltimems")
+    for value in (0.1, 0.1, 3, 100000):
+        total.observe(("1", "Produce"), value)
+    registry.gauge("kafka_server_replicamanager_leadercount").set(("1",), 4)
+    registry.flush()
+    assert fakes["kafka_server_brokertopicmetrics_bytesin"].calls == [("inc", 150, {"broker": "1", "topic": "t"})]
+    observed = [c[1] for c in fakes["kafka_network_requestmetrics_totaltimems"].calls]
+    assert observed == [0.125, 0.125, 3.75, 30000]  # bucket midpoints; above the last bound: the last bound
+    assert fakes["kafka_server_replicamanager_leadercount"].calls == [("set", 4, {"broker": "1"})]
+    bytes_in.inc(("1", "t"), 25)
+    total.observe(("1", "Produce"), 0.1)
+    registry.flush()
+    assert fakes["kafka_server_brokertopicmetrics_bytesin"].calls[-1] == ("inc", 25, {"broker": "1", "topic": "t"})
+    assert [c[1] for c in fakes["kafka_network_requestmetrics_totaltimems"].calls][4:] == [0.125]
+
+
+def test_edge_counts_topics_from_produce_and_fetch(monkeypatch):
+    monkeypatch.setattr(metrics, "_registry", metrics.Registry())
+    edge = EdgeMetrics(7, {0: "produce", 1: "fetch", 11: "join_group"})
+    meta = NS(topics_by_id={})
+    data = batch(5)
+    request = NS(topic_data=[NS(name="t", partition_data=[NS(index=0, records=data), NS(index=1, records=data)])])
+    response = NS(responses=[NS(name="t", partition_responses=[NS(index=0, error_code=0),
+                                                                 NS(index=1, error_code=6)])])
+    edge.response_ready(0, request, response, meta)
+    snap = metrics.registry().snapshot()["counters"]
+    assert snap["kafka_server_brokertopicmetrics_bytesin"] == {("7", "t"): len(data)}
+    assert snap["kafka_server_brokertopicmetrics_messagesin"] == {("7", "t"): 5}
+    assert snap["kafka_server_brokertopicmetrics_failedproducerequests"] == {("7", "t"): 1}
+    assert snap["kafka_network_requestmetrics_errors"] == {("7", "Produce", "NOT_LEADER_OR_FOLLOWER"): 1}
+    fetch = NS(error_code=0, responses=[NS(topic="t", partitions=[NS(error_code=0, records=data),
+                                                                  NS(error_code=0, records=None)])])
+    edge.response_ready(1, NS(), fetch, meta)
+    assert metrics.registry().snapshot()["counters"]["kafka_server_brokertopicmetrics_bytesout"] == \
+        {("7", "t"): len(data)}
+    for generation in (1, 1, 2):  # two members get generation 1: one rebalance
+        edge.response_ready(11, NS(group_id="g"), NS(error_code=0, generation_id=generation), meta)
+    assert metrics.registry().snapshot()["counters"][
+        "kafka_server_groupcoordinatormetrics_groupcompletedrebalance"] == {("7",): 2}
+
+
+def test_error_codes_walk_nested_responses():
+    from kio.schema.errors import ErrorCode
+    from kio.schema.create_topics.v7.response import CreatableTopicResult, CreateTopicsResponse
+
+    def result(name, code):
+        return CreatableTopicResult(name=name, topic_id=None, error_code=code, error_message=None,
+                                    num_partitions=1, replication_factor=1, configs=())
+
+    import datetime
+
+    response = CreateTopicsResponse(throttle_time=datetime.timedelta(0), topics=(
+        result("a", ErrorCode.none), result("b", ErrorCode.topic_already_exists)))
+    found = []
+    error_codes(response, found)
+    assert found == [ErrorCode.topic_already_exists]
+
+
+def test_readme_and_dashboard_name_real_metrics():
+    names = {m.name for m in metrics.CATALOGUE}
+    readme = (REPO / "README.md").read_text()
+    for m in metrics.CATALOGUE:
+        assert f"ray_{m.name}" in readme, f"README does not list {m.name}"
+    dashboard = json.loads((REPO / "deploy" / "grafana" / "raykafka.json").read_text())
+    used = set()
+    for panel in dashboard["panels"]:
+        for target in panel.get("targets", []):
+            used |= set(re.findall(r"ray_(kafka_\w+?)(?:_total|_bucket|_count|_sum)?\b", target["expr"]))
+    assert used and used <= names, used - names

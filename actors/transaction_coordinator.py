@@ -161,6 +161,7 @@ class TransactionCoordinatorActor:
         self._replicas: dict[tuple[str, int, int], Any] = {}
         self._missing: set[tuple[str, int]] = set()  # partitions ZooKeeper no longer has
         self._group_coordinator_warned = False
+        self._known_end = -1  # log end offset as far as our load and appends know it
         self.counters: dict[str, int] = {"appends": 0, "marker_calls": 0, "group_completions": 0}
         self._needs_recovery = _restarted_by_ray()
         self._recovery: Optional[asyncio.Task] = None
@@ -250,6 +251,13 @@ class TransactionCoordinatorActor:
             return int(E.fenced_leader_epoch)
         if self.leading and leader_epoch == self.leader_epoch:
             return 0  # a repeated LeaderAndIsr
+        if self.leading and await self._still_own_log(replica):
+            # Same leader, new epoch (the controller took a dead follower out of the
+            # ISR): the log is ours as we know it. The coordinator epoch stays (Kafka's
+            # leader epoch does not move on ISR changes); appends use the new epoch.
+            self.leader_epoch = leader_epoch
+            self.replica = replica
+            return 0
         self.leader_epoch = leader_epoch
         self.replica = replica
         self.leading = True
@@ -262,6 +270,24 @@ class TransactionCoordinatorActor:
         coordinator.state.begin_loading(self.partition, leader_epoch)
         self._load_task = asyncio.get_running_loop().create_task(self._load(self._generation, leader_epoch))
         return 0
+
+    async def _still_own_log(self, replica: Any) -> bool:
+        """True when the partition is loaded, no append is under way and nobody
+        else wrote the partition since (its log end is where our appends left it)."""
+        state = self.coordinator.state
+        if (state.coordinator_epoch(self.partition) is None or state.is_loading(self.partition)
+                or (self._append_lock is not None and self._append_lock.locked())):
+            return False
+        appends = self.counters["appends"]
+        try:
+            replica_state = await asyncio.wait_for(replica.state.remote(), self.call_timeout_s)
+        except Exception:  # noqa: BLE001
+            return False
+        return (appends == self.counters["appends"] and not self._append_lock_held()
+                and replica_state["is_leader"] and replica_state["log_end_offset"] == self._known_end)
+
+    def _append_lock_held(self) -> bool:
+        return self._append_lock is not None and self._append_lock.locked()
 
     async def resign(self, leader_epoch: int) -> int:
         coordinator = self._ensure()
@@ -292,6 +318,7 @@ class TransactionCoordinatorActor:
                 if generation != self._generation:
                     return
                 resent = self.coordinator.on_election(self.partition, epoch, records)
+                self._known_end = end
                 log.info("transaction coordinator for %s-%d loaded %d records up to offset %d in %.0f ms: %d "
                          "transactional ids, %d transactions to complete (leader epoch %d)", TRANSACTION_STATE_TOPIC,
                          self.partition, len(records), end, (loop.time() - started) * 1000,
@@ -336,6 +363,7 @@ class TransactionCoordinatorActor:
         if error != E.none:
             return error
         last_offset, high_watermark = result[5], result[6]
+        self._known_end = max(self._known_end, last_offset + 1)
         if high_watermark >= last_offset + 1:
             return E.none
         return await self._wait_for_high_watermark(last_offset + 1)

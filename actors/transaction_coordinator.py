@@ -498,6 +498,13 @@ class TransactionCoordinatorActor:
                       committed: bool) -> EndTxnResult:
         return await self._ensure().handle_end_transaction(transactional_id, producer_id, producer_epoch, committed)
 
+    async def describe_transactions(self, transactional_ids: list[str]) -> list:
+        coordinator = self._ensure()
+        return [coordinator.handle_describe_transaction(t) for t in transactional_ids]
+
+    async def list_transactions(self, producer_ids: list[int], states: list[str], duration_ms: int = -1):
+        return self._ensure().handle_list_transactions(set(producer_ids), set(states), duration_ms)
+
     # ---- inspection --------------------------------------------------------------------------------------
     async def state(self) -> dict:
         coordinator = self._ensure()

@@ -141,6 +141,13 @@ class TransactionRouting:
             self._handles[partition] = handle
         return handle
 
+    async def local_coordinators(self) -> list:
+        """(partition, handle) of every transaction coordinator on this broker."""
+        info = self.edge.metadata.topics.get(TRANSACTION_STATE_TOPIC)
+        partitions = sorted(p for p, s in info.partitions.items() if s.leader == self.edge.broker_id) if info else []
+        handles = await asyncio.gather(*(self._handle(p) for p in partitions))
+        return [(p, h) for p, h in zip(partitions, handles) if h is not None]
+
     async def call(self, transactional_id: str, method: str, *args, timeout_s: Optional[float] = None):
         """Call the coordinator of ``transactional_id`` on this node -> (error or None, answer)."""
         partition = self.partition_for(transactional_id)

@@ -43,6 +43,26 @@ class EndTxnResult(NamedTuple):
     producer_epoch: int = NO_PRODUCER_EPOCH
 
 
+class TransactionDescription(NamedTuple):
+    """DescribeTransactions' answer for one transactional id (on an error the
+    other fields keep the schema's defaults, zeros, as Kafka answers)."""
+
+    error: ErrorCode
+    transactional_id: str
+    state: str = ""
+    timeout_ms: int = 0
+    start_timestamp_ms: int = 0
+    producer_id: int = 0
+    producer_epoch: int = 0
+    partitions: tuple[tuple[str, int], ...] = ()
+
+
+class TransactionListing(NamedTuple):
+    transactional_id: str
+    producer_id: int
+    state: str
+
+
 class ProducerIdUnavailable(Exception):
     """No producer id could be allocated; ``error`` is the code for the client."""
 
@@ -278,6 +298,41 @@ class TransactionCoordinator:
         if committed == was_committed:
             return EndTxnResult(E.none, metadata.producer_id, metadata.producer_epoch)  # a retry
         return EndTxnResult(E.invalid_txn_state)
+
+    # ---- DescribeTransactions (65) / ListTransactions (66) -------------------------------------------------
+    def handle_describe_transaction(self, transactional_id: str) -> TransactionDescription:
+        if not transactional_id:
+            return TransactionDescription(E.invalid_request, transactional_id or "")
+        error, entry = self.state.get(transactional_id)
+        if error != E.none:
+            return TransactionDescription(error, transactional_id)
+        if entry is None or entry.metadata.state == S.DEAD:
+            return TransactionDescription(E.transactional_id_not_found, transactional_id)
+        m = entry.metadata
+        return TransactionDescription(E.none, transactional_id, m.state.kafka_name, m.txn_timeout_ms,
+                                      m.txn_start_timestamp, m.producer_id, m.producer_epoch,
+                                      tuple(sorted(m.topic_partitions)))
+
+    def handle_list_transactions(self, producer_ids: set[int], state_names: set[str], duration_ms: int = -1
+                                 ) -> tuple[ErrorCode, list[str], list[TransactionListing]]:
+        """-> (error, unknown state filters, listings), as Kafka's listTransactionStates."""
+        if any(self.state.is_loading(p) for p in range(self.state.config.num_partitions)):
+            return E.coordinator_load_in_progress, [], []
+        unknown = sorted(name for name in state_names if S.from_kafka_name(name) is None)
+        states = {S.from_kafka_name(name) for name in state_names} - {None}
+        now = self.clock()
+        out = []
+        for m in self.state.all_metadata():
+            if m.state == S.DEAD:
+                continue
+            if producer_ids and m.producer_id not in producer_ids:
+                continue
+            if state_names and m.state not in states:
+                continue
+            if duration_ms >= 0 and now - m.txn_start_timestamp <= duration_ms:
+                continue
+            out.append(TransactionListing(m.transactional_id, m.producer_id, m.state.kafka_name))
+        return E.none, unknown, sorted(out)
 
     # ---- timed-out transactions --------------------------------------------------------------------------
     async def abort_timed_out_transactions(self) -> int:

@@ -324,6 +324,35 @@ def test_send_offsets_to_transaction(txn_broker):
         consumer.close()
 
 
+def test_describe_and_list_transactions(txn_broker):
+    tid = f"dl-{uuid.uuid4().hex[:6]}"
+    topic = f"dl-{uuid.uuid4().hex[:6]}"
+    _create_topic(txn_broker, topic, 1)
+    producer = _txn_producer(txn_broker, tid)
+    producer.init_transactions(60)
+    producer.begin_transaction()
+    producer.produce(topic, value=b"x", partition=0)
+    producer.flush(30)
+    client = WireClient(txn_broker.bootstrap)
+    try:
+        described = client.request(65, 0, transactional_ids=(tid, "no-such-" + tid))
+        found, missing = described.transaction_states
+        assert (found.error_code, found.transaction_state) == (0, "Ongoing")
+        assert [(t.topic, tuple(t.partitions)) for t in found.topics] == [(topic, (0,))]
+        assert found.transaction_timeout.total_seconds() == 60 and found.producer_epoch == 0
+        assert missing.error_code == 105  # TRANSACTIONAL_ID_NOT_FOUND
+        listed = client.request(66, 1, state_filters=("Ongoing", "Nonsense"), producer_id_filters=(),
+                                duration_filter=-1)
+        assert listed.error_code == 0 and tuple(listed.unknown_state_filters) == ("Nonsense",)
+        assert (tid, found.producer_id, "Ongoing") in {(t.transactional_id, t.producer_id, t.transaction_state)
+                                                        for t in listed.transaction_states}
+        by_pid = client.request(66, 0, state_filters=(), producer_id_filters=(found.producer_id,))
+        assert [t.transactional_id for t in by_pid.transaction_states] == [tid]
+    finally:
+        client.close()
+    producer.abort_transaction(30)
+
+
 def test_open_transaction_aborted_after_kill9_and_restart(txn_broker):
     """Runs last in this module: kill -9 of the whole broker with an open
     transaction and a committed one in __transaction_state; after the restart

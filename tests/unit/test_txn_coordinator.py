@@ -471,3 +471,28 @@ def test_markers_of_many_transactions_share_calls():
         assert h.writer.calls <= 3
         assert all(h.meta(f"tx{i}").state == S.COMPLETE_COMMIT for i in range(5))
     run(main())
+
+
+def test_describe_and_list():
+    async def main():
+        h = Harness()
+        init = await _begin(h, "open", partitions=[("t", 0), ("u", 1)])
+        await h.coordinator.handle_init_producer_id("idle", 60000)
+        d = h.coordinator.handle_describe_transaction("open")
+        assert (d.error, d.state, d.producer_id, d.partitions, d.start_timestamp_ms) == \
+            (E.none, "Ongoing", init.producer_id, (("t", 0), ("u", 1)), h.clock.now)
+        assert h.coordinator.handle_describe_transaction("nope").error == E.transactional_id_not_found
+        assert h.coordinator.handle_describe_transaction("").error == E.invalid_request
+        error, unknown, found = h.coordinator.handle_list_transactions(set(), set())
+        assert error == E.none and unknown == [] and [(t.transactional_id, t.state) for t in found] == \
+            [("idle", "Empty"), ("open", "Ongoing")]
+        error, unknown, found = h.coordinator.handle_list_transactions(set(), {"Ongoing", "Bogus"})
+        assert unknown == ["Bogus"] and [t.transactional_id for t in found] == ["open"]
+        assert h.coordinator.handle_list_transactions({init.producer_id}, set())[2][0].transactional_id == "open"
+        h.clock.now += 5000
+        assert [t.transactional_id for t in h.coordinator.handle_list_transactions(set(), {"Ongoing"}, 4000)[2]] \
+            == ["open"]
+        assert h.coordinator.handle_list_transactions(set(), {"Ongoing"}, 6000)[2] == []
+        h.state.begin_loading(0, 9)
+        assert h.coordinator.handle_list_transactions(set(), set())[0] == E.coordinator_load_in_progress
+    run(main())

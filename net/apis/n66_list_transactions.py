@@ -1,0 +1,48 @@
+"""ListTransactions (66): the transactions of every coordinator on this
+broker (admin clients ask every broker and merge), filtered by state,
+producer id and (v1) how long they have been open. Unknown state names are
+listed back, as Kafka does; COORDINATOR_LOAD_IN_PROGRESS while a coordinator
+here is loading."""
+import asyncio
+import logging
+
+from kio.schema.errors import ErrorCode
+
+from net.apis.n22_init_producer_id import routing
+from net.registry import api
+from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for
+
+log = logging.getLogger("raykafka.edge.transactions")
+E = ErrorCode
+
+
+@api(66, 0, 1, tests=("tests/integration/test_transactions_coordinator.py::test_describe_and_list_transactions",))
+async def handle_list_transactions(ctx, request):
+    from cluster.transactions.log_records import TransactionState
+
+    schema = response_schema_for(request)
+    state_cls = nested(schema, "TransactionState")
+    edge = ctx.edge
+    states = list(request.state_filters)
+    producer_ids = [int(p) for p in request.producer_id_filters]
+    duration = int(getattr(request, "duration_filter", -1))
+    coordinators = await routing(edge).local_coordinators()
+    error, listings = E.none, []
+    results = await asyncio.gather(*(asyncio.wait_for(h.list_transactions.remote(producer_ids, states, duration),
+                                                      edge.call_timeout_s) for _, h in coordinators),
+                                   return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            log.warning("ListTransactions: a coordinator failed: %s", str(result).splitlines()[0][:200]
+                        if str(result) else type(result).__name__)
+            error = E.coordinator_not_available
+            continue
+        code, _unknown, found = result
+        if E(code) != E.none:
+            error = E(code)
+        listings.extend(found)
+    unknown = sorted(s for s in states if TransactionState.from_kafka_name(s) is None)
+    return build(schema, throttle_time=ZERO_THROTTLE, error_code=error, unknown_state_filters=tuple(unknown),
+                 transaction_states=() if error != E.none else tuple(
+                     build(state_cls, transactional_id=t.transactional_id, producer_id=t.producer_id,
+                           transaction_state=t.state) for t in sorted(listings)))

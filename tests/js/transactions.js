@@ -26,6 +26,10 @@ const kafka = new Kafka({
   retry: { retries: 8 },
 })
 
+// A timeline on stderr: the Python test shows it when a scenario fails.
+const started = Date.now()
+const step = what => process.stderr.write(`[+${((Date.now() - started) / 1000).toFixed(2)}s] ${what}\n`)
+
 const sleep = ms => new Promise(resolve => setTimeout(resolve, ms))
 const unique = prefix => `${prefix}-${Math.random().toString(16).slice(2, 10)}`
 
@@ -65,6 +69,7 @@ async function startReader(topic, { readUncommitted, groupId }) {
   const rows = []
   await consumer.connect()
   await consumer.subscribe({ topics: [topic], fromBeginning: true })
+  consumer.on(consumer.events.GROUP_JOIN, () => step(`${readUncommitted ? 'read_uncommitted' : 'read_committed'} reader joined ${topic}`))
   await consumer.run({
     autoCommit: false,
     eachMessage: async ({ partition, message }) => {
@@ -101,14 +106,16 @@ const scenarios = {
         await transaction.send({ topic: args.topic, acks: -1, messages: txnValues(tag) })
         if (commit) await transaction.commit()
         else await transaction.abort()
+        step(`transaction ${tag} ${commit ? 'committed' : 'aborted'}`)
       }
     } finally {
       await producer.disconnect()
     }
-    return {
-      readCommitted: await readAll(args.topic, false, 2 * args.perTxn),
-      readUncommitted: await readAll(args.topic, true, 3 * args.perTxn),
-    }
+    const [readCommitted, readUncommitted] = await Promise.all([
+      readAll(args.topic, false, 2 * args.perTxn),
+      readAll(args.topic, true, 3 * args.perTxn),
+    ])
+    return { readCommitted, readUncommitted }
   },
 
   // A read_committed group member reads `source`; the transactional producer writes the transformed
@@ -123,6 +130,7 @@ const scenarios = {
     const result = {}
     try {
       const consumed = await collect(reader, args.inputRecords, 500)
+      step(`consumed ${consumed.length} input records`)
       result.consumed = consumed
       const next = {}
       for (const row of consumed) {
@@ -139,6 +147,7 @@ const scenarios = {
           acks: -1,
           messages: consumed.map(row => ({ partition: 0, value: row.value.toUpperCase() })),
         })
+        step(`round ${commit ? 'to commit' : 'to abort'}: output sent`)
         await transaction.sendOffsets({
           consumerGroupId: args.groupId,
           topics: [{
@@ -148,8 +157,10 @@ const scenarios = {
             })),
           }],
         })
+        step('offsets sent')
         if (commit) {
           await transaction.commit()
+          step('committed')
           // The offsets become the group's once the COMMIT marker reached the group coordinator.
           const want = JSON.stringify(next)
           const same = parts => JSON.stringify(Object.fromEntries(parts.map(p => [p.partition, Number(p.offset)]))) === want
@@ -158,10 +169,12 @@ const scenarios = {
             await waitFor(async () => same(last = await committed()), 30000, 'committed offsets')
           } catch (e) { /* reported as is; the test asserts */ }
           result.committedAfterCommit = last
+          step(`group offsets ${JSON.stringify(last)}`)
         } else {
           await transaction.abort()
           await sleep(1000)
           result.committedAfterAbort = await committed()
+          step(`aborted; group offsets ${JSON.stringify(result.committedAfterAbort)}`)
         }
       }
     } finally {
@@ -194,14 +207,19 @@ const scenarios = {
       result.firstOpenOffset = sent.baseOffset
       const [afterSent] = await plain.send({ topic: args.topic, acks: -1, messages: [{ partition: 0, value: 'after' }] })
       result.afterOffset = afterSent.baseOffset
+      step(`open transaction from offset ${sent.baseOffset}, plain record at ${afterSent.baseOffset}`)
 
-      committedReader = await startReader(args.topic, { readUncommitted: false })
-      uncommittedReader = await startReader(args.topic, { readUncommitted: true })
+      ;[committedReader, uncommittedReader] = await Promise.all([
+        startReader(args.topic, { readUncommitted: false }),
+        startReader(args.topic, { readUncommitted: true }),
+      ])
       result.readUncommitted = await collect(uncommittedReader, 4)
       await waitFor(() => committedReader.rows.length >= 1, 90000, 'read_committed to read "before"')
       await sleep(args.holdMs)
       result.heldReadCommitted = committedReader.rows.slice()
+      step(`read_committed holds ${JSON.stringify(result.heldReadCommitted)}`)
       await open.commit()
+      step('open transaction committed')
       const held = result.heldReadCommitted.length
       result.readCommittedAfterEnd = (await collect(committedReader, held + 3)).slice(held)
     } finally {

@@ -15,10 +15,16 @@ shows `ray_kafka_server_brokertopicmetrics_bytesin_total{topic="t",...}`.
 CATALOGUE below is the one list of them (README "Metrics" is made from it).
 
 A Kafka meter (XxxPerSec) is a counter here: Prometheus takes the rate
-(`rate(...[1m])`). A Kafka timer/histogram (XxxTimeMs) is a Prometheus
-histogram in milliseconds. Histograms are handed to Ray by replaying each
-bucket's new count at the bucket's midpoint (what Ray's own agent does with
-pre-aggregated histograms), so `_sum` is approximate and the buckets exact.
+(`rate(...[1m])`). A Kafka timer (XxxTimeMs) is a histogram in
+milliseconds, exported as the series a Prometheus histogram has
+(`<name>_bucket{le=...}` cumulative, `<name>_count`, `<name>_sum`), each a
+Ray gauge holding this process's running total. Why not a Ray Histogram:
+it takes one observe() per event (~2.3 us each), so handing it a flush's
+worth of requests would cost the reporting thread (and the edge's GIL)
+time in proportion to the request rate; gauges cost the same per flush at
+any rate. PromQL treats the series as it treats a histogram's
+(`histogram_quantile(0.99, sum by (le) (rate(..._bucket[1m])))`); only the
+endpoint's `# TYPE` line says gauge.
 """
 from __future__ import annotations
 
@@ -192,21 +198,23 @@ class _Gauge:
 
 
 class _Histogram:
-    __slots__ = ("definition", "bounds", "counts", "pushed", "midpoints")
+    """Per tags: a count per bucket (the last one above every bound), then the sum."""
+
+    __slots__ = ("definition", "bounds", "counts", "pushed", "le")
 
     def __init__(self, definition: MetricDef, bounds: tuple = TIME_MS_BUCKETS):
         self.definition = definition
         self.bounds = bounds
-        self.counts: dict[tuple, list[int]] = {}
-        self.pushed: dict[tuple, list[int]] = {}
-        lows = (0.0, *bounds[:-1])
-        self.midpoints = [(lo + hi) / 2 for lo, hi in zip(lows, bounds)] + [bounds[-1]]
+        self.counts: dict[tuple, list] = {}
+        self.pushed: dict[tuple, list] = {}
+        self.le = [str(float(b)) for b in bounds] + ["+Inf"]
 
     def observe(self, tags: tuple, value: float) -> None:
         counts = self.counts.get(tags)
         if counts is None:
-            counts = self.counts[tags] = [0] * (len(self.bounds) + 1)
+            counts = self.counts[tags] = [0] * (len(self.bounds) + 2)
         counts[bisect.bisect_left(self.bounds, value)] += 1
+        counts[-1] += value
 
 
 class Registry:
@@ -266,9 +274,14 @@ class Registry:
                 metric = ray_metrics.Counter(definition.name, definition.doc, tag_keys=definition.tags)
             elif definition.kind == "gauge":
                 metric = ray_metrics.Gauge(definition.name, definition.doc, tag_keys=definition.tags)
-            else:
-                metric = ray_metrics.Histogram(definition.name, definition.doc, boundaries=list(bounds),
-                                               tag_keys=definition.tags)
+            else:  # the three series of a Prometheus histogram (module docstring)
+                metric = (
+                    ray_metrics.Gauge(definition.name + "_bucket", definition.doc + " (cumulative buckets)",
+                                      tag_keys=(*definition.tags, "le")),
+                    ray_metrics.Gauge(definition.name + "_count", definition.doc + " (count)",
+                                      tag_keys=definition.tags),
+                    ray_metrics.Gauge(definition.name + "_sum", definition.doc + " (sum)", tag_keys=definition.tags),
+                )
             self._ray[definition.name] = metric
         return metric
 
@@ -298,18 +311,18 @@ class Registry:
             counts = dict(histogram.counts)
             if not counts:
                 continue
-            ray_histogram = None
-            for tags, buckets in counts.items():
-                now = list(buckets)
-                before = histogram.pushed.get(tags) or [0] * len(now)
-                tag_dict = None
-                for index, (new, old) in enumerate(zip(now, before)):
-                    if new > old:
-                        ray_histogram = ray_histogram or self._ray_metric(histogram.definition, histogram.bounds)
-                        tag_dict = tag_dict or _tag_dict(histogram.definition.tags, tags)
-                        value = histogram.midpoints[index]
-                        for _ in range(new - old):
-                            ray_histogram.observe(value, tag_dict)
+            buckets_gauge, count_gauge, sum_gauge = self._ray_metric(histogram.definition)
+            for tags, values in counts.items():
+                # Set every time, changed or not: the agent drops a gauge series
+                # not refreshed for two report intervals.
+                now = list(values)
+                tag_dict = _tag_dict(histogram.definition.tags, tags)
+                cumulative = 0
+                for le, count in zip(histogram.le, now[:-1]):
+                    cumulative += count
+                    buckets_gauge.set(cumulative, {**tag_dict, "le": le})
+                count_gauge.set(cumulative, tag_dict)
+                sum_gauge.set(now[-1], tag_dict)
                 histogram.pushed[tags] = now
         self.flushes += 1
 
@@ -318,7 +331,7 @@ class Registry:
         return {
             "counters": {n: dict(c.values) for n, c in self.counters.items() if c.values},
             "gauges": {n: dict(g.values) for n, g in self.gauges.items() if g.values},
-            "histograms": {n: {t: sum(v) for t, v in h.counts.items()} for n, h in self.histograms.items()
+            "histograms": {n: {t: sum(v[:-1]) for t, v in h.counts.items()} for n, h in self.histograms.items()
                            if h.counts},
         }
 
@@ -349,7 +362,7 @@ def markdown_table() -> str:
     """The README's table: Prometheus name -> Kafka metric."""
     rows = ["| Prometheus (on Ray's endpoint) | type | labels | Kafka |", "|---|---|---|---|"]
     for m in CATALOGUE:
-        shown = f"ray_{m.name}" + ("_total" if m.kind == "counter" else "")
+        shown = f"ray_{m.name}" + {"counter": "_total", "histogram": "_bucket/_count/_sum"}.get(m.kind, "")
         labels = ", ".join(t for t in m.tags)
         rows.append(f"| `{shown}` | {m.kind} | {labels} | `{m.kafka}` |")
     return "\n".join(rows)

@@ -45,10 +45,16 @@ class FakeRay:
         self.calls.append(("observe", value, tags))
 
 
-def test_flush_hands_deltas_and_bucket_counts_to_ray(monkeypatch):
+def test_flush_hands_deltas_and_cumulative_buckets_to_ray(monkeypatch):
     registry = metrics.Registry()
     fakes = {}
-    monkeypatch.setattr(registry, "_ray_metric", lambda d, bounds=None: fakes.setdefault(d.name, FakeRay()))
+
+    def ray_metric(definition, bounds=None):
+        if definition.kind == "histogram":
+            return fakes.setdefault(definition.name, (FakeRay(), FakeRay(), FakeRay()))
+        return fakes.setdefault(definition.name, FakeRay())
+
+    monkeypatch.setattr(registry, "_ray_metric", ray_metric)
     bytes_in = registry.counter("kafka_server_brokertopicmetrics_bytesin")
     bytes_in.inc(("1", "t"), 100)
     bytes_in.inc(("1", "t"), 50)
@@ -58,14 +64,18 @@ def test_flush_hands_deltas_and_bucket_counts_to_ray(monkeypatch):
     registry.gauge("kafka_server_replicamanager_leadercount").set(("1",), 4)
     registry.flush()
     assert fakes["kafka_server_brokertopicmetrics_bytesin"].calls == [("inc", 150, {"broker": "1", "topic": "t"})]
-    observed = [c[1] for c in fakes["kafka_network_requestmetrics_totaltimems"].calls]
-    assert observed == [0.125, 0.125, 3.75, 30000]  # bucket midpoints; above the last bound: the last bound
+    buckets, count, total_sum = fakes["kafka_network_requestmetrics_totaltimems"]
+    by_le = {tags["le"]: value for _op, value, tags in buckets.calls}
+    assert by_le["0.25"] == 2 and by_le["2.5"] == 2 and by_le["5.0"] == 3 and by_le["30000.0"] == 3
+    assert by_le["+Inf"] == 4
+    assert count.calls == [("set", 4, {"broker": "1", "request": "Produce"})]
+    assert total_sum.calls[0][1] == 100003.2
     assert fakes["kafka_server_replicamanager_leadercount"].calls == [("set", 4, {"broker": "1"})]
     bytes_in.inc(("1", "t"), 25)
     total.observe(("1", "Produce"), 0.1)
     registry.flush()
     assert fakes["kafka_server_brokertopicmetrics_bytesin"].calls[-1] == ("inc", 25, {"broker": "1", "topic": "t"})
-    assert [c[1] for c in fakes["kafka_network_requestmetrics_totaltimems"].calls][4:] == [0.125]
+    assert count.calls[-1][1] == 5
 
 
 def test_edge_counts_topics_from_produce_and_fetch(monkeypatch):

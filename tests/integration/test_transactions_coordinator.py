@@ -83,15 +83,16 @@ def _txn_producer(broker, transactional_id, **extra):
                                      "message.timeout.ms": 30000, **extra})
 
 
-def _txn_states(broker, transactional_id, timeout_s=20.0):
+def _txn_states(broker, transactional_id, timeout_s=20.0, partitions=2, bootstrap=None):
     """[(state name, producer id, epoch)] of ``transactional_id`` in __transaction_state, in log order."""
     from cluster.transactions.log_records import decode_key, decode_value
 
-    consumer = confluent_kafka.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"rd-{uuid.uuid4().hex}",
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap or broker.bootstrap,
+                                         "group.id": f"rd-{uuid.uuid4().hex}",
                                          "enable.auto.commit": False, "auto.offset.reset": "earliest"})
     try:
         parts = [confluent_kafka.TopicPartition("__transaction_state", p, confluent_kafka.OFFSET_BEGINNING)
-                 for p in range(2)]
+                 for p in range(partitions)]
         ends = {p.partition: consumer.get_watermark_offsets(p, timeout=10)[1] for p in parts}
         consumer.assign(parts)
         out, positions = [], {p: 0 for p in ends}
@@ -110,11 +111,11 @@ def _txn_states(broker, transactional_id, timeout_s=20.0):
         consumer.close()
 
 
-def _wait_for_state(broker, transactional_id, state, timeout_s=30.0):
+def _wait_for_state(broker, transactional_id, state, timeout_s=30.0, **where):
     deadline = time.monotonic() + timeout_s
     states = []
     while time.monotonic() < deadline:
-        states = _txn_states(broker, transactional_id)
+        states = _txn_states(broker, transactional_id, **where)
         if states and states[-1] and states[-1][0] == state:
             return states
         time.sleep(0.5)
@@ -383,3 +384,74 @@ def test_open_transaction_aborted_after_kill9_and_restart(txn_broker):
     again.init_transactions(60)
     states = _wait_for_state(txn_broker, done_id, "Empty")
     assert states[-1][1] == states[0][1] and states[-1][2] == 1
+
+
+def test_coordinator_node_killed_mid_transaction(tmp_path):
+    """3 Ray nodes, __transaction_state with RF=3 and min.insync.replicas=2: the
+    node hosting a transaction's coordinator is killed (-9) between the
+    producer's records and its commit. A replica on another node becomes the
+    leader, its coordinator replays the partition; the producer's commit either
+    completes there or fails with an error, and the transaction ends Complete
+    (CompleteCommit when the producer was told it committed), never stuck in
+    a Prepare state."""
+    from confluent_kafka.admin import NewTopic
+
+    cluster = BrokerProcess(tmp_path / "data", extra_args=["--nodes", "3"], log_name="txn-failover.log",
+                            overrides={"offsets.topic.num.partitions": "1",
+                                       "transaction.state.log.num.partitions": "3",
+                                       "transaction.state.log.replication.factor": "3",
+                                       "transaction.state.log.min.isr": "2",
+                                       "raykafka.replicas.per.node.max": "200"})
+    cluster.start(timeout_s=300)
+    try:
+        nodes = cluster.nodes()
+        head = nodes[0]["broker_id"]  # the controller: not the victim
+        bootstrap = cluster.bootstrap_all
+        topic = f"fo-{uuid.uuid4().hex[:6]}"
+        admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic(topic, 1, 3)])[topic].result(120)
+        client = WireClient(nodes[0]["host"] + ":" + str(nodes[0]["port"]))
+        try:
+            tid, coordinator = None, None
+            for i in range(200):  # a transactional id whose coordinator is not on the controller's node
+                candidate = f"fo-{i}-{uuid.uuid4().hex[:4]}"
+                for _ in range(120):
+                    found = client.request(10, 3, key=candidate, key_type=1)
+                    if found.error_code == 0:
+                        break
+                    time.sleep(0.5)
+                assert found.error_code == 0, found
+                if found.node_id != head:
+                    tid, coordinator = candidate, found.node_id
+                    break
+        finally:
+            client.close()
+        assert tid is not None
+        producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "transactional.id": tid,
+                                             "message.timeout.ms": 60000, "transaction.timeout.ms": 60000})
+        producer.init_transactions(120)
+        producer.begin_transaction()
+        for i in range(10):
+            producer.produce(topic, value=b"fo-%d" % i, partition=0)
+        assert producer.flush(60) == 0
+        cluster.kill_node(coordinator)
+        live = ",".join(f"{n['host']}:{n['port']}" for n in nodes if n["broker_id"] != coordinator)
+        try:
+            producer.commit_transaction(120)
+            committed = True
+        except confluent_kafka.KafkaException as exc:
+            committed = False
+            print(f"commit after the coordinator's node died failed: {exc.args[0]}")
+        deadline = time.monotonic() + 120
+        while True:
+            states = [s for s in _txn_states(cluster, tid, partitions=3, bootstrap=live) if s]
+            if states and states[-1][0] in ("CompleteCommit", "CompleteAbort") and \
+                    (not committed or states[-1][0] == "CompleteCommit"):
+                break
+            assert time.monotonic() < deadline, (committed, states)
+            time.sleep(1)
+        print(f"transaction of {tid} after the failover: committed={committed}, states={states}")
+        if committed:
+            assert states[-1][0] == "CompleteCommit"
+    finally:
+        cluster.stop()

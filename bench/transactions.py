@@ -5,7 +5,8 @@ read_committed consume, side by side on raykafka, Tansu and librdkafka's mock.
         [--records 200000] [--record-size 1024] [--partitions 3]
         [--txn-records 1000] [--repeat 3] [--quick]
         [--targets raykafka,tansu,mock] [--mock-records N]
-        [--raykafka-override KEY=VALUE ...] [--raykafka-bootstrap HOST:PORT] [--raykafka-cmd CMD] [--output FILE]
+        [--raykafka-override KEY=VALUE ...] [--raykafka-variant KEY=VALUE ...]
+        [--raykafka-bootstrap HOST:PORT] [--raykafka-cmd CMD] [--output FILE]
 
 Brokers are started and stopped by bench.run's targets (one broker up at a
 time; every target once per round, the order rotating). Per round and
@@ -72,6 +73,7 @@ from bench.run import (
 MODES = ("plain", "idempotent", "transactional")
 ISOLATIONS = ("read_uncommitted", "read_committed")
 BASELINE = "tansu"
+VARIANT = "raykafka_v"  # --raykafka-variant's target (a legal topic-name part)
 # (row label, phase, topic mode, isolation of the read it comes from)
 ROWS = (
     ("produce plain", "produce", "plain", "read_uncommitted"),
@@ -102,6 +104,29 @@ def mock_records(records: int, record_size: int) -> int:
     fits = int(MockTarget.keeps_mib_per_partition * MockTarget.fixed_partitions * MIB
                * MOCK_FILL / (record_size * LZ4_RATIO))
     return max(1, min(records, fits))
+
+
+class RaykafkaVariant(RaykafkaTarget):
+    """raykafka started with extra broker configs (RAYKAFKA_<KEY> variables),
+    run as a target of its own, interleaved with the others: an A/B of a
+    setting inside one run."""
+
+    def __init__(self, workdir, start_timeout, overrides: list[str], cmd=None):
+        super().__init__(workdir, start_timeout, None, cmd)
+        self.name = VARIANT
+        self.env = {override_env(k): v for k, v in (kv.split("=", 1) for kv in overrides)}
+
+    def _start(self) -> str:
+        saved = {k: os.environ.get(k) for k in self.env}
+        os.environ.update(self.env)  # copied by RaykafkaTarget._start's Popen
+        try:
+            return super()._start()
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
 
 
 # ------------------------------------------------------------------ running
@@ -361,11 +386,13 @@ def print_report(doc: dict) -> None:
           f"round(s); MB = 10^6 bytes of record values")
     if cfg.get("raykafka_override"):
         print(f"raykafka started with: {', '.join(cfg['raykafka_override'])}")
+    if cfg.get("raykafka_variant"):
+        print(f"{VARIANT} = raykafka started with: {', '.join(cfg['raykafka_variant'])}")
     m = doc["machine"]
     print(f"Machine: {m['cpus_usable']} usable cores shared by client and broker; load "
           f"average {m.get('loadavg_at_start')} at start, {m.get('loadavg_at_end')} at end")
     print()
-    hdr = (f"{'row':25s} {'target':9s} {'parts':>5s} {'MB/s':>8s} {'records/s':>10s} "
+    hdr = (f"{'row':25s} {'target':10s} {'parts':>5s} {'MB/s':>8s} {'records/s':>10s} "
            f"{'txn/s':>7s} {'/' + BASELINE:>7s} {'cli%':>5s} {'brk%':>5s} {'oth%':>5s}  runs MB/s")
     print(hdr)
     print("-" * len(hdr))
@@ -376,16 +403,16 @@ def print_report(doc: dict) -> None:
             parts = cell.get("partitions")
             ptxt = str(parts) if parts is not None else "-"
             if cell.get("status") == "ok":
-                print(f"{first:25s} {name:9s} {ptxt:>5s} {cell['mb_s']:8.1f} "
+                print(f"{first:25s} {name:10s} {ptxt:>5s} {cell['mb_s']:8.1f} "
                       f"{cell['records_s']:10.0f} {_f(cell.get('txn_s'), '.1f', 7)} "
                       f"{_f(cell.get('ratio'), '.2f', 7)} {_f(cell['client_cpu_pct'], '.0f', 5)} "
                       f"{_f(cell['broker_cpu_pct'], '.0f', 5)} {_f(cell['other_cpu_pct'], '.0f', 5)}"
                       f"  {cell['all_mb_s']}")
             elif cell.get("status") == "na":
-                print(f"{first:25s} {name:9s} {ptxt:>5s} {'n/a':>8s}  {cell['reason'][:100]}")
+                print(f"{first:25s} {name:10s} {ptxt:>5s} {'n/a':>8s}  {cell['reason'][:100]}")
             else:
                 err = (cell.get("error") or "not run").splitlines()[0][:100]
-                print(f"{first:25s} {name:9s} {ptxt:>5s} {'FAIL':>8s}  {err}")
+                print(f"{first:25s} {name:10s} {ptxt:>5s} {'FAIL':>8s}  {err}")
             first = ""
     txn = summary["produce transactional"]
     lat = [f"{n} p50 {c['commit_p50_ms']:.1f} / p99 {c['commit_p99_ms']:.1f} ms"
@@ -393,6 +420,14 @@ def print_report(doc: dict) -> None:
            and c.get("commit_p50_ms") is not None and c.get("commit_p99_ms") is not None]
     if lat:
         print(f"commit_transaction() latency (median over rounds): {'; '.join(lat)}")
+    if VARIANT in targets and "raykafka" in targets:
+        ab = []
+        for label, *_ in ROWS:
+            v, r = summary[label].get(VARIANT, {}), summary[label].get("raykafka", {})
+            x = ratio(v.get("mb_s"), r.get("mb_s")) if \
+                v.get("status") == "ok" and r.get("status") == "ok" else None
+            ab.append(f"{label} {_f(x, '.2f', 0)}")
+        print(f"{VARIANT} / raykafka (ratio of medians): " + "; ".join(ab))
     setup = doc.get("setup") or {}
     if setup:
         fmt = lambda v: f"{v:.2f}s" if isinstance(v, (int, float)) else "n/a"
@@ -451,6 +486,9 @@ def parse_args(argv=None):
                     help="a broker config for the raykafka starts, passed as its "
                          "RAYKAFKA_<KEY> environment variable (repeatable), e.g. "
                          "transaction.state.log.num.partitions=3")
+    ap.add_argument("--raykafka-variant", metavar="KEY=VALUE", action="append", default=[],
+                    help="also run raykafka with these broker configs (repeatable) as a "
+                         "target of its own, 'raykafka_v', interleaved with the others")
     ap.add_argument("--start-timeout", type=float, default=180.0)
     ap.add_argument("--phase-timeout", type=float, default=60.0,
                     help="message.timeout.ms and the longest flush / commit wait, s")
@@ -470,9 +508,13 @@ def parse_args(argv=None):
     if min(a.records, a.record_size, a.partitions, a.txn_records, a.repeat) <= 0:
         ap.error("--records, --record-size, --partitions, --txn-records, --repeat "
                  "must be positive")
-    for kv in a.raykafka_override:
+    for kv in a.raykafka_override + a.raykafka_variant:
         if "=" not in kv or not kv.split("=", 1)[0].strip():
             ap.error(f"--raykafka-override wants KEY=VALUE, got {kv!r}")
+    if a.raykafka_variant:
+        if "raykafka" not in a.targets:
+            ap.error("--raykafka-variant needs the raykafka target")
+        a.targets.insert(a.targets.index("raykafka") + 1, VARIANT)
     if a.mock_records is None:
         a.mock_records = mock_records(a.records, a.record_size)
     return a
@@ -500,6 +542,8 @@ def main(argv=None) -> int:
                                               a.raykafka_cmd),
         "tansu": lambda wd: TansuTarget(wd, a.start_timeout),
         "mock": lambda wd: MockTarget(wd, a.start_timeout),
+        VARIANT: lambda wd: RaykafkaVariant(wd, a.start_timeout, a.raykafka_variant,
+                                            a.raykafka_cmd),
     }
     targets: list[Target] = []
     for name in a.targets:

@@ -701,3 +701,22 @@ def test_txn_raykafka_overrides_are_the_env_names_raykafka_reads():
     assert a.records == 20000 and a.repeat == 1 and a.mock_records == 20000
     with pytest.raises(SystemExit):
         parse_args(["--raykafka-override", "no-equals-sign"])
+
+
+def test_txn_variant_target_starts_raykafka_with_its_configs_only(tmp_path, monkeypatch):
+    from bench.run import RaykafkaTarget
+    from bench.transactions import VARIANT, RaykafkaVariant, parse_args
+
+    seen = {}
+    monkeypatch.setattr(RaykafkaTarget, "_start", lambda self: seen.update(
+        {k: v for k, v in os.environ.items() if k.startswith("RAYKAFKA_TRANSACTION")})
+        or "127.0.0.1:1")
+    monkeypatch.delenv("RAYKAFKA_TRANSACTION_STATE_LOG_NUM_PARTITIONS", raising=False)
+    t = RaykafkaVariant(tmp_path, 1, ["transaction.state.log.num.partitions=3"])
+    assert t.name == VARIANT and t.start() == "127.0.0.1:1"
+    assert seen == {"RAYKAFKA_TRANSACTION_STATE_LOG_NUM_PARTITIONS": "3"}
+    assert "RAYKAFKA_TRANSACTION_STATE_LOG_NUM_PARTITIONS" not in os.environ
+    a = parse_args(["--targets", "raykafka,tansu", "--raykafka-variant", "a.b=1"])
+    assert a.targets == ["raykafka", VARIANT, "tansu"]
+    with pytest.raises(SystemExit):
+        parse_args(["--targets", "tansu", "--raykafka-variant", "a.b=1"])

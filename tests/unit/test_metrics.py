@@ -131,3 +131,81 @@ def test_readme_and_dashboard_name_real_metrics():
         for target in panel.get("targets", []):
             used |= set(re.findall(r"ray_(kafka_\w+?)(?:_total|_bucket|_count|_sum)?\b", target["expr"]))
     assert used and used <= names, used - names
+
+
+def _info(leader, replicas, isr, epoch=1):
+    from net.metadata_cache import PartitionInfo
+
+    return PartitionInfo(leader=leader, leader_epoch=epoch, replicas=tuple(replicas), isr=tuple(isr))
+
+
+def test_metadata_changes_count_isr_changes_and_elections(monkeypatch):
+    monkeypatch.setattr(metrics, "_registry", metrics.Registry())
+    edge = EdgeMetrics(1, {})
+    before = {"t": NS(partitions={0: _info(1, [1, 2, 3], [1, 2, 3]), 1: _info(2, [2, 1], [2, 1])})}
+    after = {"t": NS(partitions={0: _info(1, [1, 2, 3], [1, 3]), 1: _info(1, [2, 1], [1], epoch=2)})}
+    edge.metadata_changed(before, after, controller_id=1, broker_id=1)
+    counters = metrics.registry().snapshot()["counters"]
+    assert counters["kafka_server_replicamanager_isrshrinks"] == {("1",): 1}  # p1's leader moved: not an ISR change here
+    assert counters["kafka_controller_controllerstats_leaderelections"] == {("1",): 1}
+    edge.metadata_changed(after, before, controller_id=2, broker_id=1)  # not the controller: no elections counted
+    counters = metrics.registry().snapshot()["counters"]
+    assert counters["kafka_server_replicamanager_isrexpands"] == {("1",): 1}
+    assert counters["kafka_controller_controllerstats_leaderelections"] == {("1",): 1}
+
+
+class _Remote:
+    def __init__(self, value):
+        self.value = value
+
+    def remote(self, *args):
+        async def answer():
+            return self.value
+
+        return answer()
+
+
+def test_node_sample_reads_metadata_replicas_purgatory_and_groups(monkeypatch, tmp_path):
+    import asyncio
+
+    from cluster.groups.api import GroupListing
+    from net.edge_metrics import NodeSampler
+    from net.metadata_cache import MetadataCache
+
+    monkeypatch.setattr(metrics, "_registry", metrics.Registry())
+    cache = MetadataCache()
+    cache.update({"controller_epoch": 3, "controller_id": 1, "cluster_id": "c",
+                  "brokers": [{"id": 1, "host": "h", "port": 1}, {"id": 2, "host": "h", "port": 2}],
+                  "topics": {"t": {"topic_id": "00000000-0000-0000-0000-000000000001", "partitions": {
+                      "0": {"leader": 1, "leader_epoch": 1, "replicas": [1, 2], "isr": [1]},
+                      "1": {"leader": 2, "leader_epoch": 1, "replicas": [2, 1], "isr": [2, 1]},
+                      "2": {"leader": -1, "leader_epoch": 1, "replicas": [2], "isr": []}}}}})
+    (tmp_path / "t-0").mkdir()
+    (tmp_path / "t-0" / "00000000000000000000.log").write_bytes(b"x" * 1000)
+    leader = NS(state=_Remote({"log_start_offset": 5, "log_end_offset": 100}))
+    service = NS(metadata=cache, leader_handle=lambda t, p: leader if (t, p) == ("t", 0) else None,
+                 purgatory=NS(stats=_Remote({"produce_delayed": 2, "fetch_delayed": 7})))
+
+    async def local_coordinators():
+        return [(0, NS(list_groups=_Remote((0, [GroupListing("g", "consumer", "Stable")]))))]
+
+    service.local_coordinators = local_coordinators
+    sampler = NodeSampler(service, 1, [str(tmp_path)], "ns", min_isr=2)
+    sampler._handles[("t", 1, 1)] = NS(state=_Remote({"log_start_offset": 0, "log_end_offset": 40}))
+    sampler._handles[("t", 1, 2)] = NS(state=_Remote({"log_start_offset": 0, "log_end_offset": 50}))
+    asyncio.run(sampler.sample())
+    gauges = metrics.registry().snapshot()["gauges"]
+    one = ("1",)
+    assert gauges["kafka_server_replicamanager_leadercount"] == {one: 1}
+    assert gauges["kafka_server_replicamanager_partitioncount"] == {one: 2}
+    assert gauges["kafka_server_replicamanager_underreplicatedpartitions"] == {one: 1}
+    assert gauges["kafka_server_replicamanager_underminisrpartitioncount"] == {one: 1}
+    assert gauges["kafka_controller_kafkacontroller_offlinepartitionscount"] == {one: 1}
+    assert gauges["kafka_controller_kafkacontroller_activecontrollercount"] == {one: 1}
+    assert gauges["kafka_controller_kafkacontroller_controllerepoch"] == {one: 3}
+    assert gauges["kafka_log_log_size"] == {("1", "t", "0"): 1000}
+    assert gauges["kafka_log_log_logstartoffset"] == {("1", "t", "0"): 5, ("1", "t", "1"): 0}
+    assert gauges["kafka_server_fetcherlagmetrics_consumerlag"] == {("1", "t", "1"): 10}
+    assert gauges["kafka_server_replicafetchermanager_maxlag"] == {one: 10}
+    assert gauges["kafka_server_delayedoperationpurgatory_purgatorysize"] == {("1", "Produce"): 2, ("1", "Fetch"): 7}
+    assert gauges["kafka_coordinator_group_groupmetadatamanager_numgroups"][("1", "Stable")] == 1

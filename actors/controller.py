@@ -403,6 +403,7 @@ class ControllerService(PartitionOperations):
                 "replication.quota.window.num": c["replication.quota.window.num"],
                 "replication.quota.window.size.seconds": c["replication.quota.window.size.seconds"],
                 "replica.lag.time.max.ms": c["replica.lag.time.max.ms"],
+                "producer.id.expiration.ms": c["producer.id.expiration.ms"],
                 "log.retention.check.interval.ms": c["log.retention.check.interval.ms"],
                 "log.cleaner.backoff.ms": c["log.cleaner.backoff.ms"],
                 "log.cleaner.dedupe.buffer.size": c["log.cleaner.dedupe.buffer.size"],

@@ -166,6 +166,8 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("min.insync.replicas", "int", 1, min=1),
     ConfigDef("unclean.leader.election.enable", "bool", False),
     ConfigDef("replica.lag.time.max.ms", "long", 30000, min=1),
+    ConfigDef("producer.id.expiration.ms", "int", 86400000,
+              "How long a producer id's state is kept in a partition after its last write", min=1),
     ConfigDef("replica.fetch.max.bytes", "int", 1048576, min=0),
     ConfigDef("replica.fetch.wait.max.ms", "int", 500, min=0),
     ConfigDef("replica.fetch.backoff.ms", "int", 1000, min=0),

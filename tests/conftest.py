@@ -31,6 +31,10 @@ def broker(session_dir):
                                        "log.cleaner.backoff.ms": "500",
                                        # One offsets partition: fewer actor processes for the shared broker.
                                        "offsets.topic.num.partitions": "1",
+                                       # Likewise one __transaction_state partition (one coordinator actor),
+                                       # and expired transactions aborted within about a second.
+                                       "transaction.state.log.num.partitions": "1",
+                                       "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
                                        # The suite's tests hold ~35 replicas on this broker at most (most
                                        # delete their topics), under the computed default (90 on 2 cores,
                                        # 45 on 1): pinned so the suite does not depend on the runner's

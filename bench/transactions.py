@@ -362,10 +362,13 @@ def setup_times(sessions: dict[str, list[dict]]) -> dict:
 
 
 def goal(pairs: dict) -> dict:
+    """Issue 19's target, judged on the paired ratio (each round's idempotent
+    and plain topic ran on the same broker minutes apart; the medians of
+    the two rows may come from different, differently disturbed rounds)."""
     r = pairs.get("idempotent / plain", {}).get("raykafka", {})
-    value = r.get("ratio")
+    value = r.get("paired")
     return {"goal": "raykafka idempotent produce / plain produce (acks=all)",
-            "target": f">= {GOAL_IDEMPOTENT_RATIO}x", "value": value, "paired": r.get("paired"),
+            "target": f">= {GOAL_IDEMPOTENT_RATIO}x", "value": r.get("ratio"), "paired": value,
             "met": None if value is None else value >= GOAL_IDEMPOTENT_RATIO}
 
 
@@ -454,8 +457,8 @@ def print_report(doc: dict) -> None:
     g = doc["goal"]
     verdict = "n/a" if g["met"] is None else ("met" if g["met"] else "NOT met")
     x = lambda v: f"{v:.2f}x" if isinstance(v, (int, float)) else "n/a"
-    print(f"issue 19 target: {g['goal']} {g['target']}: {x(g['value'])} "
-          f"(paired {x(g['paired'])}) -> {verdict} (reported, not asserted)")
+    print(f"issue 19 target: {g['goal']} {g['target']}: paired {x(g['paired'])} "
+          f"(ratio of medians {x(g['value'])}) -> {verdict} (reported, not asserted)")
 
 
 # ------------------------------------------------------------------ main

@@ -280,6 +280,9 @@ class BrokerProcess:
             log.info("reviving broker %d on a new Ray node", node["broker_id"])
             racks = (self.args.racks or "").split(",") if self.args.racks else []
             extra = {"labels": {"rack": racks[index]}} if racks else {}
+            metrics_port = self.config["raykafka.metrics.port"]
+            if metrics_port:  # the dead node's endpoint port (its agent died with it)
+                extra["metrics_export_port"] = metrics_port + index
             ray_node = self.cluster.add_node(num_cpus=os.cpu_count() or 2,
                                              object_store_memory=256 * 1024 * 1024, **extra)
             # Starting a Ray node installs Ray's SIGTERM handler (exit 1): take it back.

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from types import SimpleNamespace
 
-import actors.controller as controller_module
+import cluster.controller.controller as controller_module
 from actors.controller import ControllerService
 from core.config import BrokerConfig
 

@@ -4,7 +4,7 @@ a partition: CreatePartitions, leader elections (ElectLeaders, the
 partition reassignment (KIP-455, AlterPartitionReassignments and the
 /admin/reassign_partitions znode) and controlled shutdown.
 
-A mixin of actors/controller.ControllerService: every method here runs as one
+A mixin of cluster/controller/controller.Controller: every method here runs as one
 event of the controller's queue, so it sees a consistent context and never
 interleaves with another decision. The decisions themselves (who may lead,
 which replicas a reassignment adds or removes, which brokers are imbalanced)
@@ -18,9 +18,10 @@ import asyncio
 import logging
 from typing import Any
 
-import ray
 from kio.schema.errors import ErrorCode
 
+from cluster.controller.channel import ReplicaKey
+from cluster.controller.internal_topics import OFFSETS_TOPIC
 from cluster.controller_context import NO_LEADER, PartitionState
 from cluster.leader_election import (ElectionType, controlled_shutdown_partition_leader,
                                      offline_partition_leader, preferred_replica_partition_leader,
@@ -43,8 +44,8 @@ def _result(topic: str, partition: int, code: int = 0, message: str | None = Non
 
 class PartitionOperations:
     """Needs from the host class: ctx, zk, config, epoch_zk_version, submit(),
-    _write_state(), _send_leader_and_isr(), _send_update_metadata(), _replica(),
-    _await_all(), replica_handles, is_active."""
+    _write_state(), _send_leader_and_isr(), _send_update_metadata(), channel,
+    _await_all(), is_active."""
 
     # ---- CreatePartitions (37) -------------------------------------------------------------------
     async def create_partitions(self, specs: list[dict], validate_only: bool) -> list[dict]:
@@ -141,8 +142,6 @@ class PartitionOperations:
         and the replicas assigned to it now, topics being deleted included (their
         actors live until deleted). Until __consumer_offsets exists, room for it
         is kept on every broker, so user topics cannot starve consumer groups."""
-        from actors.group_coordinator import OFFSETS_TOPIC
-
         ctx = self.ctx
         capacity = {b: info.replicas_max for b, info in ctx.brokers.items()}
         hosting = replicas_per_broker(t.assignment for t in ctx.topics.values())
@@ -337,7 +336,8 @@ class PartitionOperations:
                 # replicas, as in Kafka, not a LeaderAndIsr: as followers they would keep
                 # fetching, the new leaders would put them straight back into the ISRs, and
                 # acks=all would then wait replica.lag.time.max.ms for them once the broker exits.
-                stops = [((t, p, broker_id), self._replica(t, p, broker_id).stop_replica.remote(ctx.epoch, False))
+                stops = [((t, p, broker_id),
+                          self.channel.stop_replica(ReplicaKey(t, p, broker_id), ctx.epoch, False))
                          for t, p in moved + followers]
                 await asyncio.gather(self._send_leader_and_isr(moved + followers, exclude=frozenset({broker_id})),
                                      self._await_calls(stops))
@@ -523,15 +523,13 @@ class PartitionOperations:
         reachable = [r for r in replicas if r[2] in ctx.brokers]
         unreachable = [r for r in replicas if r[2] not in ctx.brokers]
         ctx.replica_sm.transition(reachable, RS.REPLICA_DELETION_STARTED)
-        calls = [((t, q, b), self._replica(t, q, b).stop_replica.remote(ctx.epoch, True)) for t, q, b in reachable]
+        calls = [((t, q, b), self.channel.stop_replica(ReplicaKey(t, q, b), ctx.epoch, True)) for t, q, b in reachable]
         outcomes = await self._await_calls(calls)
         for replica, outcome in outcomes.items():
             if outcome == 0:
                 ctx.replica_sm.transition([replica], RS.REPLICA_DELETION_SUCCESSFUL)
                 ctx.replica_sm.transition([replica], RS.NON_EXISTENT_REPLICA)
-                handle = self.replica_handles.pop(replica, None)
-                if handle is not None:
-                    ray.kill(handle)
+                self.channel.remove_replica(ReplicaKey(*replica))
             else:
                 ctx.replica_sm.transition([replica], RS.REPLICA_DELETION_INELIGIBLE)
                 log.warning("deleting replica %s failed (%s); retried when its broker returns", replica, outcome)
@@ -550,7 +548,7 @@ class PartitionOperations:
             if isinstance(result, BaseException):
                 log.error("call to %s failed: %s", target, str(result).splitlines()[0][:300] if str(result) else
                           type(result).__name__)
-                self.replica_handles.pop(target, None)
+                self.channel.forget_replica(target)
             out[target] = result
         return out
 

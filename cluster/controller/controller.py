@@ -1,0 +1,988 @@
+"""The controller's logic (Kafka's KafkaController): one candidate per broker, one active at a time.
+
+Election is Kafka's: an ephemeral /controller znode plus a conditionally
+incremented /controller_epoch. Work is processed one event at a time from a
+single queue (ZooKeeper watches, edge requests), so decisions never interleave.
+Every LeaderAndIsr / UpdateMetadata / StopReplica it sends carries its epoch;
+replicas and edges refuse a smaller one, so a deposed controller changes nothing.
+
+Its I/O is injected: a KafkaZkClient, and a ControllerChannel (channel.py) for
+every request to replicas, edges and coordinators. actors/controller.py wires
+the Ray channel; unit tests hand in a fake. No Ray here.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any, Awaitable, Callable
+
+from cluster.controller.channel import ControllerChannel, LeaderAndIsr, ReplicaKey, ReplicaSpec
+from cluster.controller.internal_topics import InternalTopic
+from cluster.controller.partition_operations import PartitionOperations
+from cluster.controller_context import (NO_LEADER, BrokerState, ControllerContext, PartitionState,
+                                        TopicState, new_zk_topic_id, zk_topic_id_to_uuid)
+from cluster.leader_election import offline_partition_leader
+from cluster.log_config import log_config_for, throttled_replicas_for
+from cluster.partition_state_machine import PartitionStateName as PS
+from cluster.reassignment import ReplicaAssignment
+from cluster.replica_state_machine import ReplicaState as RS
+from cluster.topic_admin import (TopicSpecError, apply_config_ops, describe_broker_config_entries,
+                                 describe_topic_config_entries, described_configs, plan_topic)
+from core.config import BROKER_CONFIGS, BrokerConfig, ConfigError, TOPIC_CONFIGS
+from metadata.kafka_zk import BadVersionError, KafkaZkClient
+from metadata.kafka_zk import PartitionState as ZkPartitionState
+
+log = logging.getLogger("raykafka.controller")
+
+ERR_NONE = 0
+ERR_UNKNOWN_TOPIC = 3
+ERR_NOT_CONTROLLER = 41
+ERR_TOPIC_DELETION_DISABLED = 73
+ERR_UNKNOWN_SERVER = -1
+ERR_INVALID_CONFIG = 40
+ERR_INVALID_REQUEST = 42
+
+# The broker configs that can change at runtime (Kafka's dynamic broker configs we support).
+DYNAMIC_BROKER_CONFIGS = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
+
+# A topic whose replica could not be deleted (StopReplica failed) is tried again after this.
+TOPIC_DELETION_RETRY_BACKOFF_S = 2.0
+# Bound on the event queue: edge requests beyond it are refused, not buffered forever.
+MAX_QUEUED_EVENTS = 10_000
+# Wall time a node needs to start one replica actor process, on top of the call
+# timeout when a LeaderAndIsr creates replicas: the raylet starts worker
+# processes a few at a time (as many as the node has cores), each ~0.55-0.75
+# CPU-s (bench/creation.py, README "Capacity"), so a 100-partition topic on a
+# 2-core node needs ~40-75 s, past the 30 s call timeout.
+ACTOR_START_BUDGET_S = 1.0
+# A LeaderAndIsr that failed to a live broker's replica is resent this many
+# times, 0.5 s after the failure and doubling up to the cap (~2 min in all).
+LEADER_AND_ISR_RETRIES = 10
+LEADER_AND_ISR_RETRY_MAX_S = 15.0
+
+
+class Controller(PartitionOperations):
+    """Controller logic with its I/O (ZooKeeper client, channel) injected."""
+
+    def __init__(self, broker_id: int, config: BrokerConfig, zk: KafkaZkClient, namespace: str,
+                 zk_connect: str | None, channel: ControllerChannel, offsets_topic: InternalTopic,
+                 transaction_state_topic: InternalTopic):
+        self.broker_id = broker_id
+        self.zk_connect = zk_connect
+        self._edge_watches: dict[int, asyncio.Task] = {}
+        # broker id -> registration timestamp of an edge Ray reported dead,
+        # until ZooKeeper's ephemeral for that registration goes away.
+        self._dead_registrations: dict[int, str] = {}
+        self.config = config
+        self.zk = zk
+        self.namespace = namespace
+        self.ctx: ControllerContext | None = None
+        self.events: asyncio.Queue = asyncio.Queue(MAX_QUEUED_EVENTS)
+        self.loop = asyncio.get_running_loop()
+        self.call_timeout_s = config["raykafka.actor.call.timeout.ms"] / 1000
+        # Every request to replicas, edges and coordinators, and the death watches.
+        self.channel = channel
+        self.channel.attach(self._replica_spec)
+        # __consumer_offsets and __transaction_state: created on first use (FindCoordinator).
+        self.offsets_topic = offsets_topic
+        self.transaction_state_topic = transaction_state_topic
+        self._worker: asyncio.Task | None = None
+        self.stopped = False
+        self.epoch_zk_version: int | None = None
+        self._controller_watch: asyncio.Task | None = None
+        self._controller_watch_key: tuple[int, int] | None = None
+        # /config/brokers/<id or <default>> overrides (dynamic broker configs).
+        self._broker_overrides: dict[str, dict[str, str]] = {}
+        self._last_config_change: str | None = None
+
+    # ---- event queue ---------------------------------------------------------------------------
+    def start(self) -> None:
+        self._worker = self.loop.create_task(self._process_events())
+        self.zk.watch_controller(lambda _id: self.from_zk_thread(self._elect))
+        self.enqueue(self._elect)
+
+    def from_zk_thread(self, event: Callable[[], Awaitable]) -> None:
+        self.loop.call_soon_threadsafe(self.enqueue, event)
+
+    def enqueue(self, event: Callable[[], Awaitable], future: asyncio.Future | None = None) -> None:
+        try:
+            self.events.put_nowait((event, future))
+        except asyncio.QueueFull:
+            if future is not None:
+                future.set_exception(RuntimeError("controller event queue is full"))
+            log.error("controller event queue full; dropped %s", event)
+
+    async def submit(self, event: Callable[[], Awaitable]):
+        future = self.loop.create_future()
+        self.enqueue(event, future)
+        return await future
+
+    async def _process_events(self) -> None:
+        while True:
+            event, future = await self.events.get()
+            try:
+                result = await event()
+            except Exception as exc:
+                log.exception("controller event %s failed", getattr(event, "__name__", event))
+                if future is not None and not future.done():
+                    future.set_exception(exc)
+                continue
+            if future is not None and not future.done():
+                future.set_result(result)
+
+    @property
+    def is_active(self) -> bool:
+        return self.ctx is not None and not self.stopped
+
+    def stop(self) -> None:
+        """Stop taking events (watches fire as the ZooKeeper session closes), then close it."""
+        self.stopped = True
+        for task in (self._worker, self._controller_watch, getattr(self, "_rebalance_task", None)):
+            if task is not None:
+                task.cancel()
+        self.zk.close()
+
+    # ---- election ----------------------------------------------------------------------------
+    async def _elect(self) -> None:
+        if self.is_active:
+            if self.zk.get_controller_id() == self.broker_id:
+                return
+            log.warning("broker %d lost the controller role", self.broker_id)
+            self.ctx = None
+        started = time.monotonic()
+        epoch = self.zk.try_become_controller(self.broker_id)
+        if epoch is None:
+            self._watch_active_controller()
+            return
+        self.epoch_zk_version = self.zk.controller_epoch()[1]
+        log.info("broker %d is the active controller, epoch %d", self.broker_id, epoch)
+        self.ctx = ControllerContext(epoch, self.zk.get_or_create_cluster_id())
+        self.zk.watch_brokers(lambda _ids: self.from_zk_thread(self._on_broker_change))
+        self.zk.watch_topics(lambda _names: self.from_zk_thread(self._on_topic_change))
+        self.zk.watch_delete_topics(lambda _names: self.from_zk_thread(self._on_delete_topics_marked))
+        self.zk.watch_isr_change_notifications(lambda _names: self.from_zk_thread(self._on_isr_change))
+        self.zk.watch_config_changes(lambda _names: self.from_zk_thread(self._on_config_change))
+        self.zk.watch_partition_reassignment(lambda _body: self.from_zk_thread(self._on_reassign_partitions_znode))
+        self.zk.watch_preferred_replica_election(
+            lambda _body: self.from_zk_thread(self._on_preferred_replica_election))
+        self._load_brokers()
+        self._load_topics()
+        self._load_broker_overrides()
+        self._initialize_state_machines()
+        await self._elect_offline_partitions(list(self.ctx.all_partitions()))
+        await self._send_leader_and_isr([tp for tp, _ in self.ctx.all_partitions()])
+        await self._send_update_metadata()
+        marked = self.zk.get_topics_marked_for_deletion()
+        if marked:
+            await self._delete_topics(marked)
+        # Reassignments a previous controller left in flight resume where they were.
+        await self._check_reassignments(list(self.ctx.reassignments))
+        self._start_auto_rebalance()
+        log.info("controller %d ready (epoch %d) in %.0f ms", self.broker_id, epoch,
+                 (time.monotonic() - started) * 1000)
+
+    def _initialize_state_machines(self) -> None:
+        ctx = self.ctx
+        ctx.replica_sm.initialize(
+            (((topic, p, b), b in ctx.brokers) for (topic, p), replicas in ctx.all_partitions() for b in replicas),
+            set(ctx.topics_being_deleted))
+        ctx.partition_sm.initialize(
+            ((tp, tp in ctx.states, tp in ctx.states and ctx.states[tp].leader in ctx.brokers)
+             for tp, _ in ctx.all_partitions()))
+
+    def _watch_active_controller(self) -> None:
+        """Standby candidates watch the active controller's actor through Ray. When Ray
+        reports it dead (its process or node is gone), /controller is removed at once
+        instead of after the ZooKeeper session timeout, so a new controller is elected
+        in about Ray's node-death detection time. Safe against a controller that is
+        only unreachable: its ZooKeeper writes and its requests to replicas and edges
+        are fenced by the controller epoch the new controller increments."""
+        try:
+            found = self.zk.controller_znode()
+        except Exception:
+            log.exception("cannot read /controller")
+            return
+        if found is None:
+            return
+        controller_id, owner, _version = found
+        if controller_id == self.broker_id or self._controller_watch_key == (controller_id, owner):
+            return
+        if self._controller_watch is not None:
+            self._controller_watch.cancel()
+        self._controller_watch_key = (controller_id, owner)
+        died = self.channel.watch_controller(controller_id)
+        if died is None:
+            return
+
+        async def watch():
+            if not await died:
+                return
+            log.warning("the active controller (broker %d) died (Ray death watch)", controller_id)
+
+            async def take_over():
+                current = self.zk.controller_znode()
+                if current is not None and current[0] == controller_id and current[1] == owner:
+                    if self.zk.delete_controller_if(owner, controller_id):
+                        log.info("removed dead controller %d's /controller znode", controller_id)
+                self._controller_watch_key = None
+                await self._elect()
+
+            take_over.__name__ = f"controller_died({controller_id})"
+            self.enqueue(take_over)
+
+        self._controller_watch = self.loop.create_task(watch())
+
+    def _live_registrations(self) -> dict[int, dict]:
+        current = self.zk.get_brokers()
+        for broker_id, stamp in list(self._dead_registrations.items()):
+            info = current.get(broker_id)
+            if info is None or info.get("timestamp") != stamp:
+                del self._dead_registrations[broker_id]  # gone, or a new registration: trust ZooKeeper again
+            else:
+                del current[broker_id]
+        return current
+
+    def _load_brokers(self) -> None:
+        self.ctx.brokers = {b: _broker_state(b, info) for b, info in self._live_registrations().items()}
+        for broker_id in self.ctx.brokers:
+            self._watch_edge(broker_id)
+
+    def _load_topics(self) -> None:
+        ctx = self.ctx
+        for name in self.zk.get_topics():
+            self._load_topic(name)
+        log.info("controller context: %d brokers, %d topics, %d partitions", len(ctx.brokers),
+                 len(ctx.topics), len(ctx.states))
+
+    def _load_topic(self, name: str) -> TopicState | None:
+        assignment = self.zk.get_topic(name)
+        if assignment is None:
+            return None
+        topic = TopicState(name, assignment.topic_id, dict(assignment.partitions),
+                           self.zk.get_topic_config(name), internal=name.startswith("__"))
+        self.ctx.topics[name] = topic
+        for p, replicas in topic.assignment.items():
+            adding, removing = assignment.adding_replicas.get(p, []), assignment.removing_replicas.get(p, [])
+            if adding or removing:
+                self.ctx.reassignments[(name, p)] = ReplicaAssignment(list(replicas), list(adding), list(removing))
+        for p in topic.assignment:
+            found = self.zk.get_partition_state(name, p)
+            if found is not None:
+                state, version = found
+                self.ctx.states[(name, p)] = PartitionState(state.leader, state.leader_epoch, list(state.isr),
+                                                            state.controller_epoch, version)
+        return topic
+
+    # ---- partition state machine: NewPartition/OfflinePartition -> OnlinePartition --------------
+    async def _elect_offline_partitions(self, partitions) -> None:
+        ctx = self.ctx
+        partitions = list(partitions)
+        new_states = {}
+        for (topic, p), replicas in partitions:
+            if ctx.states.get((topic, p)) is None:
+                live = [r for r in replicas if r in ctx.brokers]
+                new_states[(topic, p)] = PartitionState(live[0] if live else NO_LEADER, 0, live or list(replicas),
+                                                        ctx.epoch)
+        versions = await self._create_partition_states(new_states)
+        for (topic, p), replicas in partitions:
+            state = ctx.states.get((topic, p))
+            if state is None:
+                live = [r for r in replicas if r in ctx.brokers]
+                new = new_states[(topic, p)]
+                leader = new.leader
+                ctx.partition_sm.transition([(topic, p)], PS.NEW_PARTITION)
+                ctx.replica_sm.transition([(topic, p, r) for r in replicas], RS.NEW_REPLICA)
+                new.zk_version = versions[(topic, p)]
+                ctx.states[(topic, p)] = new
+                ctx.partition_sm.transition([(topic, p)], PS.ONLINE_PARTITION if leader != NO_LEADER
+                                            else PS.OFFLINE_PARTITION)
+                ctx.replica_sm.transition([(topic, p, r) for r in live], RS.ONLINE_REPLICA)
+                continue
+            if state.leader in ctx.brokers:
+                continue
+            ctx.partition_sm.transition([(topic, p)], PS.OFFLINE_PARTITION)
+            unclean = self._topic_flag(topic, "unclean.leader.election.enable")
+            outcome = offline_partition_leader(replicas, state.isr, set(ctx.brokers) - ctx.shutting_down, unclean)
+            leader = NO_LEADER if outcome.leader is None else outcome.leader
+            if leader == NO_LEADER and state.leader == NO_LEADER:
+                continue
+            if leader == NO_LEADER:
+                log.warning("%s-%d is offline: no live replica in ISR %s (unclean election %s)", topic, p,
+                            state.isr, "enabled" if unclean else "disabled")
+            else:
+                ctx.partition_sm.transition([(topic, p)], PS.ONLINE_PARTITION)
+            # Dead replicas leave the ISR; with no live replica the last ISR is kept (Kafka).
+            isr = [r for r in state.isr if r in ctx.brokers] if leader != NO_LEADER else state.isr
+            if leader != NO_LEADER and leader not in isr:
+                isr = [leader]
+            self._write_state(topic, p, PartitionState(leader, state.leader_epoch + 1, isr, ctx.epoch,
+                                                       state.zk_version))
+
+    async def _create_partition_states(self, states: dict[tuple[str, int], PartitionState]) -> dict:
+        """The state znodes of new partitions, written off the event loop and
+        concurrently: one ZooKeeper write each (~5 ms with its fsync), so 100
+        partitions held the loop ~0.5 s one after another. -> (topic, p) -> znode version.
+        The first failure (a deposed controller's fenced write) propagates, as before."""
+        if not states:
+            return {}
+        loop = asyncio.get_running_loop()
+        epoch, fence = self.ctx.epoch, self.epoch_zk_version
+
+        def create(topic: str, p: int, state: PartitionState) -> int:
+            return self.zk.create_partition_state(topic, p, state.leader, state.leader_epoch, state.isr, epoch,
+                                                  expected_controller_epoch_zk_version=fence)
+
+        keys = list(states)
+        versions = await asyncio.gather(*(loop.run_in_executor(None, create, t, p, states[(t, p)])
+                                          for t, p in keys))
+        return dict(zip(keys, versions))
+
+    def _write_state(self, topic: str, p: int, new: PartitionState) -> None:
+        def write(leader_epoch: int, version: int) -> int:
+            # Fenced on /controller_epoch's version: a deposed controller's write fails.
+            return self.zk.update_partition_state(
+                topic, p, ZkPartitionState(new.leader, leader_epoch, list(new.isr), self.ctx.epoch), version,
+                expected_controller_epoch_zk_version=self.epoch_zk_version)
+
+        try:
+            new.zk_version = write(new.leader_epoch, new.zk_version)
+        except BadVersionError:
+            # Someone (a leader shrinking its ISR) wrote first: re-read and retry once.
+            found = self.zk.get_partition_state(topic, p)
+            if found is None:
+                raise
+            current, version = found
+            new.leader_epoch = max(new.leader_epoch, current.leader_epoch + 1)
+            new.zk_version = write(new.leader_epoch, version)
+        self.ctx.states[(topic, p)] = new
+
+    def _topic_flag(self, topic: str, key: str) -> bool:
+        configs = self.ctx.topics[topic].configs
+        if key in configs:
+            return TOPIC_CONFIGS[key].parse(configs[key])
+        return bool(self.config.topic_default(key))
+
+    # ---- requests to replicas and edges ----------------------------------------------------------
+    def _replica_spec(self, key: ReplicaKey) -> ReplicaSpec:
+        """How the channel creates a replica it does not know yet."""
+        topic, p, broker_id = key
+        broker = self.ctx.brokers[broker_id]
+        configs = self.ctx.topics[topic].configs
+        min_isr = TOPIC_CONFIGS["min.insync.replicas"].parse(configs["min.insync.replicas"]) \
+            if "min.insync.replicas" in configs else self.config["min.insync.replicas"]
+        return ReplicaSpec(topic, p, broker_id, broker.ray_node_id, broker.log_dirs,
+                           log_config_for(configs, self.config), min_isr, self.replica_config(broker_id, configs))
+
+    def replica_config(self, broker_id: int, topic_configs: dict) -> dict:
+        c = self.config
+        leader_rate, follower_rate = self._throttle_rates(broker_id)
+        lists = throttled_replicas_for(topic_configs)
+        return {"leader.replication.throttled.rate": leader_rate,
+                "follower.replication.throttled.rate": follower_rate,
+                "leader.replication.throttled.replicas": lists["leader_throttled_replicas"],
+                "follower.replication.throttled.replicas": lists["follower_throttled_replicas"],
+                "replication.quota.window.num": c["replication.quota.window.num"],
+                "replication.quota.window.size.seconds": c["replication.quota.window.size.seconds"],
+                "replica.lag.time.max.ms": c["replica.lag.time.max.ms"],
+                "producer.id.expiration.ms": c["producer.id.expiration.ms"],
+                "log.retention.check.interval.ms": c["log.retention.check.interval.ms"],
+                "log.cleaner.backoff.ms": c["log.cleaner.backoff.ms"],
+                "log.cleaner.dedupe.buffer.size": c["log.cleaner.dedupe.buffer.size"],
+                "log.cleaner.enable": c["log.cleaner.enable"],
+                "replica.fetch.max.bytes": c["replica.fetch.max.bytes"],
+                "replica.fetch.wait.max.ms": c["replica.fetch.wait.max.ms"],
+                "replica.fetch.backoff.ms": c["replica.fetch.backoff.ms"],
+                "actor.call.timeout.ms": c["raykafka.actor.call.timeout.ms"],
+                "local.calls": c["raykafka.local.calls"],
+                # The session a leader opens to commit ISR changes (issue 18: was fixed at 18 s).
+                "zookeeper.session.timeout.ms": c["zookeeper.session.timeout.ms"]}
+
+    async def _send_leader_and_isr(self, partitions: list[tuple[str, int]],
+                                   exclude: frozenset[int] = frozenset(),
+                                   only: frozenset[tuple[str, int, int]] | None = None,
+                                   attempt: int = 0) -> None:
+        """Batched: all calls issued at once, awaited together. Brokers in `exclude` get none;
+        with `only`, just those (topic, partition, broker) replicas get theirs."""
+        ctx = self.ctx
+        calls = []
+        starting: dict[int, int] = {}  # broker -> replica actors this LeaderAndIsr creates
+        for topic, p in partitions:
+            state = ctx.states.get((topic, p))
+            if state is None:
+                continue
+            replicas = ctx.topics[topic].assignment[p]
+            for broker_id in replicas:
+                if broker_id not in ctx.brokers or broker_id in exclude:
+                    continue
+                if only is not None and (topic, p, broker_id) not in only:
+                    continue
+                key = ReplicaKey(topic, p, broker_id)
+                if not self.channel.has_replica(key):
+                    starting[broker_id] = starting.get(broker_id, 0) + 1
+                request = LeaderAndIsr(ctx.epoch, state.leader, state.leader_epoch, state.isr, replicas,
+                                       state.zk_version)
+                if broker_id == state.leader:
+                    ref = self.channel.become_leader(key, request)
+                else:
+                    leader = ReplicaKey(topic, p, state.leader) if state.leader in ctx.brokers else None
+                    ref = self.channel.become_follower(key, request, leader)
+                calls.append(((topic, p, broker_id), ref))
+        # Every node starts its new actors in parallel with the others, its own a few at a time.
+        failed = await self._await_all(calls, "LeaderAndIsr", self.call_timeout_s
+                                       + ACTOR_START_BUDGET_S * max(starting.values(), default=0))
+        if failed:
+            self._retry_leader_and_isr(frozenset(failed), attempt + 1)
+        # Group and transaction coordinators move with the leaders of the internal topics' partitions.
+        await self.channel.sync_coordinators(ctx, partitions)
+
+    def _retry_leader_and_isr(self, targets: frozenset[tuple[str, int, int]], attempt: int) -> None:
+        """Resend a LeaderAndIsr that failed to a replica of a live broker, as Kafka's
+        controller channel keeps resending to live brokers. The usual cause: a broker
+        revived right after its node was killed, before Ray declared the old node dead
+        (its health check allows ~10 s, issue 18), so the replica's name still led to
+        the dead actor. The failed handle is forgotten, so each try looks the name up
+        again and creates the replica anew once Ray knows the old one is gone."""
+        if attempt > LEADER_AND_ISR_RETRIES:
+            log.error("LeaderAndIsr to %d replicas still failing after %d tries: %s", len(targets),
+                      LEADER_AND_ISR_RETRIES, sorted(targets)[:5])
+            return
+        delay = min(LEADER_AND_ISR_RETRY_MAX_S, 0.5 * 2 ** (attempt - 1))
+
+        def resend():
+            async def event():
+                live = frozenset(t for t in targets if self.is_active and t[2] in self.ctx.brokers
+                                 and (t[0], t[1]) in self.ctx.states)
+                if not live:
+                    return
+                log.info("resending LeaderAndIsr to %d replicas (try %d)", len(live), attempt + 1)
+                await self._send_leader_and_isr(sorted({(t, p) for t, p, _ in live}), only=live, attempt=attempt)
+
+            event.__name__ = f"retry_leader_and_isr({attempt})"
+            return event()
+
+        self.loop.call_later(delay, lambda: self.enqueue(resend))
+
+    async def _await_all(self, calls, what: str, timeout_s: float | None = None) -> list:
+        """Await every call; return the targets whose call failed (raised or timed out)."""
+        if not calls:
+            return []
+        timeout_s = self.call_timeout_s if timeout_s is None else timeout_s
+        results = await asyncio.gather(
+            *(asyncio.wait_for(ref, timeout_s) for _, ref in calls), return_exceptions=True)
+        failed = []
+        for (target, _), result in zip(calls, results):
+            if isinstance(result, Exception):
+                # A timeout's str() is empty: name its type instead of failing the whole event.
+                log.error("%s to %s failed: %s", what, target,
+                          (str(result).splitlines() or [type(result).__name__])[0][:300])
+                # A dead replica actor is recreated on the next LeaderAndIsr.
+                self.channel.forget_replica(target)
+                failed.append(target)
+            elif isinstance(result, int) and result != 0:
+                log.warning("%s to %s answered error %d", what, target, result)
+        return failed
+
+    async def _send_update_metadata(self) -> None:
+        ctx = self.ctx
+        snapshot = ctx.metadata_snapshot(self.broker_id)
+        calls = []
+        for broker_id in ctx.live_broker_ids:
+            if not self.channel.has_edge(broker_id):
+                continue
+            leaders = [ReplicaKey(topic, p, broker_id) for (topic, p), state in ctx.states.items()
+                       if state.leader == broker_id and topic not in ctx.topics_being_deleted]
+            calls.append((broker_id, self.channel.update_metadata(broker_id, snapshot, leaders)))
+        results = await asyncio.gather(
+            *(asyncio.wait_for(ref, self.call_timeout_s) for _, ref in calls), return_exceptions=True)
+        for (broker_id, _), result in zip(calls, results):
+            if isinstance(result, Exception):
+                log.error("UpdateMetadata to broker %d failed: %r", broker_id, result)
+                self.channel.forget_edge(broker_id)
+
+    # ---- ZooKeeper-driven events -------------------------------------------------------------------
+    async def _on_broker_change(self) -> None:
+        if not self.is_active:
+            return
+        current = self._live_registrations()
+        await self._apply_broker_changes(current, [b for b in current if b not in self.ctx.brokers],
+                                         [b for b in self.ctx.brokers if b not in current])
+
+    def _watch_edge(self, broker_id: int) -> None:
+        """Ray's death watch on the broker's edge: a pending call fails within
+        milliseconds of the node dying, long before ZooKeeper's session expires."""
+        if broker_id in self._edge_watches:
+            return
+        died = self.channel.watch_edge(broker_id)
+        if died is None:
+            # Registered in ZooKeeper but its edge actor is gone: the node died and its
+            # session has not expired yet (e.g. seen by a controller elected after the
+            # crash). Treat it as dead now rather than after the session timeout.
+            self.enqueue(lambda: self._on_edge_died(broker_id))
+            return
+
+        async def watch():
+            dead_edge_id = await died
+            self._edge_watches.pop(broker_id, None)
+            self.enqueue(lambda: self._on_edge_died(broker_id, dead_edge_id))
+
+        self._edge_watches[broker_id] = self.loop.create_task(watch())
+
+    def _on_edge_died(self, broker_id: int, dead_edge_id: str | None = None):
+        async def event():
+            if not self.is_active or broker_id not in self.ctx.brokers:
+                return
+            info = self.zk.get_broker(broker_id)
+            # A replacement edge (started by the broker's supervisor) may have
+            # registered already: only the dead edge's own registration is ignored.
+            replaced = info is not None and dead_edge_id is not None and \
+                info.get("edge_actor_id") not in (None, dead_edge_id)
+            if info is not None and not replaced:
+                self._dead_registrations[broker_id] = info.get("timestamp")
+            log.warning("broker %d's edge died (Ray death watch)", broker_id)
+            await self._apply_broker_changes({}, [], [broker_id])
+            if replaced:
+                await self._on_broker_change()  # re-admit it under its new edge
+
+        event.__name__ = f"edge_died({broker_id})"
+        return event()
+
+    async def _apply_broker_changes(self, current: dict, new_ids: list[int], dead_ids: list[int]) -> None:
+        ctx = self.ctx
+        for broker_id in dead_ids:
+            log.info("broker %d is gone", broker_id)
+            del ctx.brokers[broker_id]
+            ctx.shutting_down.discard(broker_id)
+            self.channel.forget_broker(broker_id)  # its edge, replicas and coordinators
+        for broker_id in new_ids:
+            log.info("broker %d joined", broker_id)
+            ctx.brokers[broker_id] = _broker_state(broker_id, current[broker_id])
+            self._watch_edge(broker_id)
+        if not new_ids and not dead_ids:
+            return
+        touched = [(tp, r) for tp, r in ctx.all_partitions()
+                   if set(r) & (set(new_ids) | set(dead_ids))]
+        ctx.replica_sm.transition([(t, p, b) for (t, p), r in touched for b in r if b in dead_ids],
+                                  RS.OFFLINE_REPLICA)
+        await self._elect_offline_partitions(touched)
+        self._remove_dead_from_isr(touched)
+        await self._send_leader_and_isr([tp for tp, _ in touched])
+        ctx.replica_sm.transition([(t, p, b) for (t, p), r in touched for b in r if b in new_ids],
+                                  RS.ONLINE_REPLICA)
+        await self._send_update_metadata()
+        if new_ids:
+            await self._retry_replica_deletions(new_ids)
+            retry = [t for t in ctx.topics_being_deleted if t in ctx.topics]
+            if retry:
+                await self._delete_topics(retry)
+
+    def _remove_dead_from_isr(self, partitions) -> None:
+        """Replica state machine, OnlineReplica -> OfflineReplica: a dead follower
+        leaves the ISR at once (new leader epoch), so acks=all need not wait for
+        replica.lag.time.max.ms."""
+        ctx = self.ctx
+        for (topic, p), _replicas in partitions:
+            state = ctx.states.get((topic, p))
+            if state is None or state.leader not in ctx.brokers:
+                continue
+            isr = [r for r in state.isr if r in ctx.brokers]
+            if isr != state.isr:
+                self._write_state(topic, p, PartitionState(state.leader, state.leader_epoch + 1, isr, ctx.epoch,
+                                                           state.zk_version))
+
+    async def _on_isr_change(self) -> None:
+        """Leaders changed ISRs in ZooKeeper: refresh those states and tell the edges."""
+        if not self.is_active:
+            return
+        notes = self.zk.get_isr_change_notifications()
+        if not notes:
+            return
+        changed = {tuple(tp) for n in notes for tp in n.partitions}
+        for topic, p in changed:
+            if topic not in self.ctx.topics:
+                continue
+            found = self.zk.get_partition_state(topic, p)
+            if found is not None:
+                state, version = found
+                self.ctx.states[(topic, p)] = PartitionState(state.leader, state.leader_epoch, list(state.isr),
+                                                             state.controller_epoch, version)
+        await self._send_update_metadata()
+        self.zk.delete_isr_change_notifications([n.name for n in notes])
+        await self._check_reassignments([tp for tp in changed if tp in self.ctx.reassignments])
+
+    async def _on_topic_change(self) -> None:
+        """Topics written to ZooKeeper by someone else (e.g. an admin tool)."""
+        if not self.is_active:
+            return
+        new = [t for t in self.zk.get_topics() if t not in self.ctx.topics]
+        if not new:
+            return
+        for name in new:
+            self._load_topic(name)
+        partitions = [item for name in new for item in self.ctx.partitions_of(name)]
+        await self._elect_offline_partitions(partitions)
+        await self._send_leader_and_isr([tp for tp, _ in partitions])
+        await self._send_update_metadata()
+
+    async def _on_delete_topics_marked(self) -> None:
+        if not self.is_active:
+            return
+        marked = [t for t in self.zk.get_topics_marked_for_deletion() if t not in self.ctx.topics_being_deleted]
+        if marked:
+            await self._delete_topics(marked)
+
+    # ---- admin requests from edges ---------------------------------------------------------------
+    async def create_topics(self, specs: list[dict], validate_only: bool) -> list[dict]:
+        async def event():
+            if not self.is_active:
+                return [_error(s["name"], ERR_NOT_CONTROLLER, "This is not the active controller")
+                        for s in specs]
+            return await self._create_topics(specs, validate_only)
+
+        event.__name__ = "create_topics"
+        return await self.submit(event)
+
+    async def _create_topics(self, specs: list[dict], validate_only: bool) -> list[dict]:
+        ctx = self.ctx
+        results, created = [], []
+        existing = set(ctx.topics) | set(ctx.topics_being_deleted)
+        capacity = self._node_capacity()  # raykafka.replicas.per.node.max: checked before any write
+        for spec in specs:
+            try:
+                plan = plan_topic(spec, self.config, ctx.live_broker_ids, existing,
+                                  racks={b: info.rack for b, info in ctx.brokers.items()},
+                                  capacity=capacity, internal=spec["name"].startswith("__"))
+            except TopicSpecError as exc:
+                results.append(_error(spec["name"], int(exc.error), str(exc)))
+                continue
+            capacity.add(plan.assignment)  # later topics of this request (validate_only too) count it
+            topic_id = new_zk_topic_id()
+            if not validate_only:
+                try:
+                    # Off the event loop (a ZooKeeper write with its fsync, per topic).
+                    await asyncio.get_running_loop().run_in_executor(
+                        None, self.zk.create_topic, plan.name, plan.assignment, plan.configs, topic_id)
+                except Exception as exc:  # TopicExistsError from a racing writer, or ZooKeeper trouble
+                    code = 36 if type(exc).__name__ == "TopicExistsError" else ERR_UNKNOWN_SERVER
+                    results.append(_error(plan.name, code, str(exc)))
+                    continue
+                ctx.topics[plan.name] = TopicState(plan.name, topic_id, plan.assignment, plan.configs,
+                                                   internal=plan.name.startswith("__"))
+                existing.add(plan.name)
+                created.append(plan.name)
+            results.append({
+                "name": plan.name, "error_code": ERR_NONE, "error_message": None,
+                "topic_id": __import__("uuid").UUID(zk_topic_id_to_uuid(topic_id)) if not validate_only else None,
+                "num_partitions": plan.num_partitions, "replication_factor": plan.replication_factor,
+                "configs": described_configs(plan.configs, self.config),
+            })
+        if created:
+            partitions = [item for name in created for item in ctx.partitions_of(name)]
+            await self._elect_offline_partitions(partitions)
+            await self._send_leader_and_isr([tp for tp, _ in partitions])
+            await self._send_update_metadata()
+        return results
+
+    async def ensure_offsets_topic(self) -> tuple[int, str | None]:
+        """Create __consumer_offsets unless it exists (the first FindCoordinator
+        asks for it, as in Kafka); -> (error code, message)."""
+        async def event():
+            if not self.is_active:
+                return ERR_NOT_CONTROLLER, "This is not the active controller"
+            if self.offsets_topic.name in self.ctx.topics:
+                return ERR_NONE, None
+            if not self.ctx.brokers:
+                return 15, "no live brokers"  # COORDINATOR_NOT_AVAILABLE
+            [result] = await self._create_topics([self.offsets_topic.spec(self.config, len(self.ctx.brokers))],
+                                                 False)
+            return result["error_code"], result["error_message"]
+
+        event.__name__ = "ensure_offsets_topic"
+        return await self.submit(event)
+
+    async def ensure_transaction_state_topic(self) -> tuple[int, str | None]:
+        """Create __transaction_state unless it exists (the first
+        FindCoordinator(TRANSACTION) asks for it); -> (error code, message)."""
+        async def event():
+            if not self.is_active:
+                return ERR_NOT_CONTROLLER, "This is not the active controller"
+            if self.transaction_state_topic.name in self.ctx.topics:
+                return ERR_NONE, None
+            if not self.ctx.brokers:
+                return 15, "no live brokers"  # COORDINATOR_NOT_AVAILABLE
+            spec = self.transaction_state_topic.spec(self.config, len(self.ctx.brokers))
+            [result] = await self._create_topics([spec], False)
+            return result["error_code"], result["error_message"]
+
+        event.__name__ = "ensure_transaction_state_topic"
+        return await self.submit(event)
+
+    async def delete_topics(self, names: list[str]) -> dict[str, tuple[int, str | None]]:
+        async def event():
+            if not self.is_active:
+                return {n: (ERR_NOT_CONTROLLER, "This is not the active controller") for n in names}
+            outcome = {}
+            to_delete = []
+            for name in names:
+                if name not in self.ctx.topics:
+                    outcome[name] = (ERR_UNKNOWN_TOPIC, "This server does not host this topic-partition.")
+                elif not self.config["delete.topic.enable"]:
+                    outcome[name] = (ERR_TOPIC_DELETION_DISABLED, "Topic deletion is disabled.")
+                else:
+                    to_delete.append(name)
+                    outcome[name] = (ERR_NONE, None)
+            for name in to_delete:
+                self.zk.mark_topic_for_deletion(name)
+            if to_delete:
+                await self._delete_topics(to_delete)
+            return outcome
+
+        event.__name__ = "delete_topics"
+        return await self.submit(event)
+
+    async def _delete_topics(self, names: list[str]) -> None:
+        """Kafka's TopicDeletionManager over the replica state machine: each replica
+        OfflineReplica -> ReplicaDeletionStarted -> ReplicaDeletionSuccessful ->
+        NonExistentReplica; a replica whose broker is down or whose StopReplica
+        failed becomes ReplicaDeletionIneligible and is retried (when its broker
+        returns, or after a backoff). The znodes go only once every replica is gone."""
+        ctx = self.ctx
+        names = [n for n in names if n in ctx.topics]
+        if not names:
+            return
+        ctx.topics_being_deleted.update(names)
+        await self._send_update_metadata()  # edges stop routing to them first
+        calls, waiting = [], []
+        for name in names:
+            for (topic, p), replicas in ctx.partitions_of(name):
+                ctx.partition_sm.transition([(topic, p)], PS.OFFLINE_PARTITION)
+                for broker_id in replicas:
+                    replica = (topic, p, broker_id)
+                    if ctx.replica_sm.state(replica) in (RS.REPLICA_DELETION_SUCCESSFUL,):
+                        continue
+                    ctx.replica_sm.transition([replica], RS.OFFLINE_REPLICA)
+                    if broker_id in ctx.brokers:
+                        ctx.replica_sm.transition([replica], RS.REPLICA_DELETION_STARTED)
+                        calls.append((replica, self.channel.stop_replica(ReplicaKey(*replica), ctx.epoch, True)))
+                    else:
+                        ctx.replica_sm.transition([replica], RS.REPLICA_DELETION_INELIGIBLE)
+                        waiting.append(replica)
+        outcomes = await self._await_calls(calls)
+        failed = False
+        for replica, outcome in outcomes.items():
+            if outcome == 0:
+                ctx.replica_sm.transition([replica], RS.REPLICA_DELETION_SUCCESSFUL)
+                self.channel.remove_replica(ReplicaKey(*replica))
+            else:
+                failed = True
+                ctx.replica_sm.transition([replica], RS.REPLICA_DELETION_INELIGIBLE)
+        if waiting:
+            log.info("deletion of %s waits for brokers %s to return", names, sorted({r[2] for r in waiting}))
+        done = []
+        for name in names:
+            if not ctx.replica_sm.is_topic_deletion_successful(name):
+                continue
+            self.zk.delete_topic(name)
+            for p in ctx.topics[name].assignment:
+                ctx.states.pop((name, p), None)
+                ctx.reassignments.pop((name, p), None)
+                ctx.partition_sm.transition([(name, p)], PS.NON_EXISTENT_PARTITION)
+            ctx.replica_sm.forget_topic(name)
+            del ctx.topics[name]
+            ctx.topics_being_deleted.discard(name)
+            done.append(name)
+            log.info("deleted topic %s", name)
+        if done:
+            await self._send_update_metadata()
+        if failed:
+            retry = [n for n in names if n in ctx.topics_being_deleted]
+
+            async def later():
+                await asyncio.sleep(TOPIC_DELETION_RETRY_BACKOFF_S)
+                self.enqueue(lambda: self._delete_topics(retry) if self.is_active else asyncio.sleep(0))
+
+            self.loop.create_task(later())
+
+    # ---- topic configs: AlterConfigs / IncrementalAlterConfigs / DescribeConfigs ------------------
+    async def alter_topic_configs(self, changes: list[dict], validate_only: bool) -> list[dict]:
+        """changes: {"name", "replace": {k: v}} (AlterConfigs: the new full override set) or
+        {"name", "ops": [(key, op, value)]} (IncrementalAlterConfigs). -> [{"name", "error_code", "error_message"}]"""
+        async def event():
+            if not self.is_active:
+                return [_error(c["name"], ERR_NOT_CONTROLLER, "This is not the active controller") for c in changes]
+            results = []
+            for change in changes:
+                name = change["name"]
+                topic = self.ctx.topics.get(name)
+                if topic is None or name in self.ctx.topics_being_deleted:
+                    results.append(_error(name, ERR_UNKNOWN_TOPIC, f"Topic {name} does not exist."))
+                    continue
+                try:
+                    if "replace" in change:
+                        new = apply_config_ops({}, [(k, 0, v) for k, v in change["replace"].items()])
+                    else:
+                        new = apply_config_ops(topic.configs, change["ops"])
+                except TopicSpecError as exc:
+                    results.append(_error(name, int(exc.error), str(exc)))
+                    continue
+                if not validate_only and new != topic.configs:
+                    self.zk.set_topic_config(name, new)  # also writes /config/changes
+                    topic.configs = new
+                    await self._push_topic_config(name)
+                results.append({"name": name, "error_code": ERR_NONE, "error_message": None})
+            return results
+
+        event.__name__ = "alter_topic_configs"
+        return await self.submit(event)
+
+    async def _push_topic_config(self, name: str) -> None:
+        """Running replicas pick the change up at once (no restart)."""
+        topic = self.ctx.topics[name]
+        configs = topic.configs
+        log_config = log_config_for(configs, self.config)
+        min_isr = TOPIC_CONFIGS["min.insync.replicas"].parse(configs["min.insync.replicas"]) \
+            if "min.insync.replicas" in configs else self.config["min.insync.replicas"]
+        calls = []
+        for (t, p), replicas in self.ctx.partitions_of(name):
+            for broker_id in replicas:
+                if broker_id in self.ctx.brokers:
+                    key = ReplicaKey(t, p, broker_id)
+                    calls.append((key, self.channel.update_log_config(key, log_config, min_isr)))
+                    calls.append((key, self.channel.update_replication_throttle(
+                        key, None, None, **throttled_replicas_for(configs))))
+        await self._await_all(calls, "UpdateLogConfig")
+
+    # ---- replication throttle rates: dynamic broker configs (KIP-73) ------------------------------
+    def _throttle_rates(self, broker_id: int) -> tuple[int, int]:
+        """Effective rates for one broker: its /config/brokers/<id> entry, else
+        /config/brokers/<default>, else the static configuration."""
+        overrides = self._broker_overrides
+
+        def rate(key: str) -> int:
+            for entity in (str(broker_id), "<default>"):
+                value = overrides.get(entity, {}).get(key)
+                if value is not None:
+                    return BROKER_CONFIGS[key].parse(value)
+            return self.config[key]
+
+        return rate("leader.replication.throttled.rate"), rate("follower.replication.throttled.rate")
+
+    def _load_broker_overrides(self) -> None:
+        self._broker_overrides = {"<default>": self.zk.get_broker_config("<default>")}
+        for broker_id in self.ctx.brokers:
+            self._broker_overrides[str(broker_id)] = self.zk.get_broker_config(broker_id)
+
+    async def _push_throttle_rates(self) -> None:
+        calls = []
+        for key in self.channel.replica_keys():
+            if key.broker_id in self.ctx.brokers:
+                leader_rate, follower_rate = self._throttle_rates(key.broker_id)
+                calls.append((key, self.channel.update_replication_throttle(key, leader_rate, follower_rate)))
+        await self._await_all(calls, "UpdateReplicationThrottle")
+
+    async def alter_broker_configs(self, changes: list[dict], validate_only: bool) -> list[dict]:
+        """Dynamic broker configs (only the replication throttle rates are dynamic here).
+        changes: {"name": "" (cluster default) or a broker id, "replace": {..}} or {"name", "ops": [..]}."""
+        async def event():
+            if not self.is_active:
+                return [_error(c["name"], ERR_NOT_CONTROLLER, "This is not the active controller") for c in changes]
+            results, touched = [], False
+            for change in changes:
+                name = change["name"]
+                try:
+                    entity = "<default>" if name in ("", "<default>") else int(name)
+                except ValueError:
+                    results.append(_error(name, ERR_INVALID_REQUEST, f"Invalid broker id {name!r}"))
+                    continue
+                current = dict(self._broker_overrides.get(str(entity), {}))
+                new = {} if "replace" in change else dict(current)
+                ops = [(k, 0, v) for k, v in change["replace"].items()] if "replace" in change else change["ops"]
+                problem = None
+                for key, op, value in ops:
+                    if key not in DYNAMIC_BROKER_CONFIGS:
+                        problem = (ERR_INVALID_REQUEST, f"Cannot update these configs dynamically: {key}")
+                        break
+                    if op == 0:  # SET
+                        try:
+                            BROKER_CONFIGS[key].parse(value)
+                        except ConfigError as exc:
+                            problem = (ERR_INVALID_CONFIG, str(exc))
+                            break
+                        new[key] = str(value)
+                    elif op == 1:  # DELETE
+                        new.pop(key, None)
+                    else:
+                        problem = (ERR_INVALID_CONFIG, f"{key}: APPEND/SUBTRACT apply to list configs only")
+                        break
+                if problem is not None:
+                    results.append(_error(name, *problem))
+                    continue
+                if not validate_only and new != current:
+                    self.zk.set_broker_config(entity, new)
+                    self._broker_overrides[str(entity)] = new
+                    touched = True
+                results.append({"name": name, "error_code": ERR_NONE, "error_message": None})
+            if touched:
+                await self._push_throttle_rates()
+            return results
+
+        event.__name__ = "alter_broker_configs"
+        return await self.submit(event)
+
+    async def _on_config_change(self) -> None:
+        """/config/changes written by anyone (an admin tool writing ZooKeeper directly)."""
+        if not self.is_active:
+            return
+        for name, body in self.zk.get_config_change_notifications():
+            if self._last_config_change is not None and name <= self._last_config_change:
+                continue
+            self._last_config_change = name
+            entity = (body or {}).get("entity_path", "")
+            if entity.startswith("brokers/"):
+                self._load_broker_overrides()
+                await self._push_throttle_rates()
+            if entity.startswith("topics/"):
+                topic = entity.split("/", 1)[1]
+                if topic in self.ctx.topics:
+                    fresh = self.zk.get_topic_config(topic)
+                    if fresh != self.ctx.topics[topic].configs:
+                        self.ctx.topics[topic].configs = fresh
+                        await self._push_topic_config(topic)
+
+    async def describe_configs(self, resources: list[tuple[int, str]]) -> list[dict]:
+        """resources: (resource type 2=topic / 4=broker, name) -> entries or an error."""
+        async def event():
+            out = []
+            for resource_type, name in resources:
+                if resource_type == 2:
+                    topic = self.ctx.topics.get(name) if self.ctx else None
+                    if topic is None:
+                        out.append(_error(name, ERR_UNKNOWN_TOPIC, f"Topic {name} does not exist."))
+                        continue
+                    out.append({"name": name, "error_code": 0, "error_message": None,
+                                "entries": describe_topic_config_entries(topic.configs, self.config)})
+                elif resource_type in (4, 8):  # BROKER, BROKER_LOGGER
+                    out.append({"name": name, "error_code": 0, "error_message": None,
+                                "entries": describe_broker_config_entries(self._described_broker_config(name))
+                                if resource_type == 4 else []})
+                else:
+                    out.append(_error(name, 42, f"Unsupported resource type {resource_type}"))  # INVALID_REQUEST
+            return out
+
+        event.__name__ = "describe_configs"
+        return await self.submit(event)
+
+    # ---- shutdown ------------------------------------------------------------------------------
+    async def close_local_replicas(self, broker_id: int) -> int:
+        """Clean shutdown of one broker's replicas: flush and checkpoint each log."""
+        return await self.channel.close_replicas(broker_id, self.call_timeout_s)
+
+
+def _broker_state(broker_id: int, info: dict) -> BrokerState:
+    return BrokerState(broker_id=broker_id, host=info.get("host"), port=info.get("port"), rack=info.get("rack"),
+                       ray_node_id=info.get("ray_node_id"), log_dirs=list(info.get("log_dirs") or []),
+                       replicas_max=info.get("replicas_max"))
+
+
+def _error(name: str, code: int, message: str) -> dict:
+    return {"name": name, "error_code": code, "error_message": message}

@@ -32,11 +32,15 @@ Kafka's rules, as implemented here:
   after the cleaner first passes them.
 * Transactional batches of aborted transactions (the segments' ``.txnindex``
   entries say which) are removed, as Kafka's cleaner discards them; the
-  producer's last batch stays, emptied of nothing, so its sequence survives.
-  Other transactional batches and control batches (markers) are copied
-  unchanged and their records are not put in the offset map: markers are
-  kept, which is always safe for read_committed consumers (Kafka drops them
-  only once delete.retention.ms has passed; not done here).
+  producer's last batch stays so its sequence survives. Other transactional
+  batches are copied unchanged and their records are not put in the offset
+  map.
+* A transaction marker stays while any batch of its transaction is still in
+  the log. Once none is, the first pass stamps it with a delete horizon
+  (now + ``delete_retention_ms``, as tombstones get) and a pass after the
+  horizon removes it, with its ``.txnindex`` entry (Kafka's
+  CleanedTransactionMetadata): consumers that read the transaction's data
+  before had that long to read its marker too. Empty control batches go.
 * A batch that loses all its records disappears, except the last batch of a
   producer id, which stays as an empty batch so sequence numbers survive.
 * Retained records keep their offsets (gaps are legal in compacted logs),
@@ -315,6 +319,9 @@ class LogCleaner:
         dirty_from = max(bisect_right(bases, first_dirty) - 1, 0)
         dirty_non_active = non_active[dirty_from:]
         candidates = [active_base, leo if high_watermark is None else min(high_watermark, leo)]
+        first_unstable = log_.first_unstable_offset()
+        if first_unstable is not None:
+            candidates.append(first_unstable)  # as Kafka: never clean past the last stable offset
         min_lag = max(cfg.min_compaction_lag_ms, 0)
         if min_lag > 0:
             for s in dirty_non_active:
@@ -433,8 +440,11 @@ class LogCleaner:
                 )
             producers = self._last_offsets_of_producers(lg)
             segs = [s for s in lg.segments[:-1] if s.base_offset < end_offset]
+            # Producers with a batch of their current transaction kept so far
+            # in this pass (the pass runs from the log start, in offset order).
+            txn_data_kept: set[int] = set()
             for group in self._group_segments(lg, segs, ltc.first_uncleanable_offset):
-                self._clean_group(lg, group, omap, producers, now_ms, stats)
+                self._clean_group(lg, group, omap, producers, now_ms, stats, txn_data_kept)
             with lg._lock:
                 if lg.closed or lg.truncation_generation != generation:
                     raise _Abort("the log was truncated or closed during cleaning")
@@ -577,6 +587,7 @@ class LogCleaner:
         producers: dict[int, int],
         now_ms: int,
         stats: _Stats,
+        txn_data_kept: set[int],
     ) -> None:
         cfg = lg.config
         base = group[0].base_offset
@@ -589,8 +600,11 @@ class LogCleaner:
         sources = self._open_sources(lg, group)
         ok = False
         aborted: dict[int, list[tuple[int, int]]] = {}
+        abort_entries = {}  # marker offset -> its index entry
         for txn in lg.collect_aborted_txns(base, group[-1].next_offset):
             aborted.setdefault(txn.producer_id, []).append((txn.first_offset, txn.last_offset))
+            abort_entries[txn.last_offset] = txn
+        kept_entries = []
         try:
             horizon = now_ms + cfg.delete_retention_ms
             for src in sources:
@@ -599,10 +613,19 @@ class LogCleaner:
                 chunk_last, chunk_max_ts, chunk_off_max = -1, -1, -1
                 for _, h, batch in src.batches():
                     stats.bytes_read += len(batch)
-                    if aborted and _aborted_data(h, aborted) and producers.get(h[9]) != h[0] + h[6]:
-                        stats.records_read += h[12]
-                        continue
-                    out = _filter_batch(batch, h, omap, producers, now_ms, horizon, stats)
+                    if h[9] >= 0 and h[5] & CONTROL_MASK:
+                        out = _filter_marker(batch, h, txn_data_kept, now_ms, horizon, stats)
+                        if out is not None and h[0] in abort_entries:
+                            kept_entries.append(abort_entries[h[0]])
+                        if out is None:
+                            continue
+                    else:
+                        if h[9] >= 0 and h[5] & TRANSACTIONAL_MASK:
+                            if aborted and _aborted_data(h, aborted) and producers.get(h[9]) != h[0] + h[6]:
+                                stats.records_read += h[12]
+                                continue
+                            txn_data_kept.add(h[9])
+                        out = _filter_batch(batch, h, omap, producers, now_ms, horizon, stats)
                     if out is None:
                         continue
                     oh = HEADER.unpack_from(out, 0)
@@ -619,11 +642,13 @@ class LogCleaner:
                 if parts:
                     cleaned.append(chunk_last, chunk_max_ts, chunk_off_max, b"".join(parts))
                     stats.bytes_written += pending
+            for entry in kept_entries:
+                cleaned.txn_index.append(entry)
             cleaned.on_become_inactive()
             cleaned.flush()
             cleaned.set_last_modified_ms(group[-1].last_modified_ms)
             try:
-                lg.replace_segments(cleaned, group, now_ms)
+                lg.replace_segments(cleaned, group, now_ms, carry_txn_index=False)
             except ValueError as exc:
                 raise _Abort(str(exc)) from None
             ok = True
@@ -636,11 +661,42 @@ class LogCleaner:
                 cleaned.delete()
 
 
+def _with_delete_horizon(batch, h, horizon: int) -> bytes:
+    """The control batch re-encoded with a delete horizon (KIP-534): the base
+    timestamp holds it and attribute bit 6 says so; record timestamps stay."""
+    data = _records.batch_payload(batch, 0, h)
+    recs = _records.scan_records(data, h[12])
+    payload = b"".join(_records.reencode_timestamp_delta(data, r, h[7] + r.timestamp_delta - horizon) for r in recs)
+    return _records.pack_batch(
+        payload, 0, base_offset=h[0], partition_leader_epoch=h[2], attributes=h[5] | DELETE_HORIZON_MASK,
+        last_offset_delta=h[6], base_timestamp=horizon, max_timestamp=h[8], producer_id=h[9],
+        producer_epoch=h[10], base_sequence=h[11], record_count=h[12])
+
+
 def _aborted_data(h, aborted: dict[int, list[tuple[int, int]]]) -> bool:
     """Whether the batch is data of an aborted transaction (not its marker)."""
     if not h[5] & TRANSACTIONAL_MASK or h[5] & CONTROL_MASK:
         return False
     return any(first <= h[0] < last for first, last in aborted.get(h[9], ()))
+
+
+def _filter_marker(batch, h, txn_data_kept: set[int], now_ms: int, new_horizon: int, stats: _Stats):
+    """Kafka's rule for a transaction marker: kept while its transaction has
+    data in the log; then stamped with a delete horizon, and removed once
+    that has passed. Returns the bytes to keep or None."""
+    stats.records_read += h[12]
+    data_kept = h[9] in txn_data_kept
+    txn_data_kept.discard(h[9])
+    if h[12] == 0:
+        return None  # an empty control batch was cleaned before
+    if not data_kept:
+        if not h[5] & DELETE_HORIZON_MASK:
+            stats.records_retained += h[12]
+            return _with_delete_horizon(batch, h, new_horizon)
+        if now_ms >= h[7]:
+            return None
+    stats.records_retained += h[12]
+    return batch
 
 
 def _scan(batch: memoryview, h) -> list:

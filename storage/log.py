@@ -1385,7 +1385,8 @@ class Log:
 
     # -------------------------------------------------------- cleaner hooks
 
-    def replace_segments(self, new_segment: LogSegment, old_segments: list[LogSegment], now_ms: int | None = None) -> None:
+    def replace_segments(self, new_segment: LogSegment, old_segments: list[LogSegment], now_ms: int | None = None,
+                         *, carry_txn_index: bool = True) -> None:
         """Swap a cleaned segment in for ``old_segments`` (Kafka's
         ``LocalLog.replaceSegments``), crash-safe:
 
@@ -1414,10 +1415,11 @@ class Log:
                 raise ValueError("the new segment must start at the first replaced segment's base offset")
             if new_segment.size and new_segment.next_offset > segs[j].base_offset:
                 raise ValueError("the new segment overlaps the segment after the replaced ones")
-            # The aborted transactions indexed by the replaced segments stay
-            # indexed: their markers (and any data the cleaner kept) are still here.
+            # Unless the caller wrote the new segment's index itself (the
+            # cleaner, which drops the entries of the markers it removes), the
+            # aborted transactions indexed by the replaced segments stay indexed.
             new_index = new_segment.txn_index
-            if len(new_index) == 0:
+            if carry_txn_index and len(new_index) == 0:
                 for old in old_segments:
                     for txn in old.txn_index.entries():
                         new_index.append(txn)

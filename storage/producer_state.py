@@ -393,15 +393,13 @@ class ProducerStateManager:
         return self.producers.get(producer_id)
 
     def first_unstable_offset(self) -> int | None:
-        first = None
-        for txn in self._unreplicated.values():
-            if first is None or txn.first_offset < first:
-                first = txn.first_offset
-        for offset in self._ongoing:  # the smallest comes first
-            if first is None or offset < first:
-                first = offset
-            break
-        return first
+        # Copies first: the cleaner's thread asks while the replica's event
+        # loop changes these dicts (list() of a dict runs no Python code).
+        firsts = [t.first_offset for t in list(self._unreplicated.values())]
+        ongoing = list(self._ongoing)  # by first offset: the smallest comes first
+        if ongoing:
+            firsts.append(ongoing[0])
+        return min(firsts) if firsts else None
 
     @property
     def has_ongoing_transactions(self) -> bool:

@@ -138,6 +138,7 @@ def test_control_and_transactional_batches_kept_intact(tmp_path):
     put(log, [(b"a", b"2")])
     log.roll()
     put(log, [(b"z", b"z")])
+    log.producer_state.on_high_watermark_updated(log.log_end_offset)  # the marker is replicated: stable
     LogCleaner(1 << 20).clean(log, now_ms=10_000)
     blob = log.read_bytes(0, 1 << 30)
     assert blob.startswith(before)  # offset 0 ("a"=1) is gone, txn + marker unchanged
@@ -384,7 +385,7 @@ def test_swap_range_deletes_replaced_segments(tmp_path):
 
 
 def test_aborted_transactional_data_is_removed_markers_kept(tmp_path):
-    from storage.producer_state import build_end_txn_marker
+    from storage.producer_state import build_end_txn_marker, end_txn_marker_type
 
     log = open_log(tmp_path / "t-0", cfg(segment_bytes=100_000))
 
@@ -401,9 +402,29 @@ def test_aborted_transactional_data_is_removed_markers_kept(tmp_path):
     log.append_as_leader(build_end_txn_marker(5, 0, 0, True, 1), 0, now_ms=1, from_client=False)  # 6
     log.roll()
     put(log, [(b"z", b"z")])
+    # Nothing is cleaned past the last stable offset: the markers must be replicated first.
+    assert LogCleaner(1 << 20).clean(log, now_ms=10_000).end_offset == 0
+    log.producer_state.on_high_watermark_updated(log.log_end_offset)
     LogCleaner(1 << 20).clean(log, now_ms=10_000)
     kept = [h[0] for _, h in iter_headers(log.read_bytes(0, 1 << 30))]
     # The aborted data (0, 1) is gone; the committed data, the markers and the rest stay.
     assert kept == [2, 3, 4, 5, 6, 7]
     # Its index entry survived the swap: read_committed readers still skip correctly.
     assert [t.first_offset for t in log.collect_aborted_txns(0, 8)] == [0]
+    # The abort marker has no data left: it got a delete horizon (delete.retention.ms)...
+    marker = next(h for _, h in iter_headers(log.read_bytes(0, 1 << 30)) if h[0] == 3)
+    assert marker[5] & DELETE_HORIZON_MASK and marker[7] == 10_000 + DAY
+    assert end_txn_marker_type(log.read_bytes(3, 1 << 20)) == (0, 0)  # still a valid ABORT marker
+    # ...and a pass before it keeps it, a pass after it removes it and its index entry
+    # (something must be dirty to trigger a pass, as in Kafka).
+    for now_ms in (10_000 + DAY - 1, 10_000 + DAY):
+        put(log, [(b"y", b"%d" % now_ms)])
+        log.roll()
+        log.producer_state.on_high_watermark_updated(log.log_end_offset)
+        LogCleaner(1 << 20).clean(log, now_ms=now_ms)
+        offsets = [h[0] for _, h in iter_headers(log.read_bytes(0, 1 << 30))]
+        assert (3 in offsets) == (now_ms < 10_000 + DAY)
+    assert offsets[:4] == [2, 4, 5, 6]
+    assert log.collect_aborted_txns(0, 8) == []
+    # Committed transactions keep their markers while their data is there.
+    assert {4, 6} <= {h[0] for _, h in iter_headers(log.read_bytes(0, 1 << 30))}

@@ -32,9 +32,9 @@ Kafka's rules, as implemented here:
   after the cleaner first passes them.
 * Transactional batches of aborted transactions (the segments' ``.txnindex``
   entries say which) are removed, as Kafka's cleaner discards them; the
-  producer's last batch stays so its sequence survives. Other transactional
-  batches are copied unchanged and their records are not put in the offset
-  map.
+  producer's last batch stays so its sequence survives. Committed
+  transactional records are compacted like any others (the cleaner never
+  passes the last stable offset, so every transaction it sees has ended).
 * A transaction marker stays while any batch of its transaction is still in
   the log. Once none is, the first pass stamps it with a delete horizon
   (now + ``delete_retention_ms``, as tombstones get) and a pass after the
@@ -488,16 +488,22 @@ class LogCleaner:
         bases = [s.base_offset for s in segs]
         i = max(bisect_right(bases, start) - 1, 0)
         dirty = [s for s in segs[i:-1] if s.base_offset < end]
+        aborted: dict[int, list[tuple[int, int]]] = {}
+        for txn in lg.collect_aborted_txns(start, end):
+            aborted.setdefault(txn.producer_id, []).append((txn.first_offset, txn.last_offset))
         for src in self._open_sources(lg, dirty):
             try:
-                if self._map_segment(src, start, omap):
+                if self._map_segment(src, start, omap, aborted):
                     return
             finally:
                 src.close()
 
     @staticmethod
-    def _map_segment(src: _SourceSegment, start: int, omap: OffsetMap) -> bool:
-        """Returns True when the map filled up inside this segment."""
+    def _map_segment(src: _SourceSegment, start: int, omap: OffsetMap,
+                     aborted: dict[int, list[tuple[int, int]]] | None = None) -> bool:
+        """Returns True when the map filled up inside this segment. Committed
+        transactional records count as any other; aborted ones and markers
+        do not (Kafka's buildOffsetMapForSegment)."""
         max_entries = omap.max_entries
         table = omap._map
         md5 = hashlib.md5
@@ -506,7 +512,7 @@ class LogCleaner:
             if last < start:
                 continue
             attrs = h[5]
-            if not attrs & (CONTROL_MASK | TRANSACTIONAL_MASK) and h[12] > 0:
+            if not attrs & CONTROL_MASK and h[12] > 0 and not (aborted and _aborted_data(h, aborted)):
                 recs = _scan(batch, h)
                 base = h[0]
                 undo = []
@@ -624,8 +630,9 @@ class LogCleaner:
                             if aborted and _aborted_data(h, aborted) and producers.get(h[9]) != h[0] + h[6]:
                                 stats.records_read += h[12]
                                 continue
-                            txn_data_kept.add(h[9])
                         out = _filter_batch(batch, h, omap, producers, now_ms, horizon, stats)
+                        if out is not None and h[9] >= 0 and h[5] & TRANSACTIONAL_MASK:
+                            txn_data_kept.add(h[9])
                     if out is None:
                         continue
                     oh = HEADER.unpack_from(out, 0)
@@ -714,7 +721,7 @@ def _filter_batch(batch: memoryview, h, omap: OffsetMap, producers: dict[int, in
     attrs = h[5]
     count = h[12]
     stats.records_read += count
-    if attrs & (CONTROL_MASK | TRANSACTIONAL_MASK):
+    if attrs & CONTROL_MASK:
         stats.records_retained += count
         return batch
     base = h[0]

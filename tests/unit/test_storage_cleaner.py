@@ -125,7 +125,7 @@ def test_empty_batch_kept_only_for_last_batch_of_producer(tmp_path):
     assert 0 not in offsets  # no longer producer 7's last batch
 
 
-def test_control_and_transactional_batches_kept_intact(tmp_path):
+def test_committed_transactional_records_compact_like_others_and_the_marker_stays(tmp_path):
     log = open_log(tmp_path / "t-0", cfg())
     put(log, [(b"a", b"1")])
     txn = build_batch([SimpleRecord(b"a", b"t", (), 1)], 0, producer_id=5, producer_epoch=0, base_sequence=0,
@@ -134,15 +134,18 @@ def test_control_and_transactional_batches_kept_intact(tmp_path):
     marker = build_batch([SimpleRecord(b"\x00\x00\x00\x01", b"\x00\x00\x00\x00\x00\x00", (), 1)], 0,
                          producer_id=5, producer_epoch=0, is_transactional=True, is_control=True)
     log.append_as_leader(marker, 0, now_ms=1, from_client=False)
-    before = log.read_bytes(1, 1 << 30)
+    stored_marker = log.read_bytes(2, 1 << 30)
     put(log, [(b"a", b"2")])
     log.roll()
     put(log, [(b"z", b"z")])
     log.producer_state.on_high_watermark_updated(log.log_end_offset)  # the marker is replicated: stable
     LogCleaner(1 << 20).clean(log, now_ms=10_000)
-    blob = log.read_bytes(0, 1 << 30)
-    assert blob.startswith(before)  # offset 0 ("a"=1) is gone, txn + marker unchanged
-    assert contents(log)[-2:] == [(3, b"a", b"2"), (4, b"z", b"z")]
+    # "a"=1 and the committed transaction's "a"=t are both superseded by "a"=2 (2 is the marker).
+    assert [r for r in contents(log) if r[0] != 2] == [(3, b"a", b"2"), (4, b"z", b"z")]
+    heads = {h[0]: h for _, h in iter_headers(log.read_bytes(0, 1 << 30))}
+    # The producer's last batch stays, empty, for its sequence; so its marker stays, unchanged.
+    assert heads[1].record_count == 0 and heads[1].producer_id == 5
+    assert log.read_bytes(2, 1 << 30).startswith(stored_marker[: heads[2].batch_length + 12])
 
 
 def test_tombstones_retained_for_delete_retention_after_first_pass(tmp_path):

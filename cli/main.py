@@ -413,7 +413,9 @@ class BrokerProcess:
         config = self.config
         listener = parse_listener(config["listeners"])
         if index and listener.port:
-            config = config.with_values({"listeners": f"PLAINTEXT://{listener.host}:{listener.port + index}",
+            from core.security_config import shift_ports
+
+            config = config.with_values({"listeners": shift_ports(config["listeners"], index),
                                          "advertised.listeners": None})
         purgatory = _create_named(PurgatoryActorRemote, purgatory_actor_name(broker_id), namespace,
                                   _purgatory_options(here), broker_id, namespace)
@@ -548,7 +550,10 @@ class BrokerProcess:
         broker_id, namespace = node["broker_id"], self.config["raykafka.namespace"]
         dead = node["_edge"]
         listener = parse_listener(node["_config"]["listeners"])
-        config = node["_config"].with_values({"listeners": f"PLAINTEXT://{listener.host}:{node['bound_port']}"})
+        from core.security_config import rebind_first
+
+        config = node["_config"].with_values({"listeners": rebind_first(node["_config"]["listeners"],
+                                                                        node["bound_port"])})
         edge = _create_named(EdgeActorRemote, edge_actor_name(broker_id), namespace, self._edge_options(node),
                              broker_id, config, self.zk_connect, node["log_dirs"], node["_purgatory"])
         try:

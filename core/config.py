@@ -126,7 +126,8 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("broker.id.generation.enable", "bool", True),
     ConfigDef("listeners", "string", "PLAINTEXT://127.0.0.1:9092", "Listener the edge binds"),
     ConfigDef("advertised.listeners", "string", None, "Listener clients are told to use (default: listeners)"),
-    ConfigDef("listener.security.protocol.map", "string", "PLAINTEXT:PLAINTEXT", no_effect=True),
+    ConfigDef("listener.security.protocol.map", "string", None,
+              "NAME:PROTOCOL per listener (unset: Kafka's default, each protocol named after itself)"),
     ConfigDef("log.dirs", "list", None, "Log directories (default: <data-dir>/logs)"),
     ConfigDef("log.dir", "string", None, "Single log directory (used when log.dirs is unset)"),
     ConfigDef("num.partitions", "int", 1, min=1),
@@ -302,6 +303,23 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
               "partition and group state", min=100),
 )
 
+# Listener and security keys (issue 21), defined in core/security_config.py.
+from core.security_config import SECURITY_KEYS, prefixed_base_key  # noqa: E402
+
+BROKER_CONFIGS.update(_defs(*(ConfigDef(name, kind, default, doc, **extra)
+                              for name, kind, default, doc, extra in SECURITY_KEYS)))
+
+
+def _broker_def(key: str) -> ConfigDef | None:
+    """The definition of a broker key, including listener.name.<l>.-prefixed security keys."""
+    definition = BROKER_CONFIGS.get(key)
+    if definition is None:
+        base = prefixed_base_key(key)
+        if base is not None:
+            definition = dataclasses.replace(BROKER_CONFIGS[base], name=key, default=None)
+    return definition
+
+
 TOPIC_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("cleanup.policy", "list", ["delete"], choices=("delete", "compact"), broker_synonym="log.cleanup.policy"),
     ConfigDef("compression.type", "string", "producer", choices=_COMPRESSION, broker_synonym="compression.type"),
@@ -391,20 +409,20 @@ class BrokerConfig:
         raw: dict[str, str] = {}
         for source in (properties or {}, env_overrides(environ or {}), dict(overrides)):
             for key, value in source.items():
-                if key not in BROKER_CONFIGS:
+                if _broker_def(key) is None:
                     raise ConfigError(key, "unknown broker configuration key")
                 raw[key] = value
         values = {name: d.default for name, d in BROKER_CONFIGS.items()}
         for key, value in raw.items():
-            values[key] = BROKER_CONFIGS[key].parse(value)
+            values[key] = _broker_def(key).parse(value)
         config = cls(values, set(raw))
         config._validate_cross_keys()
         return config
 
     def _validate_cross_keys(self) -> None:
-        for key in ("listeners", "advertised.listeners"):
-            if self._values.get(key) is not None:
-                parse_listener(self._values[key], key)
+        from core import security_config
+
+        security_config.validate(self)  # listeners, protocol map, TLS stores, SASL mechanisms
         if self["socket.request.max.bytes"] < self["message.max.bytes"]:
             # A produce request carrying one maximal batch must fit in a frame.
             raise ConfigError("socket.request.max.bytes", "must be at least message.max.bytes")
@@ -420,7 +438,7 @@ class BrokerConfig:
         return key in self._explicit
 
     def no_effect_keys_set(self) -> list[str]:
-        return sorted(k for k in self._explicit if BROKER_CONFIGS[k].no_effect)
+        return sorted(k for k in self._explicit if k in BROKER_CONFIGS and BROKER_CONFIGS[k].no_effect)
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self._values)
@@ -464,17 +482,11 @@ class Listener:
 
 
 def parse_listener(value: str, key: str = "listeners") -> Listener:
-    """PLAINTEXT://host:port (only the first listener is served for now)."""
-    first = value.split(",")[0].strip()
-    match = re.match(r"^([A-Za-z_][A-Za-z0-9_]*)://(\[[^\]]*\]|[^:]*):(\d+)$", first)
-    if match is None:
-        raise ConfigError(key, f"expected NAME://HOST:PORT, got {value!r}")
-    name, host, port = match.group(1).upper(), match.group(2).strip("[]"), int(match.group(3))
-    if name != "PLAINTEXT":
-        raise ConfigError(key, f"listener {name} is not supported (only PLAINTEXT)")
-    if not 0 <= port <= 65535:
-        raise ConfigError(key, f"port {port} out of range")
-    return Listener(name, host or "0.0.0.0", port)
+    """The first NAME://host:port of a listeners value (all of them:
+    core/security_config.listener_specs)."""
+    from core.security_config import first_listener
+
+    return Listener(*first_listener(value, key))
 
 
 def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, Any]:

@@ -286,8 +286,11 @@ def broker_registration_json(
     rack: str | None = None,
     extra: Mapping[str, Any] | None = None,
     timestamp_ms: int | None = None,
+    security: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Kafka's version-5 /brokers/ids/<id> payload for one PLAINTEXT listener."""
+    """Kafka's version-5 /brokers/ids/<id> payload for one PLAINTEXT listener, or, with
+    ``security`` ({"endpoints": [...], "listener_security_protocol_map": {...}}), for
+    the listeners it names (host/port stay the first listener's: the controller's)."""
     body: dict[str, Any] = {
         "features": {},
         "listener_security_protocol_map": {PLAINTEXT: PLAINTEXT},
@@ -298,6 +301,8 @@ def broker_registration_json(
         "version": BROKER_REGISTRATION_VERSION,
         "timestamp": str(_now_ms() if timestamp_ms is None else timestamp_ms),
     }
+    if security:
+        body.update({key: security[key] for key in ("endpoints", "listener_security_protocol_map")})
     if rack is not None:
         body["rack"] = rack
     if extra:
@@ -764,6 +769,7 @@ class KafkaZkClient:
         *,
         wait_for_stale_s: float | None = None,
         replace_stale: Callable[[dict[str, Any]], bool] | None = None,
+        security: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Create the ephemeral /brokers/ids/<id>; returns the JSON written.
 
@@ -779,7 +785,7 @@ class KafkaZkClient:
         delete is conditional on the znode's version, so a registration that
         changed in between is looked at again."""
         path = zk_paths.broker_path(broker_id)
-        body = broker_registration_json(broker_id, host, port, rack, extra)
+        body = broker_registration_json(broker_id, host, port, rack, extra, security=security)
         data = encode_json(body)
         if wait_for_stale_s is None:
             wait_for_stale_s = self.session_timeout_ms / 1000.0 + 3.0

@@ -64,6 +64,10 @@ class EdgeActor:
         self._applied_forward_seq = (0, 0)  # sibling: the newest forwarded UpdateMetadata applied
         self.sampler = None
         self._sampler: asyncio.Future | None = None
+        # net/listeners.ListenerRuntime per listener (issue 21); the first is
+        # self.server's, the others have servers of their own.
+        self.listeners: list = []
+        self.extra_servers: list[KafkaServer] = []
 
     def _limits(self) -> ConnectionLimits:
         config = self.config
@@ -82,14 +86,47 @@ class EdgeActor:
                                    node_id=ray.get_runtime_context().get_node_id())
         self.service.purgatory = self.purgatory
         self.service.zk_connect = self.zk_connect  # producer id blocks (net/txn_coordinators.py)
-        self.server = KafkaServer(self.service.dispatch, self._limits())
+        from net.listeners import build_listeners, listener_dispatch
+        from net.sasl import ScramStore
+
+        # SCRAM credentials (/config/users): SaslAuthenticate and the SCRAM credential APIs.
+        self.service.scram_store = ScramStore(self.zk_connect, self.config["zookeeper.session.timeout.ms"])
+        self.listeners = build_listeners(self.config, self.service.scram_store)
+        self.server = KafkaServer(listener_dispatch(self.listeners[0], self.service.dispatch), self._limits())
         self.server.metrics = self.service.metrics
+        self.server.listener = self.listeners[0]
         if self.service.metrics is not None:
             from core.metrics import registry
 
             registry().start_reporting(self.config["raykafka.metrics.report.interval.ms"] / 1000)
-        self.bound_port = await self.server.start(self.listener.host, port, reuse_port=self.reuse_port)
+        self.bound_port = await self.server.start(self.listener.host, port, reuse_port=self.reuse_port,
+                                                  ssl=self.listeners[0].ssl_context)
+        for runtime in self.listeners[1:]:
+            server = KafkaServer(listener_dispatch(runtime, self.service.dispatch), self._limits())
+            server.metrics, server.listener = self.service.metrics, runtime
+            if self.reuse_port and not runtime.spec.port:
+                raise ValueError(f"listener {runtime.spec.name} needs a fixed port with raykafka.edge.processes > 1")
+            await server.start(runtime.spec.host, runtime.spec.port, reuse_port=self.reuse_port,
+                               ssl=runtime.ssl_context)
+            self.extra_servers.append(server)
         return self.bound_port
+
+    def _bound_ports(self) -> list[int]:
+        return [self.bound_port] + [s._server.sockets[0].getsockname()[1] for s in self.extra_servers]
+
+    async def _resolve_listeners(self) -> None:
+        """Advertised endpoint of every listener; with several listeners, watch
+        the other brokers' registrations for theirs (Metadata per listener)."""
+        from net.listeners import resolve_advertised
+
+        resolve_advertised(self.config, self.listeners, self._bound_ports())
+        first = self.listeners[0]
+        first.endpoints.set_own(self.broker_id, {r.spec.name: r.advertised for r in self.listeners})
+        if len(self.listeners) > 1:
+            config = self.config
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(
+                None, first.endpoints.start_watch, self.zk_connect, config["zookeeper.session.timeout.ms"], loop)
 
     def _start_sampler(self) -> None:
         """The primary edge samples its node's partitions, purgatory and groups
@@ -110,8 +147,6 @@ class EdgeActor:
         (the supervisor saw it die): its registration, still held by its
         ZooKeeper session until that expires, is deleted instead of waited for."""
         config = self.config
-        advertised = parse_listener(config["advertised.listeners"], "advertised.listeners") \
-            if config["advertised.listeners"] else None
         from core.shared_region import remove_orphans
 
         removed = remove_orphans()
@@ -119,12 +154,8 @@ class EdgeActor:
             log.info("removed %d shared-memory regions left by crashed edges", removed)
         # The service needs the advertised port, known only after binding port 0.
         await self._listen(self.listener.port)
-        host = advertised.host if advertised else self.listener.host
-        port = advertised.port if advertised and advertised.port else self.bound_port
-        if host in ("0.0.0.0", "::", ""):
-            import socket
-
-            host = socket.getfqdn()
+        await self._resolve_listeners()
+        host, port = self.listeners[0].advertised
         self.service.advertised_host, self.service.advertised_port = host, port
         self.zk = KafkaZkClient(self.zk_connect, session_timeout_ms=config["zookeeper.session.timeout.ms"])
         loop = asyncio.get_running_loop()
@@ -145,8 +176,11 @@ class EdgeActor:
                 return existing.get("edge_actor_id") == replaces
         # broker.rack, else the Ray node's "rack" label: racks follow the machines Ray knows.
         rack = config["broker.rack"] or ray.get_runtime_context().get_node_labels().get("rack")
+        from net.listeners import registration_fields
+
+        security = registration_fields(self.listeners)
         await loop.run_in_executor(None, lambda: self.zk.register_broker(
-            self.broker_id, host, port, rack=rack, extra=extra, replace_stale=replace_stale))
+            self.broker_id, host, port, rack=rack, extra=extra, replace_stale=replace_stale, security=security))
         log.info("broker %d listening on %s:%d, advertised as %s:%d", self.broker_id, self.listener.host,
                  self.bound_port, host, port)
         self._start_sampler()
@@ -162,6 +196,8 @@ class EdgeActor:
         if not self.reuse_port:
             raise ValueError("a sibling edge needs raykafka.edge.processes > 1")
         await self._listen(port)
+        await self._resolve_listeners()
+        self.listeners[0].advertised = (advertised_host, advertised_port)
         self.service.advertised_host, self.service.advertised_port = advertised_host, advertised_port
         log.info("broker %d: edge process %d shares %s:%d", self.broker_id, os.getpid(), self.listener.host,
                  self.bound_port)
@@ -228,6 +264,15 @@ class EdgeActor:
         if self.siblings:
             await self._forward(snapshot, leader_handles, controller_handle)
         return 0
+
+    async def listener_ports(self) -> dict[str, int]:
+        """Listener name -> bound port (tests, tools)."""
+        return {r.spec.name: port for r, port in zip(self.listeners, self._bound_ports())}
+
+    async def connection_principals(self) -> list[tuple[str, str | None]]:
+        """(listener, principal) of every open connection (tests, tools)."""
+        return [(conn.listener.spec.name if conn.listener else "", conn.principal)
+                for server in [self.server, *self.extra_servers] for conn in list(server._connections)]
 
     async def listening_port(self) -> int:
         """The port actually bound (listeners may name port 0)."""
@@ -301,6 +346,12 @@ class EdgeActor:
             self._sampler.cancel()
         if self.server is not None:
             await self.server.stop()
+        for server in self.extra_servers:
+            await server.stop()
+        if self.listeners:
+            self.listeners[0].endpoints.close()
+        if self.service is not None and getattr(self.service, "scram_store", None) is not None:
+            self.service.scram_store.close()
         if self.zk is not None:
             await asyncio.get_running_loop().run_in_executor(None, self.zk.close)
         if self.service is not None:

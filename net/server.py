@@ -52,7 +52,8 @@ Dispatch = Callable[["Connection", int, int, int, bytes | memoryview], Awaitable
 
 class Connection:
     __slots__ = ("peer", "reader", "writer", "inflight", "inflight_bytes", "space", "closed",
-                 "last_active", "requests_served", "client_software", "can_sendfile", "socket_fd")
+                 "last_active", "requests_served", "client_software", "can_sendfile", "socket_fd",
+                 "listener", "principal", "sasl")
 
     def __init__(self, reader: FrameReceiver, writer: asyncio.StreamWriter):
         self.reader = reader
@@ -67,6 +68,11 @@ class Connection:
         self.last_active = time.monotonic()
         self.requests_served = 0
         self.client_software: tuple[str, str] | None = None
+        # net/listeners.ListenerRuntime (None: a server without one, as in unit tests),
+        # the authenticated principal (None until a SASL exchange succeeds), SASL state.
+        self.listener = None
+        self.principal: str | None = "User:ANONYMOUS"
+        self.sasl = None
         # sendfile(2) needs the plain socket: not TLS (the kernel would bypass
         # the encryption). Cleared at the first sendfile the kernel refuses.
         sock = writer.get_extra_info("socket")
@@ -92,17 +98,19 @@ class KafkaServer:
         self.stats = collections.Counter()
         # net/edge_metrics.EdgeMetrics, or None (raykafka.metrics.enabled=false).
         self.metrics = None
+        # net/listeners.ListenerRuntime of this server (security, advertised endpoint), or None.
+        self.listener = None
 
     @property
     def connection_count(self) -> int:
         return len(self._connections)
 
-    async def start(self, host: str, port: int, reuse_port: bool = False) -> int:
+    async def start(self, host: str, port: int, reuse_port: bool = False, ssl=None) -> int:
         # reuse_port: several edge processes of one node listen on the same port
         # (raykafka.edge.processes > 1); the kernel spreads connections over them.
         self._server = await asyncio.get_running_loop().create_server(
             lambda: FrameReceiver(self._connected), host, port, reuse_address=True,
-            reuse_port=reuse_port or None, backlog=1024
+            reuse_port=reuse_port or None, backlog=1024, ssl=ssl
         )
         return self._server.sockets[0].getsockname()[1]
 
@@ -150,6 +158,9 @@ class KafkaServer:
             return
         self._connections.add(conn)
         self.stats["connections_accepted"] += 1
+        if self.listener is not None:
+            conn.listener = self.listener
+            self.listener.on_connect(conn)
         metrics = self.metrics
         if metrics is not None:
             metrics.connection_opened()

@@ -91,8 +91,11 @@ async def handle_metadata(ctx, request):
         topics.append(build(topic_cls, error_code=ErrorCode.unknown_topic_id, name=None, topic_id=topic_id,
                             is_internal=False, partitions=(), topic_authorized_operations=OPERATIONS_OMITTED))
 
-    brokers = tuple(build(broker_cls, node_id=b.broker_id, host=b.host, port=b.port, rack=b.rack)
-                    for b in sorted(cache.brokers.values(), key=lambda b: b.broker_id))
+    from net.listeners import broker_address  # the endpoints of the listener the client came in on
+
+    brokers = tuple(build(broker_cls, node_id=b.broker_id, host=address[0], port=address[1], rack=b.rack)
+                    for b in sorted(cache.brokers.values(), key=lambda b: b.broker_id)
+                    for address in (broker_address(ctx, b),))
     return build(schema, throttle_time=ZERO_THROTTLE, brokers=brokers, cluster_id=cache.cluster_id,
                  controller_id=cache.controller_id, topics=tuple(topics), error_code=ErrorCode.none,
                  cluster_authorized_operations=OPERATIONS_OMITTED)

@@ -38,7 +38,7 @@ async def find_group_coordinator(edge, group_id: str) -> tuple[ErrorCode, int, s
     return ErrorCode.none, broker.broker_id, broker.host, broker.port
 
 
-async def _find(edge, key_type: int, key: str):
+async def _find_any(edge, key_type: int, key: str):
     if key_type == KEY_GROUP:
         return await find_group_coordinator(edge, key or "")
     if key_type == KEY_TRANSACTION:
@@ -46,6 +46,17 @@ async def _find(edge, key_type: int, key: str):
 
         return await routing(edge).find(key or "")
     return ErrorCode.invalid_request, -1, "", -1
+
+
+async def _find(ctx, key_type: int, key: str):
+    """The coordinator, with its endpoint on the listener the request came in on."""
+    error, node, host, port = await _find_any(ctx.edge, key_type, key)
+    broker = ctx.edge.metadata.brokers.get(node) if node >= 0 else None
+    if broker is not None and getattr(ctx.conn, "listener", None) is not None:
+        from net.listeners import broker_address
+
+        host, port = broker_address(ctx, broker)
+    return error, node, host, port
 
 
 @api(10, 0, 6, tests=("tests/integration/test_groups.py::test_find_coordinator_batched_and_key_types",
@@ -56,12 +67,12 @@ async def handle_find_coordinator(ctx, request):
     key_type = getattr(request, "key_type", KEY_GROUP)
     if has_field(type(request), "coordinator_keys"):
         keys = list(request.coordinator_keys)
-        answers = await asyncio.gather(*(_find(ctx.edge, key_type, k) for k in keys))
+        answers = await asyncio.gather(*(_find(ctx, key_type, k) for k in keys))
         coordinator_cls = nested(schema, "Coordinator")
         return build(schema, throttle_time=ZERO_THROTTLE, coordinators=tuple(
             build(coordinator_cls, key=key, node_id=node, host=host, port=port, error_code=error,
                   error_message=_MESSAGES.get(error) if error else None)
             for key, (error, node, host, port) in zip(keys, answers)))
-    error, node, host, port = await _find(ctx.edge, key_type, request.key)
+    error, node, host, port = await _find(ctx, key_type, request.key)
     return build(schema, throttle_time=ZERO_THROTTLE, error_code=error,
                  error_message=_MESSAGES.get(error) if error else None, node_id=node, host=host, port=port)

@@ -19,9 +19,12 @@ async def handle_describe_cluster(ctx, request):
                      error_message="only broker endpoints are served", endpoint_type=request.endpoint_type,
                      cluster_id=cache.cluster_id or "", controller_id=-1, brokers=(),
                      cluster_authorized_operations=OPERATIONS_OMITTED)
+    from net.listeners import broker_address  # the endpoints of the listener the client came in on
+
     brokers = tuple(
-        build(broker_cls, broker_id=b.broker_id, host=b.host, port=b.port, rack=b.rack, is_fenced=False)
+        build(broker_cls, broker_id=b.broker_id, host=address[0], port=address[1], rack=b.rack, is_fenced=False)
         for b in sorted(cache.brokers.values(), key=lambda b: b.broker_id)
+        for address in (broker_address(ctx, b),)
     )
     return build(schema, throttle_time=ZERO_THROTTLE, error_code=ErrorCode.none, error_message=None,
                  endpoint_type=1, cluster_id=cache.cluster_id or "", controller_id=cache.controller_id,

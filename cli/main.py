@@ -113,6 +113,9 @@ def build_parser() -> argparse.ArgumentParser:
     topics.add_parser(sub)  # `raykafka topics ...` (cli/topics.py)
     reassign.add_parser(sub)  # `raykafka reassign ...` (cli/reassign.py)
     elect_leaders.add_parser(sub)  # `raykafka elect-leaders ...` (cli/elect_leaders.py)
+    from cli import transactions
+
+    transactions.add_parser(sub)  # `raykafka transactions ...` (cli/transactions.py)
     from cli import console
 
     console.add_producer_parser(sub)  # `raykafka console-producer ...` (cli/console.py)

@@ -1,6 +1,7 @@
 """What the active controller knows, rebuilt from ZooKeeper on every failover,
 plus the pure decisions it makes over that state (leader election, metadata
-snapshots). No Ray, no ZooKeeper here: actors/controller.py does the I/O.
+snapshots). No Ray, no ZooKeeper here: cluster/controller/controller.py does the I/O
+(ZooKeeper off its event loop, everything else through its channel).
 """
 from __future__ import annotations
 

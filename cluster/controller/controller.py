@@ -20,6 +20,7 @@ from typing import Any, Awaitable, Callable
 from cluster.controller.channel import ControllerChannel, LeaderAndIsr, ReplicaKey, ReplicaSpec
 from cluster.controller.internal_topics import InternalTopic
 from cluster.controller.partition_operations import PartitionOperations
+from cluster.controller.zk import AsyncZk
 from cluster.controller_context import (NO_LEADER, BrokerState, ControllerContext, PartitionState,
                                         TopicState, new_zk_topic_id, zk_topic_id_to_uuid)
 from cluster.leader_election import offline_partition_leader
@@ -76,6 +77,8 @@ class Controller(PartitionOperations):
         self._dead_registrations: dict[int, str] = {}
         self.config = config
         self.zk = zk
+        # Every ZooKeeper call awaited off the event loop (kazoo blocks its caller until the answer).
+        self.azk = AsyncZk(zk)
         self.namespace = namespace
         self.ctx: ControllerContext | None = None
         self.events: asyncio.Queue = asyncio.Queue(MAX_QUEUED_EVENTS)
@@ -99,7 +102,11 @@ class Controller(PartitionOperations):
     # ---- event queue ---------------------------------------------------------------------------
     def start(self) -> None:
         self._worker = self.loop.create_task(self._process_events())
-        self.zk.watch_controller(lambda _id: self.from_zk_thread(self._elect))
+
+        async def watch_controller():
+            await self.azk.watch_controller(lambda _id: self.from_zk_thread(self._elect))
+
+        self.enqueue(watch_controller)
         self.enqueue(self._elect)
 
     def from_zk_thread(self, event: Callable[[], Awaitable]) -> None:
@@ -146,34 +153,36 @@ class Controller(PartitionOperations):
     # ---- election ----------------------------------------------------------------------------
     async def _elect(self) -> None:
         if self.is_active:
-            if self.zk.get_controller_id() == self.broker_id:
+            if await self.azk.get_controller_id() == self.broker_id:
                 return
             log.warning("broker %d lost the controller role", self.broker_id)
             self.ctx = None
         started = time.monotonic()
-        epoch = self.zk.try_become_controller(self.broker_id)
+        epoch = await self.azk.try_become_controller(self.broker_id)
         if epoch is None:
-            self._watch_active_controller()
+            await self._watch_active_controller()
             return
-        self.epoch_zk_version = self.zk.controller_epoch()[1]
+        self.epoch_zk_version = (await self.azk.controller_epoch())[1]
         log.info("broker %d is the active controller, epoch %d", self.broker_id, epoch)
-        self.ctx = ControllerContext(epoch, self.zk.get_or_create_cluster_id())
-        self.zk.watch_brokers(lambda _ids: self.from_zk_thread(self._on_broker_change))
-        self.zk.watch_topics(lambda _names: self.from_zk_thread(self._on_topic_change))
-        self.zk.watch_delete_topics(lambda _names: self.from_zk_thread(self._on_delete_topics_marked))
-        self.zk.watch_isr_change_notifications(lambda _names: self.from_zk_thread(self._on_isr_change))
-        self.zk.watch_config_changes(lambda _names: self.from_zk_thread(self._on_config_change))
-        self.zk.watch_partition_reassignment(lambda _body: self.from_zk_thread(self._on_reassign_partitions_znode))
-        self.zk.watch_preferred_replica_election(
+        self.ctx = ControllerContext(epoch, await self.azk.get_or_create_cluster_id())
+        azk = self.azk
+        # One after another: each fires once at once, and those first events queue in this order.
+        await azk.watch_brokers(lambda _ids: self.from_zk_thread(self._on_broker_change))
+        await azk.watch_topics(lambda _names: self.from_zk_thread(self._on_topic_change))
+        await azk.watch_delete_topics(lambda _names: self.from_zk_thread(self._on_delete_topics_marked))
+        await azk.watch_isr_change_notifications(lambda _names: self.from_zk_thread(self._on_isr_change))
+        await azk.watch_config_changes(lambda _names: self.from_zk_thread(self._on_config_change))
+        await azk.watch_partition_reassignment(lambda _body: self.from_zk_thread(self._on_reassign_partitions_znode))
+        await azk.watch_preferred_replica_election(
             lambda _body: self.from_zk_thread(self._on_preferred_replica_election))
-        self._load_brokers()
-        self._load_topics()
-        self._load_broker_overrides()
+        await self._load_brokers()
+        await self._load_topics()
+        await self._load_broker_overrides()
         self._initialize_state_machines()
         await self._elect_offline_partitions(list(self.ctx.all_partitions()))
         await self._send_leader_and_isr([tp for tp, _ in self.ctx.all_partitions()])
         await self._send_update_metadata()
-        marked = self.zk.get_topics_marked_for_deletion()
+        marked = await self.azk.get_topics_marked_for_deletion()
         if marked:
             await self._delete_topics(marked)
         # Reassignments a previous controller left in flight resume where they were.
@@ -191,7 +200,7 @@ class Controller(PartitionOperations):
             ((tp, tp in ctx.states, tp in ctx.states and ctx.states[tp].leader in ctx.brokers)
              for tp, _ in ctx.all_partitions()))
 
-    def _watch_active_controller(self) -> None:
+    async def _watch_active_controller(self) -> None:
         """Standby candidates watch the active controller's actor through Ray. When Ray
         reports it dead (its process or node is gone), /controller is removed at once
         instead of after the ZooKeeper session timeout, so a new controller is elected
@@ -199,7 +208,7 @@ class Controller(PartitionOperations):
         only unreachable: its ZooKeeper writes and its requests to replicas and edges
         are fenced by the controller epoch the new controller increments."""
         try:
-            found = self.zk.controller_znode()
+            found = await self.azk.controller_znode()
         except Exception:
             log.exception("cannot read /controller")
             return
@@ -221,9 +230,9 @@ class Controller(PartitionOperations):
             log.warning("the active controller (broker %d) died (Ray death watch)", controller_id)
 
             async def take_over():
-                current = self.zk.controller_znode()
+                current = await self.azk.controller_znode()
                 if current is not None and current[0] == controller_id and current[1] == owner:
-                    if self.zk.delete_controller_if(owner, controller_id):
+                    if await self.azk.delete_controller_if(owner, controller_id):
                         log.info("removed dead controller %d's /controller znode", controller_id)
                 self._controller_watch_key = None
                 await self._elect()
@@ -233,8 +242,8 @@ class Controller(PartitionOperations):
 
         self._controller_watch = self.loop.create_task(watch())
 
-    def _live_registrations(self) -> dict[int, dict]:
-        current = self.zk.get_brokers()
+    async def _live_registrations(self) -> dict[int, dict]:
+        current = await self.azk.get_brokers()
         for broker_id, stamp in list(self._dead_registrations.items()):
             info = current.get(broker_id)
             if info is None or info.get("timestamp") != stamp:
@@ -243,31 +252,45 @@ class Controller(PartitionOperations):
                 del current[broker_id]
         return current
 
-    def _load_brokers(self) -> None:
-        self.ctx.brokers = {b: _broker_state(b, info) for b, info in self._live_registrations().items()}
+    async def _load_brokers(self) -> None:
+        self.ctx.brokers = {b: _broker_state(b, info) for b, info in (await self._live_registrations()).items()}
         for broker_id in self.ctx.brokers:
             self._watch_edge(broker_id)
 
-    def _load_topics(self) -> None:
+    async def _load_topics(self) -> None:
+        """Failover reads every topic's znodes: pipelined (all reads in flight at once,
+        as Kafka's controller does with ZooKeeper's async API), installed in order."""
         ctx = self.ctx
-        for name in self.zk.get_topics():
-            self._load_topic(name)
+        names = await self.azk.get_topics()
+        for name, found in zip(names, await asyncio.gather(*(self._read_topic(n) for n in names))):
+            self._install_topic(name, *found)
         log.info("controller context: %d brokers, %d topics, %d partitions", len(ctx.brokers),
                  len(ctx.topics), len(ctx.states))
 
-    def _load_topic(self, name: str) -> TopicState | None:
-        assignment = self.zk.get_topic(name)
+    async def _load_topic(self, name: str) -> TopicState | None:
+        return self._install_topic(name, *await self._read_topic(name))
+
+    async def _read_topic(self, name: str) -> tuple:
+        """-> (assignment, configs, {partition: (state, version) or None}); (None, None, {}) if gone."""
+        assignment, configs = await asyncio.gather(self.azk.get_topic(name), self.azk.get_topic_config(name))
+        if assignment is None:
+            return None, None, {}
+        partitions = list(assignment.partitions)
+        states = await asyncio.gather(*(self.azk.get_partition_state(name, p) for p in partitions))
+        return assignment, configs, dict(zip(partitions, states))
+
+    def _install_topic(self, name: str, assignment, configs, states: dict) -> TopicState | None:
         if assignment is None:
             return None
-        topic = TopicState(name, assignment.topic_id, dict(assignment.partitions),
-                           self.zk.get_topic_config(name), internal=name.startswith("__"))
+        topic = TopicState(name, assignment.topic_id, dict(assignment.partitions), configs,
+                           internal=name.startswith("__"))
         self.ctx.topics[name] = topic
         for p, replicas in topic.assignment.items():
             adding, removing = assignment.adding_replicas.get(p, []), assignment.removing_replicas.get(p, [])
             if adding or removing:
                 self.ctx.reassignments[(name, p)] = ReplicaAssignment(list(replicas), list(adding), list(removing))
         for p in topic.assignment:
-            found = self.zk.get_partition_state(name, p)
+            found = states.get(p)
             if found is not None:
                 state, version = found
                 self.ctx.states[(name, p)] = PartitionState(state.leader, state.leader_epoch, list(state.isr),
@@ -285,6 +308,7 @@ class Controller(PartitionOperations):
                 new_states[(topic, p)] = PartitionState(live[0] if live else NO_LEADER, 0, live or list(replicas),
                                                         ctx.epoch)
         versions = await self._create_partition_states(new_states)
+        writes = []
         for (topic, p), replicas in partitions:
             state = ctx.states.get((topic, p))
             if state is None:
@@ -316,8 +340,10 @@ class Controller(PartitionOperations):
             isr = [r for r in state.isr if r in ctx.brokers] if leader != NO_LEADER else state.isr
             if leader != NO_LEADER and leader not in isr:
                 isr = [leader]
-            self._write_state(topic, p, PartitionState(leader, state.leader_epoch + 1, isr, ctx.epoch,
-                                                       state.zk_version))
+            writes.append(self._write_state(topic, p, PartitionState(leader, state.leader_epoch + 1, isr, ctx.epoch,
+                                                                     state.zk_version)))
+        # Pipelined, as Kafka writes the new leaders of all offline partitions at once.
+        await self._write_states(writes)
 
     async def _create_partition_states(self, states: dict[tuple[str, int], PartitionState]) -> dict:
         """The state znodes of new partitions, written off the event loop and
@@ -326,35 +352,40 @@ class Controller(PartitionOperations):
         The first failure (a deposed controller's fenced write) propagates, as before."""
         if not states:
             return {}
-        loop = asyncio.get_running_loop()
         epoch, fence = self.ctx.epoch, self.epoch_zk_version
 
-        def create(topic: str, p: int, state: PartitionState) -> int:
-            return self.zk.create_partition_state(topic, p, state.leader, state.leader_epoch, state.isr, epoch,
-                                                  expected_controller_epoch_zk_version=fence)
+        def create(topic: str, p: int, state: PartitionState):
+            return self.azk.create_partition_state(topic, p, state.leader, state.leader_epoch, state.isr, epoch,
+                                                   expected_controller_epoch_zk_version=fence)
 
         keys = list(states)
-        versions = await asyncio.gather(*(loop.run_in_executor(None, create, t, p, states[(t, p)])
-                                          for t, p in keys))
+        versions = await asyncio.gather(*(create(t, p, states[(t, p)]) for t, p in keys))
         return dict(zip(keys, versions))
 
-    def _write_state(self, topic: str, p: int, new: PartitionState) -> None:
-        def write(leader_epoch: int, version: int) -> int:
+    async def _write_states(self, writes: list) -> None:
+        """Await state writes issued together; the first failure propagates once all are done."""
+        results = await asyncio.gather(*writes, return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+
+    async def _write_state(self, topic: str, p: int, new: PartitionState) -> None:
+        def write(leader_epoch: int, version: int):
             # Fenced on /controller_epoch's version: a deposed controller's write fails.
-            return self.zk.update_partition_state(
+            return self.azk.update_partition_state(
                 topic, p, ZkPartitionState(new.leader, leader_epoch, list(new.isr), self.ctx.epoch), version,
                 expected_controller_epoch_zk_version=self.epoch_zk_version)
 
         try:
-            new.zk_version = write(new.leader_epoch, new.zk_version)
+            new.zk_version = await write(new.leader_epoch, new.zk_version)
         except BadVersionError:
             # Someone (a leader shrinking its ISR) wrote first: re-read and retry once.
-            found = self.zk.get_partition_state(topic, p)
+            found = await self.azk.get_partition_state(topic, p)
             if found is None:
                 raise
             current, version = found
             new.leader_epoch = max(new.leader_epoch, current.leader_epoch + 1)
-            new.zk_version = write(new.leader_epoch, version)
+            new.zk_version = await write(new.leader_epoch, version)
         self.ctx.states[(topic, p)] = new
 
     def _topic_flag(self, topic: str, key: str) -> bool:
@@ -504,7 +535,7 @@ class Controller(PartitionOperations):
     async def _on_broker_change(self) -> None:
         if not self.is_active:
             return
-        current = self._live_registrations()
+        current = await self._live_registrations()
         await self._apply_broker_changes(current, [b for b in current if b not in self.ctx.brokers],
                                          [b for b in self.ctx.brokers if b not in current])
 
@@ -532,7 +563,7 @@ class Controller(PartitionOperations):
         async def event():
             if not self.is_active or broker_id not in self.ctx.brokers:
                 return
-            info = self.zk.get_broker(broker_id)
+            info = await self.azk.get_broker(broker_id)
             # A replacement edge (started by the broker's supervisor) may have
             # registered already: only the dead edge's own registration is ignored.
             replaced = info is not None and dead_edge_id is not None and \
@@ -565,7 +596,7 @@ class Controller(PartitionOperations):
         ctx.replica_sm.transition([(t, p, b) for (t, p), r in touched for b in r if b in dead_ids],
                                   RS.OFFLINE_REPLICA)
         await self._elect_offline_partitions(touched)
-        self._remove_dead_from_isr(touched)
+        await self._remove_dead_from_isr(touched)
         await self._send_leader_and_isr([tp for tp, _ in touched])
         ctx.replica_sm.transition([(t, p, b) for (t, p), r in touched for b in r if b in new_ids],
                                   RS.ONLINE_REPLICA)
@@ -576,49 +607,50 @@ class Controller(PartitionOperations):
             if retry:
                 await self._delete_topics(retry)
 
-    def _remove_dead_from_isr(self, partitions) -> None:
+    async def _remove_dead_from_isr(self, partitions) -> None:
         """Replica state machine, OnlineReplica -> OfflineReplica: a dead follower
         leaves the ISR at once (new leader epoch), so acks=all need not wait for
         replica.lag.time.max.ms."""
         ctx = self.ctx
+        writes = []
         for (topic, p), _replicas in partitions:
             state = ctx.states.get((topic, p))
             if state is None or state.leader not in ctx.brokers:
                 continue
             isr = [r for r in state.isr if r in ctx.brokers]
             if isr != state.isr:
-                self._write_state(topic, p, PartitionState(state.leader, state.leader_epoch + 1, isr, ctx.epoch,
-                                                           state.zk_version))
+                writes.append(self._write_state(topic, p, PartitionState(state.leader, state.leader_epoch + 1, isr,
+                                                                         ctx.epoch, state.zk_version)))
+        await self._write_states(writes)  # pipelined
 
     async def _on_isr_change(self) -> None:
         """Leaders changed ISRs in ZooKeeper: refresh those states and tell the edges."""
         if not self.is_active:
             return
-        notes = self.zk.get_isr_change_notifications()
+        notes = await self.azk.get_isr_change_notifications()
         if not notes:
             return
         changed = {tuple(tp) for n in notes for tp in n.partitions}
-        for topic, p in changed:
-            if topic not in self.ctx.topics:
-                continue
-            found = self.zk.get_partition_state(topic, p)
+        changed = [tp for tp in changed if tp[0] in self.ctx.topics]
+        reads = await asyncio.gather(*(self.azk.get_partition_state(topic, p) for topic, p in changed))
+        for (topic, p), found in zip(changed, reads):
             if found is not None:
                 state, version = found
                 self.ctx.states[(topic, p)] = PartitionState(state.leader, state.leader_epoch, list(state.isr),
                                                              state.controller_epoch, version)
         await self._send_update_metadata()
-        self.zk.delete_isr_change_notifications([n.name for n in notes])
+        await self.azk.delete_isr_change_notifications([n.name for n in notes])
         await self._check_reassignments([tp for tp in changed if tp in self.ctx.reassignments])
 
     async def _on_topic_change(self) -> None:
         """Topics written to ZooKeeper by someone else (e.g. an admin tool)."""
         if not self.is_active:
             return
-        new = [t for t in self.zk.get_topics() if t not in self.ctx.topics]
+        new = [t for t in await self.azk.get_topics() if t not in self.ctx.topics]
         if not new:
             return
         for name in new:
-            self._load_topic(name)
+            await self._load_topic(name)
         partitions = [item for name in new for item in self.ctx.partitions_of(name)]
         await self._elect_offline_partitions(partitions)
         await self._send_leader_and_isr([tp for tp, _ in partitions])
@@ -627,7 +659,8 @@ class Controller(PartitionOperations):
     async def _on_delete_topics_marked(self) -> None:
         if not self.is_active:
             return
-        marked = [t for t in self.zk.get_topics_marked_for_deletion() if t not in self.ctx.topics_being_deleted]
+        marked = [t for t in await self.azk.get_topics_marked_for_deletion()
+                  if t not in self.ctx.topics_being_deleted]
         if marked:
             await self._delete_topics(marked)
 
@@ -660,8 +693,7 @@ class Controller(PartitionOperations):
             if not validate_only:
                 try:
                     # Off the event loop (a ZooKeeper write with its fsync, per topic).
-                    await asyncio.get_running_loop().run_in_executor(
-                        None, self.zk.create_topic, plan.name, plan.assignment, plan.configs, topic_id)
+                    await self.azk.create_topic(plan.name, plan.assignment, plan.configs, topic_id)
                 except Exception as exc:  # TopicExistsError from a racing writer, or ZooKeeper trouble
                     code = 36 if type(exc).__name__ == "TopicExistsError" else ERR_UNKNOWN_SERVER
                     results.append(_error(plan.name, code, str(exc)))
@@ -732,7 +764,7 @@ class Controller(PartitionOperations):
                     to_delete.append(name)
                     outcome[name] = (ERR_NONE, None)
             for name in to_delete:
-                self.zk.mark_topic_for_deletion(name)
+                await self.azk.mark_topic_for_deletion(name)
             if to_delete:
                 await self._delete_topics(to_delete)
             return outcome
@@ -782,7 +814,7 @@ class Controller(PartitionOperations):
         for name in names:
             if not ctx.replica_sm.is_topic_deletion_successful(name):
                 continue
-            self.zk.delete_topic(name)
+            await self.azk.delete_topic(name)
             for p in ctx.topics[name].assignment:
                 ctx.states.pop((name, p), None)
                 ctx.reassignments.pop((name, p), None)
@@ -826,7 +858,7 @@ class Controller(PartitionOperations):
                     results.append(_error(name, int(exc.error), str(exc)))
                     continue
                 if not validate_only and new != topic.configs:
-                    self.zk.set_topic_config(name, new)  # also writes /config/changes
+                    await self.azk.set_topic_config(name, new)  # also writes /config/changes
                     topic.configs = new
                     await self._push_topic_config(name)
                 results.append({"name": name, "error_code": ERR_NONE, "error_message": None})
@@ -867,10 +899,10 @@ class Controller(PartitionOperations):
 
         return rate("leader.replication.throttled.rate"), rate("follower.replication.throttled.rate")
 
-    def _load_broker_overrides(self) -> None:
-        self._broker_overrides = {"<default>": self.zk.get_broker_config("<default>")}
-        for broker_id in self.ctx.brokers:
-            self._broker_overrides[str(broker_id)] = self.zk.get_broker_config(broker_id)
+    async def _load_broker_overrides(self) -> None:
+        entities = ["<default>", *self.ctx.brokers]
+        found = await asyncio.gather(*(self.azk.get_broker_config(e) for e in entities))  # pipelined
+        self._broker_overrides = {str(e): c for e, c in zip(entities, found)}
 
     async def _push_throttle_rates(self) -> None:
         calls = []
@@ -918,7 +950,7 @@ class Controller(PartitionOperations):
                     results.append(_error(name, *problem))
                     continue
                 if not validate_only and new != current:
-                    self.zk.set_broker_config(entity, new)
+                    await self.azk.set_broker_config(entity, new)
                     self._broker_overrides[str(entity)] = new
                     touched = True
                 results.append({"name": name, "error_code": ERR_NONE, "error_message": None})
@@ -933,18 +965,18 @@ class Controller(PartitionOperations):
         """/config/changes written by anyone (an admin tool writing ZooKeeper directly)."""
         if not self.is_active:
             return
-        for name, body in self.zk.get_config_change_notifications():
+        for name, body in await self.azk.get_config_change_notifications():
             if self._last_config_change is not None and name <= self._last_config_change:
                 continue
             self._last_config_change = name
             entity = (body or {}).get("entity_path", "")
             if entity.startswith("brokers/"):
-                self._load_broker_overrides()
+                await self._load_broker_overrides()
                 await self._push_throttle_rates()
             if entity.startswith("topics/"):
                 topic = entity.split("/", 1)[1]
                 if topic in self.ctx.topics:
-                    fresh = self.zk.get_topic_config(topic)
+                    fresh = await self.azk.get_topic_config(topic)
                     if fresh != self.ctx.topics[topic].configs:
                         self.ctx.topics[topic].configs = fresh
                         await self._push_topic_config(topic)

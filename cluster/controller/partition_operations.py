@@ -43,7 +43,7 @@ def _result(topic: str, partition: int, code: int = 0, message: str | None = Non
 
 
 class PartitionOperations:
-    """Needs from the host class: ctx, zk, config, epoch_zk_version, submit(),
+    """Needs from the host class: ctx, azk (ZooKeeper off the loop), config, epoch_zk_version, submit(),
     _write_state(), _send_leader_and_isr(), _send_update_metadata(), channel,
     _await_all(), is_active."""
 
@@ -67,7 +67,7 @@ class PartitionOperations:
                 capacity.add(added)
                 if not validate_only:
                     try:
-                        merged = self.zk.add_partitions(name, added)
+                        merged = await self.azk.add_partitions(name, added)
                     except Exception as exc:  # a concurrent writer, or ZooKeeper trouble
                         results.append({"name": name, "error_code": int(ErrorCode.unknown_server_error),
                                         "error_message": str(exc)})
@@ -222,8 +222,8 @@ class PartitionOperations:
                 if outcome.unclean:
                     log.warning("unclean election of %s-%d: broker %d leads, data may be lost", topic, p,
                                 outcome.leader)
-            self._write_state(topic, p, PartitionState(outcome.leader, state.leader_epoch + 1, isr, ctx.epoch,
-                                                       state.zk_version))
+            await self._write_state(topic, p, PartitionState(outcome.leader, state.leader_epoch + 1, isr, ctx.epoch,
+                                                             state.zk_version))
             ctx.partition_sm.transition([(topic, p)], PS.ONLINE_PARTITION)
             changed.append((topic, p))
             results.append(_result(topic, p))
@@ -241,7 +241,7 @@ class PartitionOperations:
         if not self.is_active:
             return
         try:
-            partitions = self.zk.get_preferred_replica_election()
+            partitions = await self.azk.get_preferred_replica_election()
         except Exception:
             log.exception("cannot read the preferred replica election request")
             return
@@ -251,7 +251,7 @@ class PartitionOperations:
         failed = [r for r in results if r["error_code"] not in (0, int(ErrorCode.election_not_needed))]
         if failed:
             log.warning("preferred replica election: %d partitions failed: %s", len(failed), failed[:10])
-        self.zk.delete_preferred_replica_election()
+        await self.azk.delete_preferred_replica_election()
 
     async def _auto_leader_rebalance(self) -> None:
         """auto.leader.rebalance.enable: move leadership back to preferred replicas of
@@ -320,15 +320,15 @@ class PartitionOperations:
                     outcome = controlled_shutdown_partition_leader(replicas, state.isr, live, ctx.shutting_down)
                     if not outcome.elected:
                         continue
-                    self._write_state(topic, p, PartitionState(outcome.leader, state.leader_epoch + 1,
-                                                               list(outcome.isr), ctx.epoch, state.zk_version))
+                    await self._write_state(topic, p, PartitionState(outcome.leader, state.leader_epoch + 1,
+                                                                     list(outcome.isr), ctx.epoch, state.zk_version))
                     moved.append((topic, p))
                 elif broker_id in state.isr:
                     # OnlineReplica -> OfflineReplica for its followers: out of the ISR now,
                     # so acks=all stops waiting for a broker that is going away.
                     isr = [r for r in state.isr if r != broker_id]
-                    self._write_state(topic, p, PartitionState(state.leader, state.leader_epoch + 1, isr,
-                                                               ctx.epoch, state.zk_version))
+                    await self._write_state(topic, p, PartitionState(state.leader, state.leader_epoch + 1, isr,
+                                                                     ctx.epoch, state.zk_version))
                     followers.append((topic, p))
             ctx.replica_sm.transition([(t, p, broker_id) for t, p in moved + followers], RS.OFFLINE_REPLICA)
             if moved or followers:
@@ -434,7 +434,7 @@ class PartitionOperations:
             ctx.reassignments[(topic, p)] = new
         else:
             ctx.reassignments.pop((topic, p), None)
-        self._write_topic_assignment(topic)
+        await self._write_topic_assignment(topic)
         log.info("reassignment of %s-%d: replicas %s (adding %s, removing %s)", topic, p, new.replicas,
                  new.adding, new.removing)
         adding = [r for r in new.replicas if r not in old_full]
@@ -448,14 +448,14 @@ class PartitionOperations:
             if leader not in new.replicas or leader not in live:
                 outcome = reassign_partition_leader(new.replicas, isr, live)
                 leader = outcome.leader if outcome.elected else leader
-            self._write_state(topic, p, PartitionState(leader, state.leader_epoch + 1, isr, ctx.epoch,
-                                                       state.zk_version))
+            await self._write_state(topic, p, PartitionState(leader, state.leader_epoch + 1, isr, ctx.epoch,
+                                                             state.zk_version))
         await self._send_leader_and_isr([(topic, p)])
         ctx.replica_sm.transition([(topic, p, r) for r in adding if r in ctx.brokers], RS.ONLINE_REPLICA)
         if dropped:
             await self._delete_replicas(topic, p, dropped)
 
-    def _write_topic_assignment(self, topic: str) -> None:
+    async def _write_topic_assignment(self, topic: str) -> None:
         """/brokers/topics/<t> with the adding/removing maps of partitions in flight."""
         from metadata.kafka_zk import TopicAssignment
 
@@ -463,13 +463,13 @@ class PartitionOperations:
         adding = {p: list(r.adding) for (tn, p), r in self.ctx.reassignments.items() if tn == topic and r.adding}
         removing = {p: list(r.removing) for (tn, p), r in self.ctx.reassignments.items()
                     if tn == topic and r.removing}
-        found = self.zk.get_topic_with_version(topic)
+        found = await self.azk.get_topic_with_version(topic)
         if found is None:
             raise RuntimeError(f"topic {topic} vanished from ZooKeeper")
         znode, version = found
         updated = TopicAssignment({p: list(r) for p, r in t.assignment.items()}, znode.topic_id, adding, removing)
-        self.zk.set_topic_assignment(topic, updated, version,
-                                     expected_controller_epoch_zk_version=self.epoch_zk_version)
+        await self.azk.set_topic_assignment(topic, updated, version,
+                                            expected_controller_epoch_zk_version=self.epoch_zk_version)
 
     async def _maybe_complete_reassignment(self, topic: str, p: int) -> bool:
         """Phase 2 once every target replica is in the ISR: leadership onto a target
@@ -493,25 +493,26 @@ class PartitionOperations:
             leader = outcome.leader
         ctx.topics[topic].assignment[p] = list(target)
         del ctx.reassignments[(topic, p)]
-        self._write_state(topic, p, PartitionState(leader, state.leader_epoch + 1, isr, ctx.epoch, state.zk_version))
-        self._write_topic_assignment(topic)
+        await self._write_state(topic, p, PartitionState(leader, state.leader_epoch + 1, isr, ctx.epoch,
+                                                         state.zk_version))
+        await self._write_topic_assignment(topic)
         await self._send_leader_and_isr([(topic, p)])
         if removing:
             await self._delete_replicas(topic, p, removing)
-        self._forget_znode_reassignment(topic, p)
+        await self._forget_znode_reassignment(topic, p)
         await self._send_update_metadata()
         log.info("reassignment of %s-%d complete: replicas %s, leader %d", topic, p, target, leader)
         return True
 
-    def _forget_znode_reassignment(self, topic: str, p: int) -> None:
+    async def _forget_znode_reassignment(self, topic: str, p: int) -> None:
         try:
-            pending = self.zk.get_partition_reassignment()
+            pending = await self.azk.get_partition_reassignment()
         except Exception:
             log.exception("cannot read /admin/reassign_partitions")
             return
         if (topic, p) in pending:
             del pending[(topic, p)]
-            self.zk.set_partition_reassignment(pending)  # an empty map deletes the znode
+            await self.azk.set_partition_reassignment(pending)  # an empty map deletes the znode
 
     async def _delete_replicas(self, topic: str, p: int, brokers: list[int]) -> None:
         """OnlineReplica -> OfflineReplica -> ReplicaDeletionStarted -> ReplicaDeletionSuccessful
@@ -568,7 +569,7 @@ class PartitionOperations:
         if not self.is_active:
             return
         try:
-            wanted = self.zk.get_partition_reassignment()
+            wanted = await self.azk.get_partition_reassignment()
         except Exception:
             log.exception("cannot read /admin/reassign_partitions")
             return
@@ -587,7 +588,7 @@ class PartitionOperations:
         remaining = {tp: r for tp, r in wanted.items()
                      if tp not in failed and (tp in self.ctx.reassignments)}
         if remaining != wanted:
-            self.zk.set_partition_reassignment(remaining)
+            await self.azk.set_partition_reassignment(remaining)
 
     async def _check_reassignments(self, partitions) -> None:
         for topic, p in list(partitions):

@@ -109,7 +109,7 @@ def test_broker_death_moves_leadership_and_shrinks_the_isr(connect):
         assert {key: r.leader for key, r in sent if key[1] == 0} == {("t", 0, 2): 2, ("t", 0, 3): 2}
         assert sorted(m[1] for m in c.channel.of("update_metadata")) == [2, 3]
         # Its stale registration is not trusted again while it stays in ZooKeeper.
-        assert c.admin.get_broker(1) is not None and 1 not in c.service._live_registrations()
+        assert c.admin.get_broker(1) is not None and 1 not in await c.service._live_registrations()
 
     run(connect, scenario)
 
@@ -309,7 +309,7 @@ def test_a_deposed_controller_is_fenced_and_the_new_one_sends_a_higher_epoch(con
         from cluster.controller_context import PartitionState
 
         with pytest.raises(ControllerMovedError):
-            old._write_state("t", 0, PartitionState(2, state.leader_epoch + 1, [2], old.ctx.epoch,
+            await old._write_state("t", 0, PartitionState(2, state.leader_epoch + 1, [2], old.ctx.epoch,
                                                     state.zk_version))
         assert c.state("t", 0).leader == 1
         successor.stop()

@@ -133,7 +133,7 @@ class RaykafkaVariant(RaykafkaTarget):
 def run_txn_phase(t: Target, phase: str, topic: str, records: int, a,
                   extra: list[str]) -> dict:
     """One bench.txn_client process; adds mb_s / records_s to a good result."""
-    tag = extra[1] if len(extra) > 1 else phase
+    tag = extra[1] if phase != "warmup" and len(extra) > 1 else phase
     cmd = [PYTHON, "-m", "bench.txn_client", phase, "--bootstrap", t.bootstrap,
            "--topic", topic, "--records", str(records), "--record-size", str(a.record_size),
            "--txn-records", str(a.txn_records), "--timeout", str(a.phase_timeout),

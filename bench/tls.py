@@ -95,8 +95,8 @@ def main(argv=None) -> int:
                      "ssl.ca.location": str(pki["ca"]), "sasl.mechanism": "PLAIN", "sasl.username": "bench",
                      "sasl.password": "bench-secret"},
     }
-    total = args.mb * 1_000_000
     record = b"x" * args.record_bytes
+    total = args.mb * 1_000_000 // len(record) * len(record)  # whole records
     results = {}
     try:
         for name, config in configs.items():

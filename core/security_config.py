@@ -58,6 +58,8 @@ SECURITY_KEYS: tuple[tuple[str, str, Any, str, dict], ...] = (
     ("inter.broker.listener.name", "string", None, "Brokers talk through Ray here", {"no_effect": True}),
     ("connection.failed.authentication.delay.ms", "int", 100,
      "Delay before answering and closing a failed authentication", {"min": 0}),
+    ("sasl.server.max.receive.size", "int", 524288,
+     "Largest request a SASL connection may send before it has authenticated", {"min": 1}),
     ("connections.max.reauth.ms", "long", 0, "Re-authentication (KIP-368) is not offered; only 0", {"max": 0}),
 )
 

@@ -56,6 +56,9 @@ class ListenerRuntime:
 
             conn.principal = None
             conn.sasl = SaslState()
+            # Until it authenticates, a connection may send only small requests (Kafka's
+            # sasl.server.max.receive.size); SaslAuthenticate restores the full bound.
+            conn.max_request_bytes = min(conn.max_request_bytes, self.sasl.max_receive_bytes)
         elif self.ssl_context is not None:
             from net.tls import ANONYMOUS, NoMatchingRule, ssl_principal
 

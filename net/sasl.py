@@ -358,6 +358,7 @@ class SaslListener:
         self.plain_users = plain_users(config, spec) if "PLAIN" in self.mechanisms else {}
         self.store = store
         self.failed_delay_s = config["connection.failed.authentication.delay.ms"] / 1000
+        self.max_receive_bytes = config["sasl.server.max.receive.size"]
 
     async def lookup(self, user: str, mechanism: str) -> str | None:
         if self.store is None:

@@ -53,7 +53,7 @@ Dispatch = Callable[["Connection", int, int, int, bytes | memoryview], Awaitable
 class Connection:
     __slots__ = ("peer", "reader", "writer", "inflight", "inflight_bytes", "space", "closed",
                  "last_active", "requests_served", "client_software", "can_sendfile", "socket_fd",
-                 "listener", "principal", "sasl")
+                 "listener", "principal", "sasl", "max_request_bytes")
 
     def __init__(self, reader: FrameReceiver, writer: asyncio.StreamWriter):
         self.reader = reader
@@ -73,6 +73,9 @@ class Connection:
         self.listener = None
         self.principal: str | None = "User:ANONYMOUS"
         self.sasl = None
+        # The request size bound: socket.request.max.bytes, or, on a SASL
+        # connection until it authenticates, sasl.server.max.receive.size.
+        self.max_request_bytes = 0
         # sendfile(2) needs the plain socket: not TLS (the kernel would bypass
         # the encryption). Cleared at the first sendfile the kernel refuses.
         sock = writer.get_extra_info("socket")
@@ -150,6 +153,7 @@ class KafkaServer:
 
     async def _serve_connection(self, reader: FrameReceiver, writer: asyncio.StreamWriter) -> None:
         conn = Connection(reader, writer)
+        conn.max_request_bytes = self.limits.max_request_bytes
         if len(self._connections) >= self.limits.max_connections:
             log.warning("refusing connection from %s: max.connections=%d reached",
                         conn.peer, self.limits.max_connections)
@@ -203,11 +207,12 @@ class KafkaServer:
             except asyncio.TimeoutError:
                 log.info("closing idle connection from %s", conn.peer)
                 return
-            if size <= 0 or size > limits.max_request_bytes:
+            if size <= 0 or size > conn.max_request_bytes:
                 # Includes HTTP ("GET " = 1195725856) and TLS hellos: Kafka
                 # logs InvalidReceiveException and closes.
                 raise CloseConnection(
-                    f"invalid request size {size} (socket.request.max.bytes={limits.max_request_bytes})"
+                    f"invalid request size {size} (socket.request.max.bytes={limits.max_request_bytes}"
+                    f"{'' if conn.principal is not None else f', before SASL authentication {conn.max_request_bytes}'})"
                 )
             # Bound memory per connection: wait for responses to drain.
             while (len(conn.inflight) >= limits.max_inflight_requests

@@ -20,6 +20,12 @@ _TESTS = ("tests/integration/test_security.py::test_sasl_plain_confluent",
           "tests/integration/test_security.py::test_sasl_ssl_confluent")
 
 
+def _authenticated(ctx, principal: str) -> None:
+    conn = ctx.conn
+    conn.principal = principal
+    conn.max_request_bytes = ctx.edge.config["socket.request.max.bytes"]  # the bound of an authenticated client
+
+
 @api(36, 0, 2, tests=_TESTS)
 async def handle_sasl_authenticate(ctx, request):
     schema = response_schema_for(request)
@@ -37,8 +43,7 @@ async def handle_sasl_authenticate(ctx, request):
         if len(token) > MAX_TOKEN_BYTES:
             raise AuthenticationFailed(f"SASL token of {len(token)} bytes is over the limit of {MAX_TOKEN_BYTES}")
         if state.mechanism == "PLAIN":
-            user = plain_check(token, sasl.plain_users)
-            conn.principal = "User:" + user
+            _authenticated(ctx, "User:" + plain_check(token, sasl.plain_users))
             answer = b""
         elif state.mechanism in SCRAM_MECHANISMS:
             if state.scram is None:
@@ -46,7 +51,7 @@ async def handle_sasl_authenticate(ctx, request):
                 state.scram = ScramServer(mechanism, lambda user: sasl.lookup(user, mechanism))
             answer = await state.scram.feed(token)
             if state.scram.complete:
-                conn.principal = "User:" + state.scram.user
+                _authenticated(ctx, "User:" + state.scram.user)
                 state.scram = None
         else:  # cannot happen: the handshake only accepts enabled mechanisms
             raise AuthenticationFailed(f"mechanism {state.mechanism} is not served")

@@ -231,6 +231,16 @@ def test_oversized_token_fails(secured):
     client.close()
 
 
+def test_large_request_before_authentication_closes(secured):
+    """sasl.server.max.receive.size (512 KiB): a bigger frame before authenticating closes the connection."""
+    import struct
+
+    client = _sasl_wire(secured)
+    client.send_raw(struct.pack(">i", 10 * 1024 * 1024) + b"\x00" * 1024)
+    assert client.recv_frame() is None
+    client.close()
+
+
 def test_garbage_tls_records_leave_the_broker_serving(secured):
     raw = socket.create_connection(("127.0.0.1", secured["ports"]["SSL"]), timeout=10)
     raw.sendall(b"\x16\x03\x01\x00\x05garbage-not-a-tls-hello" * 10)
@@ -265,3 +275,60 @@ def test_scram_credentials_admin(secured):
         "weak", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 100), b"pw")])
     with pytest.raises(KafkaException):
         bad["weak"].result(30)
+
+
+@pytest.mark.parametrize("listener,mechanism", [("SASL_PLAINTEXT", "PLAIN"), ("SASL_PLAINTEXT", "SCRAM-SHA-256"),
+                                                ("SASL_SSL", "SCRAM-SHA-512")])
+def test_kafka_python_sasl(secured, listener, mechanism):
+    kafka = pytest.importorskip("kafka")
+    user, password = ("alice", "alice-secret") if mechanism == "PLAIN" else ("scram-user", "scram-secret")
+    options = dict(bootstrap_servers=f"127.0.0.1:{secured['ports'][listener]}", security_protocol=listener,
+                   sasl_mechanism=mechanism, sasl_plain_username=user, sasl_plain_password=password)
+    if listener == "SASL_SSL":
+        options.update(ssl_cafile=str(secured["pki"]["ca"]), ssl_check_hostname=False)
+    topic = f"kp-{uuid.uuid4().hex[:8]}"
+    producer = kafka.KafkaProducer(**options)
+    for i in range(5):
+        producer.send(topic, f"v{i}".encode()).get(timeout=60)
+    producer.close()
+    consumer = kafka.KafkaConsumer(topic, auto_offset_reset="earliest", consumer_timeout_ms=20000,
+                                   group_id=f"g-{topic}", **options)
+    values = [m.value for _, m in zip(range(5), consumer)]
+    consumer.close()
+    assert values == [f"v{i}".encode() for i in range(5)]
+
+
+@pytest.mark.parametrize("listener,mechanism", [("SASL_PLAINTEXT", "SCRAM-SHA-512"), ("SASL_SSL", "PLAIN")])
+def test_aiokafka_sasl(secured, listener, mechanism):
+    aiokafka = pytest.importorskip("aiokafka")
+    import asyncio
+
+    from aiokafka.helpers import create_ssl_context
+
+    user, password = ("admin", "admin-secret") if mechanism == "PLAIN" else ("scram-user", "scram-secret")
+    options = dict(bootstrap_servers=f"127.0.0.1:{secured['ports'][listener]}", security_protocol=listener,
+                   sasl_mechanism=mechanism, sasl_plain_username=user, sasl_plain_password=password)
+    if listener == "SASL_SSL":
+        options["ssl_context"] = create_ssl_context(cafile=str(secured["pki"]["ca"]))
+    topic = f"aio-{uuid.uuid4().hex[:8]}"
+
+    async def run():
+        producer = aiokafka.AIOKafkaProducer(**options)
+        await producer.start()
+        try:
+            for i in range(5):
+                await producer.send_and_wait(topic, f"v{i}".encode())
+        finally:
+            await producer.stop()
+        consumer = aiokafka.AIOKafkaConsumer(topic, auto_offset_reset="earliest", **options)
+        await consumer.start()
+        try:
+            values = []
+            while len(values) < 5:
+                batch = await asyncio.wait_for(consumer.getmany(timeout_ms=1000), 30)
+                values += [m.value for messages in batch.values() for m in messages]
+            return values
+        finally:
+            await consumer.stop()
+
+    assert asyncio.run(run()) == [f"v{i}".encode() for i in range(5)]

@@ -18,8 +18,10 @@ import time
 from typing import Any, Awaitable, Callable
 
 from cluster.controller.channel import ControllerChannel, LeaderAndIsr, ReplicaKey, ReplicaSpec
+from cluster.controller.configs import ConfigManager
+from cluster.controller.topic_deletion import TopicDeletionManager
 from cluster.controller.internal_topics import InternalTopic
-from cluster.controller.partition_operations import PartitionOperations
+from cluster.controller.partition_operations import Elections, PartitionGrowth, Reassignments
 from cluster.controller.zk import AsyncZk
 from cluster.controller_context import (NO_LEADER, BrokerState, ControllerContext, PartitionState,
                                         TopicState, new_zk_topic_id, zk_topic_id_to_uuid)
@@ -28,9 +30,8 @@ from cluster.log_config import log_config_for, throttled_replicas_for
 from cluster.partition_state_machine import PartitionStateName as PS
 from cluster.reassignment import ReplicaAssignment
 from cluster.replica_state_machine import ReplicaState as RS
-from cluster.topic_admin import (TopicSpecError, apply_config_ops, describe_broker_config_entries,
-                                 describe_topic_config_entries, described_configs, plan_topic)
-from core.config import BROKER_CONFIGS, BrokerConfig, ConfigError, TOPIC_CONFIGS
+from cluster.topic_admin import TopicSpecError, described_configs, plan_topic
+from core.config import BrokerConfig, TOPIC_CONFIGS
 from metadata.kafka_zk import BadVersionError, KafkaZkClient
 from metadata.kafka_zk import PartitionState as ZkPartitionState
 
@@ -39,16 +40,8 @@ log = logging.getLogger("raykafka.controller")
 ERR_NONE = 0
 ERR_UNKNOWN_TOPIC = 3
 ERR_NOT_CONTROLLER = 41
-ERR_TOPIC_DELETION_DISABLED = 73
 ERR_UNKNOWN_SERVER = -1
-ERR_INVALID_CONFIG = 40
-ERR_INVALID_REQUEST = 42
 
-# The broker configs that can change at runtime (Kafka's dynamic broker configs we support).
-DYNAMIC_BROKER_CONFIGS = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
-
-# A topic whose replica could not be deleted (StopReplica failed) is tried again after this.
-TOPIC_DELETION_RETRY_BACKOFF_S = 2.0
 # Bound on the event queue: edge requests beyond it are refused, not buffered forever.
 MAX_QUEUED_EVENTS = 10_000
 # Wall time a node needs to start one replica actor process, on top of the call
@@ -63,7 +56,7 @@ LEADER_AND_ISR_RETRIES = 10
 LEADER_AND_ISR_RETRY_MAX_S = 15.0
 
 
-class Controller(PartitionOperations):
+class Controller:
     """Controller logic with its I/O (ZooKeeper client, channel) injected."""
 
     def __init__(self, broker_id: int, config: BrokerConfig, zk: KafkaZkClient, namespace: str,
@@ -95,9 +88,13 @@ class Controller(PartitionOperations):
         self.epoch_zk_version: int | None = None
         self._controller_watch: asyncio.Task | None = None
         self._controller_watch_key: tuple[int, int] | None = None
-        # /config/brokers/<id or <default>> overrides (dynamic broker configs).
-        self._broker_overrides: dict[str, dict[str, str]] = {}
-        self._last_config_change: str | None = None
+        # Its parts, each holding the controller: topic and dynamic broker configs, topic
+        # deletion, partition growth, leader elections (and controlled shutdown), reassignment.
+        self.configs = ConfigManager(self)
+        self.deletion = TopicDeletionManager(self)
+        self.growth = PartitionGrowth(self)
+        self.elections = Elections(self)
+        self.reassignment = Reassignments(self)
 
     # ---- event queue ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -145,7 +142,7 @@ class Controller(PartitionOperations):
     def stop(self) -> None:
         """Stop taking events (watches fire as the ZooKeeper session closes), then close it."""
         self.stopped = True
-        for task in (self._worker, self._controller_watch, getattr(self, "_rebalance_task", None)):
+        for task in (self._worker, self._controller_watch, self.elections._rebalance_task):
             if task is not None:
                 task.cancel()
         self.zk.close()
@@ -169,25 +166,26 @@ class Controller(PartitionOperations):
         # One after another: each fires once at once, and those first events queue in this order.
         await azk.watch_brokers(lambda _ids: self.from_zk_thread(self._on_broker_change))
         await azk.watch_topics(lambda _names: self.from_zk_thread(self._on_topic_change))
-        await azk.watch_delete_topics(lambda _names: self.from_zk_thread(self._on_delete_topics_marked))
+        await azk.watch_delete_topics(lambda _names: self.from_zk_thread(self.deletion.on_marked))
         await azk.watch_isr_change_notifications(lambda _names: self.from_zk_thread(self._on_isr_change))
-        await azk.watch_config_changes(lambda _names: self.from_zk_thread(self._on_config_change))
-        await azk.watch_partition_reassignment(lambda _body: self.from_zk_thread(self._on_reassign_partitions_znode))
+        await azk.watch_config_changes(lambda _names: self.from_zk_thread(self.configs.on_config_change))
+        await azk.watch_partition_reassignment(
+            lambda _body: self.from_zk_thread(self.reassignment._on_reassign_partitions_znode))
         await azk.watch_preferred_replica_election(
-            lambda _body: self.from_zk_thread(self._on_preferred_replica_election))
+            lambda _body: self.from_zk_thread(self.elections._on_preferred_replica_election))
         await self._load_brokers()
         await self._load_topics()
-        await self._load_broker_overrides()
+        await self.configs.load_broker_overrides()
         self._initialize_state_machines()
         await self._elect_offline_partitions(list(self.ctx.all_partitions()))
         await self._send_leader_and_isr([tp for tp, _ in self.ctx.all_partitions()])
         await self._send_update_metadata()
         marked = await self.azk.get_topics_marked_for_deletion()
         if marked:
-            await self._delete_topics(marked)
+            await self.deletion.delete(marked)
         # Reassignments a previous controller left in flight resume where they were.
-        await self._check_reassignments(list(self.ctx.reassignments))
-        self._start_auto_rebalance()
+        await self.reassignment._check_reassignments(list(self.ctx.reassignments))
+        self.elections._start_auto_rebalance()
         log.info("controller %d ready (epoch %d) in %.0f ms", self.broker_id, epoch,
                  (time.monotonic() - started) * 1000)
 
@@ -602,10 +600,10 @@ class Controller(PartitionOperations):
                                   RS.ONLINE_REPLICA)
         await self._send_update_metadata()
         if new_ids:
-            await self._retry_replica_deletions(new_ids)
+            await self.reassignment._retry_replica_deletions(new_ids)
             retry = [t for t in ctx.topics_being_deleted if t in ctx.topics]
             if retry:
-                await self._delete_topics(retry)
+                await self.deletion.delete(retry)
 
     async def _remove_dead_from_isr(self, partitions) -> None:
         """Replica state machine, OnlineReplica -> OfflineReplica: a dead follower
@@ -640,7 +638,7 @@ class Controller(PartitionOperations):
                                                              state.controller_epoch, version)
         await self._send_update_metadata()
         await self.azk.delete_isr_change_notifications([n.name for n in notes])
-        await self._check_reassignments([tp for tp in changed if tp in self.ctx.reassignments])
+        await self.reassignment._check_reassignments([tp for tp in changed if tp in self.ctx.reassignments])
 
     async def _on_topic_change(self) -> None:
         """Topics written to ZooKeeper by someone else (e.g. an admin tool)."""
@@ -655,14 +653,6 @@ class Controller(PartitionOperations):
         await self._elect_offline_partitions(partitions)
         await self._send_leader_and_isr([tp for tp, _ in partitions])
         await self._send_update_metadata()
-
-    async def _on_delete_topics_marked(self) -> None:
-        if not self.is_active:
-            return
-        marked = [t for t in await self.azk.get_topics_marked_for_deletion()
-                  if t not in self.ctx.topics_being_deleted]
-        if marked:
-            await self._delete_topics(marked)
 
     # ---- admin requests from edges ---------------------------------------------------------------
     async def create_topics(self, specs: list[dict], validate_only: bool) -> list[dict]:
@@ -679,7 +669,7 @@ class Controller(PartitionOperations):
         ctx = self.ctx
         results, created = [], []
         existing = set(ctx.topics) | set(ctx.topics_being_deleted)
-        capacity = self._node_capacity()  # raykafka.replicas.per.node.max: checked before any write
+        capacity = self.growth._node_capacity()  # raykafka.replicas.per.node.max: checked before any write
         for spec in specs:
             try:
                 plan = plan_topic(spec, self.config, ctx.live_broker_ids, existing,
@@ -750,259 +740,47 @@ class Controller(PartitionOperations):
         return await self.submit(event)
 
     async def delete_topics(self, names: list[str]) -> dict[str, tuple[int, str | None]]:
-        async def event():
-            if not self.is_active:
-                return {n: (ERR_NOT_CONTROLLER, "This is not the active controller") for n in names}
-            outcome = {}
-            to_delete = []
-            for name in names:
-                if name not in self.ctx.topics:
-                    outcome[name] = (ERR_UNKNOWN_TOPIC, "This server does not host this topic-partition.")
-                elif not self.config["delete.topic.enable"]:
-                    outcome[name] = (ERR_TOPIC_DELETION_DISABLED, "Topic deletion is disabled.")
-                else:
-                    to_delete.append(name)
-                    outcome[name] = (ERR_NONE, None)
-            for name in to_delete:
-                await self.azk.mark_topic_for_deletion(name)
-            if to_delete:
-                await self._delete_topics(to_delete)
-            return outcome
+        return await self.deletion.delete_topics(names)
 
-        event.__name__ = "delete_topics"
-        return await self.submit(event)
+    # ---- the parts' entry points (edge requests through the actor, calls between parts) ----------------
+    async def create_partitions(self, specs: list[dict], validate_only: bool) -> list[dict]:
+        return await self.growth.create_partitions(specs, validate_only)
 
-    async def _delete_topics(self, names: list[str]) -> None:
-        """Kafka's TopicDeletionManager over the replica state machine: each replica
-        OfflineReplica -> ReplicaDeletionStarted -> ReplicaDeletionSuccessful ->
-        NonExistentReplica; a replica whose broker is down or whose StopReplica
-        failed becomes ReplicaDeletionIneligible and is retried (when its broker
-        returns, or after a backoff). The znodes go only once every replica is gone."""
-        ctx = self.ctx
-        names = [n for n in names if n in ctx.topics]
-        if not names:
-            return
-        ctx.topics_being_deleted.update(names)
-        await self._send_update_metadata()  # edges stop routing to them first
-        calls, waiting = [], []
-        for name in names:
-            for (topic, p), replicas in ctx.partitions_of(name):
-                ctx.partition_sm.transition([(topic, p)], PS.OFFLINE_PARTITION)
-                for broker_id in replicas:
-                    replica = (topic, p, broker_id)
-                    if ctx.replica_sm.state(replica) in (RS.REPLICA_DELETION_SUCCESSFUL,):
-                        continue
-                    ctx.replica_sm.transition([replica], RS.OFFLINE_REPLICA)
-                    if broker_id in ctx.brokers:
-                        ctx.replica_sm.transition([replica], RS.REPLICA_DELETION_STARTED)
-                        calls.append((replica, self.channel.stop_replica(ReplicaKey(*replica), ctx.epoch, True)))
-                    else:
-                        ctx.replica_sm.transition([replica], RS.REPLICA_DELETION_INELIGIBLE)
-                        waiting.append(replica)
-        outcomes = await self._await_calls(calls)
-        failed = False
-        for replica, outcome in outcomes.items():
-            if outcome == 0:
-                ctx.replica_sm.transition([replica], RS.REPLICA_DELETION_SUCCESSFUL)
-                self.channel.remove_replica(ReplicaKey(*replica))
-            else:
-                failed = True
-                ctx.replica_sm.transition([replica], RS.REPLICA_DELETION_INELIGIBLE)
-        if waiting:
-            log.info("deletion of %s waits for brokers %s to return", names, sorted({r[2] for r in waiting}))
-        done = []
-        for name in names:
-            if not ctx.replica_sm.is_topic_deletion_successful(name):
-                continue
-            await self.azk.delete_topic(name)
-            for p in ctx.topics[name].assignment:
-                ctx.states.pop((name, p), None)
-                ctx.reassignments.pop((name, p), None)
-                ctx.partition_sm.transition([(name, p)], PS.NON_EXISTENT_PARTITION)
-            ctx.replica_sm.forget_topic(name)
-            del ctx.topics[name]
-            ctx.topics_being_deleted.discard(name)
-            done.append(name)
-            log.info("deleted topic %s", name)
-        if done:
-            await self._send_update_metadata()
-        if failed:
-            retry = [n for n in names if n in ctx.topics_being_deleted]
+    def _described_broker_config(self, name: str):
+        return self.growth._described_broker_config(name)
 
-            async def later():
-                await asyncio.sleep(TOPIC_DELETION_RETRY_BACKOFF_S)
-                self.enqueue(lambda: self._delete_topics(retry) if self.is_active else asyncio.sleep(0))
+    async def elect_leaders(self, election_type: int, partitions: list[tuple[str, int]] | None,
+                            timeout_ms: int = 0) -> dict:
+        return await self.elections.elect_leaders(election_type, partitions, timeout_ms)
 
-            self.loop.create_task(later())
+    async def controlled_shutdown(self, broker_id: int, broker_epoch: int = -1) -> dict:
+        return await self.elections.controlled_shutdown(broker_id, broker_epoch)
 
-    # ---- topic configs: AlterConfigs / IncrementalAlterConfigs / DescribeConfigs ------------------
+    async def alter_partition_reassignments(self, reassignments: list[tuple[str, int, list[int] | None]],
+                                            timeout_ms: int = 0) -> dict:
+        return await self.reassignment.alter_partition_reassignments(reassignments, timeout_ms)
+
+    async def list_partition_reassignments(self, partitions: list[tuple[str, int]] | None,
+                                           timeout_ms: int = 0) -> dict:
+        return await self.reassignment.list_partition_reassignments(partitions, timeout_ms)
+
+    def _target_replicas(self, topic: str, p: int) -> list[int]:
+        return self.reassignment._target_replicas(topic, p)
+
+    async def _await_calls(self, calls: list) -> dict:
+        return await self.reassignment._await_calls(calls)
+
     async def alter_topic_configs(self, changes: list[dict], validate_only: bool) -> list[dict]:
-        """changes: {"name", "replace": {k: v}} (AlterConfigs: the new full override set) or
-        {"name", "ops": [(key, op, value)]} (IncrementalAlterConfigs). -> [{"name", "error_code", "error_message"}]"""
-        async def event():
-            if not self.is_active:
-                return [_error(c["name"], ERR_NOT_CONTROLLER, "This is not the active controller") for c in changes]
-            results = []
-            for change in changes:
-                name = change["name"]
-                topic = self.ctx.topics.get(name)
-                if topic is None or name in self.ctx.topics_being_deleted:
-                    results.append(_error(name, ERR_UNKNOWN_TOPIC, f"Topic {name} does not exist."))
-                    continue
-                try:
-                    if "replace" in change:
-                        new = apply_config_ops({}, [(k, 0, v) for k, v in change["replace"].items()])
-                    else:
-                        new = apply_config_ops(topic.configs, change["ops"])
-                except TopicSpecError as exc:
-                    results.append(_error(name, int(exc.error), str(exc)))
-                    continue
-                if not validate_only and new != topic.configs:
-                    await self.azk.set_topic_config(name, new)  # also writes /config/changes
-                    topic.configs = new
-                    await self._push_topic_config(name)
-                results.append({"name": name, "error_code": ERR_NONE, "error_message": None})
-            return results
-
-        event.__name__ = "alter_topic_configs"
-        return await self.submit(event)
-
-    async def _push_topic_config(self, name: str) -> None:
-        """Running replicas pick the change up at once (no restart)."""
-        topic = self.ctx.topics[name]
-        configs = topic.configs
-        log_config = log_config_for(configs, self.config)
-        min_isr = TOPIC_CONFIGS["min.insync.replicas"].parse(configs["min.insync.replicas"]) \
-            if "min.insync.replicas" in configs else self.config["min.insync.replicas"]
-        calls = []
-        for (t, p), replicas in self.ctx.partitions_of(name):
-            for broker_id in replicas:
-                if broker_id in self.ctx.brokers:
-                    key = ReplicaKey(t, p, broker_id)
-                    calls.append((key, self.channel.update_log_config(key, log_config, min_isr)))
-                    calls.append((key, self.channel.update_replication_throttle(
-                        key, None, None, **throttled_replicas_for(configs))))
-        await self._await_all(calls, "UpdateLogConfig")
-
-    # ---- replication throttle rates: dynamic broker configs (KIP-73) ------------------------------
-    def _throttle_rates(self, broker_id: int) -> tuple[int, int]:
-        """Effective rates for one broker: its /config/brokers/<id> entry, else
-        /config/brokers/<default>, else the static configuration."""
-        overrides = self._broker_overrides
-
-        def rate(key: str) -> int:
-            for entity in (str(broker_id), "<default>"):
-                value = overrides.get(entity, {}).get(key)
-                if value is not None:
-                    return BROKER_CONFIGS[key].parse(value)
-            return self.config[key]
-
-        return rate("leader.replication.throttled.rate"), rate("follower.replication.throttled.rate")
-
-    async def _load_broker_overrides(self) -> None:
-        entities = ["<default>", *self.ctx.brokers]
-        found = await asyncio.gather(*(self.azk.get_broker_config(e) for e in entities))  # pipelined
-        self._broker_overrides = {str(e): c for e, c in zip(entities, found)}
-
-    async def _push_throttle_rates(self) -> None:
-        calls = []
-        for key in self.channel.replica_keys():
-            if key.broker_id in self.ctx.brokers:
-                leader_rate, follower_rate = self._throttle_rates(key.broker_id)
-                calls.append((key, self.channel.update_replication_throttle(key, leader_rate, follower_rate)))
-        await self._await_all(calls, "UpdateReplicationThrottle")
+        return await self.configs.alter_topic_configs(changes, validate_only)
 
     async def alter_broker_configs(self, changes: list[dict], validate_only: bool) -> list[dict]:
-        """Dynamic broker configs (only the replication throttle rates are dynamic here).
-        changes: {"name": "" (cluster default) or a broker id, "replace": {..}} or {"name", "ops": [..]}."""
-        async def event():
-            if not self.is_active:
-                return [_error(c["name"], ERR_NOT_CONTROLLER, "This is not the active controller") for c in changes]
-            results, touched = [], False
-            for change in changes:
-                name = change["name"]
-                try:
-                    entity = "<default>" if name in ("", "<default>") else int(name)
-                except ValueError:
-                    results.append(_error(name, ERR_INVALID_REQUEST, f"Invalid broker id {name!r}"))
-                    continue
-                current = dict(self._broker_overrides.get(str(entity), {}))
-                new = {} if "replace" in change else dict(current)
-                ops = [(k, 0, v) for k, v in change["replace"].items()] if "replace" in change else change["ops"]
-                problem = None
-                for key, op, value in ops:
-                    if key not in DYNAMIC_BROKER_CONFIGS:
-                        problem = (ERR_INVALID_REQUEST, f"Cannot update these configs dynamically: {key}")
-                        break
-                    if op == 0:  # SET
-                        try:
-                            BROKER_CONFIGS[key].parse(value)
-                        except ConfigError as exc:
-                            problem = (ERR_INVALID_CONFIG, str(exc))
-                            break
-                        new[key] = str(value)
-                    elif op == 1:  # DELETE
-                        new.pop(key, None)
-                    else:
-                        problem = (ERR_INVALID_CONFIG, f"{key}: APPEND/SUBTRACT apply to list configs only")
-                        break
-                if problem is not None:
-                    results.append(_error(name, *problem))
-                    continue
-                if not validate_only and new != current:
-                    await self.azk.set_broker_config(entity, new)
-                    self._broker_overrides[str(entity)] = new
-                    touched = True
-                results.append({"name": name, "error_code": ERR_NONE, "error_message": None})
-            if touched:
-                await self._push_throttle_rates()
-            return results
-
-        event.__name__ = "alter_broker_configs"
-        return await self.submit(event)
-
-    async def _on_config_change(self) -> None:
-        """/config/changes written by anyone (an admin tool writing ZooKeeper directly)."""
-        if not self.is_active:
-            return
-        for name, body in await self.azk.get_config_change_notifications():
-            if self._last_config_change is not None and name <= self._last_config_change:
-                continue
-            self._last_config_change = name
-            entity = (body or {}).get("entity_path", "")
-            if entity.startswith("brokers/"):
-                await self._load_broker_overrides()
-                await self._push_throttle_rates()
-            if entity.startswith("topics/"):
-                topic = entity.split("/", 1)[1]
-                if topic in self.ctx.topics:
-                    fresh = await self.azk.get_topic_config(topic)
-                    if fresh != self.ctx.topics[topic].configs:
-                        self.ctx.topics[topic].configs = fresh
-                        await self._push_topic_config(topic)
+        return await self.configs.alter_broker_configs(changes, validate_only)
 
     async def describe_configs(self, resources: list[tuple[int, str]]) -> list[dict]:
-        """resources: (resource type 2=topic / 4=broker, name) -> entries or an error."""
-        async def event():
-            out = []
-            for resource_type, name in resources:
-                if resource_type == 2:
-                    topic = self.ctx.topics.get(name) if self.ctx else None
-                    if topic is None:
-                        out.append(_error(name, ERR_UNKNOWN_TOPIC, f"Topic {name} does not exist."))
-                        continue
-                    out.append({"name": name, "error_code": 0, "error_message": None,
-                                "entries": describe_topic_config_entries(topic.configs, self.config)})
-                elif resource_type in (4, 8):  # BROKER, BROKER_LOGGER
-                    out.append({"name": name, "error_code": 0, "error_message": None,
-                                "entries": describe_broker_config_entries(self._described_broker_config(name))
-                                if resource_type == 4 else []})
-                else:
-                    out.append(_error(name, 42, f"Unsupported resource type {resource_type}"))  # INVALID_REQUEST
-            return out
+        return await self.configs.describe_configs(resources)
 
-        event.__name__ = "describe_configs"
-        return await self.submit(event)
+    def _throttle_rates(self, broker_id: int) -> tuple[int, int]:
+        return self.configs.throttle_rates(broker_id)
 
     # ---- shutdown ------------------------------------------------------------------------------
     async def close_local_replicas(self, broker_id: int) -> int:

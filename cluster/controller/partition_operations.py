@@ -4,7 +4,8 @@ a partition: CreatePartitions, leader elections (ElectLeaders, the
 partition reassignment (KIP-455, AlterPartitionReassignments and the
 /admin/reassign_partitions znode) and controlled shutdown.
 
-A mixin of cluster/controller/controller.Controller: every method here runs as one
+Parts of cluster/controller/controller.Controller (composed, each holding the
+controller as `c`): every method here runs as one
 event of the controller's queue, so it sees a consistent context and never
 interleaves with another decision. The decisions themselves (who may lead,
 which replicas a reassignment adds or removes, which brokers are imbalanced)
@@ -43,14 +44,13 @@ def _result(topic: str, partition: int, code: int = 0, message: str | None = Non
 
 
 class PartitionOperations:
-    """Needs from the host class: ctx, azk (ZooKeeper off the loop), config, epoch_zk_version, submit(),
-    _write_state(), _send_leader_and_isr(), _send_update_metadata(), channel,
-    _await_all(), is_active."""
+    """Topic growth and replica capacity. Needs ctx and config (the capacity checks need
+    nothing else); create_partitions also `c`, the controller."""
 
     # ---- CreatePartitions (37) -------------------------------------------------------------------
     async def create_partitions(self, specs: list[dict], validate_only: bool) -> list[dict]:
         async def event():
-            if not self.is_active:
+            if not self.c.is_active:
                 return [{"name": s["name"], "error_code": NOT_CONTROLLER,
                          "error_message": "This is not the active controller"} for s in specs]
             results, grown = [], []
@@ -67,7 +67,7 @@ class PartitionOperations:
                 capacity.add(added)
                 if not validate_only:
                     try:
-                        merged = await self.azk.add_partitions(name, added)
+                        merged = await self.c.azk.add_partitions(name, added)
                     except Exception as exc:  # a concurrent writer, or ZooKeeper trouble
                         results.append({"name": name, "error_code": int(ErrorCode.unknown_server_error),
                                         "error_message": str(exc)})
@@ -77,13 +77,13 @@ class PartitionOperations:
                     log.info("topic %s grows to %d partitions: %s", name, len(merged), added)
                 results.append({"name": name, "error_code": 0, "error_message": None})
             if grown:
-                await self._elect_offline_partitions(grown)  # NewPartition -> OnlinePartition
-                await self._send_leader_and_isr([tp for tp, _ in grown])
-                await self._send_update_metadata()
+                await self.c._elect_offline_partitions(grown)  # NewPartition -> OnlinePartition
+                await self.c._send_leader_and_isr([tp for tp, _ in grown])
+                await self.c._send_update_metadata()
             return results
 
         event.__name__ = "create_partitions"
-        return await self.submit(event)
+        return await self.c.submit(event)
 
     def _plan_new_partitions(self, spec: dict, capacity: NodeCapacity | None = None) -> dict[int, list[int]]:
         """Kafka's AdminZkClient.createPartitions checks, with its messages; then
@@ -168,20 +168,45 @@ class PartitionOperations:
         # Keep the source honest: a computed default stays DEFAULT_CONFIG.
         return BrokerConfig({**self.config.as_dict(), CAPACITY_KEY: info.replicas_max}, explicit)
 
+
+
+class PartitionGrowth(PartitionOperations):
+    """CreatePartitions, a part of the controller `c`."""
+
+    def __init__(self, controller: Any):
+        self.c = controller
+
+    @property
+    def ctx(self):
+        return self.c.ctx
+
+    @property
+    def config(self):
+        return self.c.config
+
+
+class Elections:
+    """ElectLeaders, /admin/preferred_replica_election, the automatic leader rebalance and
+    controlled shutdown: a part of the controller `c`."""
+
+    def __init__(self, controller: Any):
+        self.c = controller
+        self._rebalance_task: asyncio.Task | None = None
+
     # ---- leader elections: ElectLeaders (43), /admin/preferred_replica_election, auto rebalance -----------
     async def elect_leaders(self, election_type: int, partitions: list[tuple[str, int]] | None,
                             timeout_ms: int = 0) -> dict:
         async def event():
-            if not self.is_active:
+            if not self.c.is_active:
                 return {"error_code": NOT_CONTROLLER, "results": []}
             return {"error_code": 0, "results": await self._elect_leaders(ElectionType(election_type), partitions)}
 
         event.__name__ = "elect_leaders"
-        return await self.submit(event)
+        return await self.c.submit(event)
 
     async def _elect_leaders(self, election_type: ElectionType,
                              partitions: list[tuple[str, int]] | None) -> list[dict]:
-        ctx = self.ctx
+        ctx = self.c.ctx
         requested_all = partitions is None
         if requested_all:
             partitions = [tp for tp, _ in ctx.all_partitions() if tp[0] not in ctx.topics_being_deleted]
@@ -193,7 +218,7 @@ class PartitionOperations:
                 results.append(_result(topic, p, ErrorCode.unknown_topic_or_partition,
                                        "The partition does not exist."))
                 continue
-            assignment = self._target_replicas(topic, p)
+            assignment = self.c._target_replicas(topic, p)
             live = set(ctx.brokers) - ctx.shutting_down
             if election_type == ElectionType.PREFERRED:
                 if state.leader == assignment[0]:
@@ -222,15 +247,15 @@ class PartitionOperations:
                 if outcome.unclean:
                     log.warning("unclean election of %s-%d: broker %d leads, data may be lost", topic, p,
                                 outcome.leader)
-            await self._write_state(topic, p, PartitionState(outcome.leader, state.leader_epoch + 1, isr, ctx.epoch,
+            await self.c._write_state(topic, p, PartitionState(outcome.leader, state.leader_epoch + 1, isr, ctx.epoch,
                                                              state.zk_version))
             ctx.partition_sm.transition([(topic, p)], PS.ONLINE_PARTITION)
             changed.append((topic, p))
             results.append(_result(topic, p))
         if changed:
             log.info("%s election moved leaders of %s", election_type.name.lower(), changed)
-            await self._send_leader_and_isr(changed)
-            await self._send_update_metadata()
+            await self.c._send_leader_and_isr(changed)
+            await self.c._send_update_metadata()
         if requested_all:
             # Kafka answers a null-topics request only for partitions where something happened.
             results = [r for r in results if r["error_code"] != int(ErrorCode.election_not_needed)]
@@ -238,10 +263,10 @@ class PartitionOperations:
 
     async def _on_preferred_replica_election(self) -> None:
         """/admin/preferred_replica_election written by an admin tool: elect, then delete it."""
-        if not self.is_active:
+        if not self.c.is_active:
             return
         try:
-            partitions = await self.azk.get_preferred_replica_election()
+            partitions = await self.c.azk.get_preferred_replica_election()
         except Exception:
             log.exception("cannot read the preferred replica election request")
             return
@@ -251,13 +276,13 @@ class PartitionOperations:
         failed = [r for r in results if r["error_code"] not in (0, int(ErrorCode.election_not_needed))]
         if failed:
             log.warning("preferred replica election: %d partitions failed: %s", len(failed), failed[:10])
-        await self.azk.delete_preferred_replica_election()
+        await self.c.azk.delete_preferred_replica_election()
 
     async def _auto_leader_rebalance(self) -> None:
         """auto.leader.rebalance.enable: move leadership back to preferred replicas of
         brokers whose share of lost leaderships exceeds leader.imbalance.per.broker.percentage."""
-        ctx = self.ctx
-        if not self.is_active or ctx.shutting_down:
+        ctx = self.c.ctx
+        if not self.c.is_active or ctx.shutting_down:
             return
         assignments, leaders, isrs = {}, {}, {}
         for tp, _replicas in ctx.all_partitions():
@@ -266,11 +291,11 @@ class PartitionOperations:
             state = ctx.states.get(tp)
             if state is None:
                 continue
-            assignments[tp] = self._target_replicas(*tp)
+            assignments[tp] = self.c._target_replicas(*tp)
             leaders[tp] = state.leader
             isrs[tp] = state.isr
         live = set(ctx.brokers)
-        percentage = self.config["leader.imbalance.per.broker.percentage"]
+        percentage = self.c.config["leader.imbalance.per.broker.percentage"]
         by_broker = imbalanced_partitions(assignments, leaders, live, percentage)
         candidates = [tp for partitions in by_broker.values() for tp in partitions
                       if assignments[tp][0] in isrs[tp]]
@@ -281,27 +306,27 @@ class PartitionOperations:
             await self._elect_leaders(ElectionType.PREFERRED, candidates)
 
     def _start_auto_rebalance(self) -> None:
-        if not self.config["auto.leader.rebalance.enable"] or getattr(self, "_rebalance_task", None):
+        if not self.c.config["auto.leader.rebalance.enable"] or getattr(self, "_rebalance_task", None):
             return
-        interval = max(self.config["leader.imbalance.check.interval.seconds"], 1)
+        interval = max(self.c.config["leader.imbalance.check.interval.seconds"], 1)
 
         async def loop():
-            while self.is_active:
+            while self.c.is_active:
                 await asyncio.sleep(interval)
-                if self.is_active:
-                    self.enqueue(self._auto_leader_rebalance)
+                if self.c.is_active:
+                    self.c.enqueue(self._auto_leader_rebalance)
             self._rebalance_task = None
 
-        self._rebalance_task = self.loop.create_task(loop())
+        self._rebalance_task = self.c.loop.create_task(loop())
 
     # ---- controlled shutdown ---------------------------------------------------------------------------
     async def controlled_shutdown(self, broker_id: int, broker_epoch: int = -1) -> dict:
         """Kafka's ControlledShutdown for one broker: lead elsewhere, leave the ISRs.
         -> {"error_code", "remaining": [(topic, p)] partitions it still leads}."""
         async def event():
-            if not self.is_active:
+            if not self.c.is_active:
                 return {"error_code": NOT_CONTROLLER, "remaining": []}
-            ctx = self.ctx
+            ctx = self.c.ctx
             if broker_id not in ctx.brokers:
                 return {"error_code": int(ErrorCode.broker_not_available), "remaining": []}
             ctx.shutting_down.add(broker_id)
@@ -320,14 +345,14 @@ class PartitionOperations:
                     outcome = controlled_shutdown_partition_leader(replicas, state.isr, live, ctx.shutting_down)
                     if not outcome.elected:
                         continue
-                    await self._write_state(topic, p, PartitionState(outcome.leader, state.leader_epoch + 1,
+                    await self.c._write_state(topic, p, PartitionState(outcome.leader, state.leader_epoch + 1,
                                                                      list(outcome.isr), ctx.epoch, state.zk_version))
                     moved.append((topic, p))
                 elif broker_id in state.isr:
                     # OnlineReplica -> OfflineReplica for its followers: out of the ISR now,
                     # so acks=all stops waiting for a broker that is going away.
                     isr = [r for r in state.isr if r != broker_id]
-                    await self._write_state(topic, p, PartitionState(state.leader, state.leader_epoch + 1, isr,
+                    await self.c._write_state(topic, p, PartitionState(state.leader, state.leader_epoch + 1, isr,
                                                                      ctx.epoch, state.zk_version))
                     followers.append((topic, p))
             ctx.replica_sm.transition([(t, p, broker_id) for t, p in moved + followers], RS.OFFLINE_REPLICA)
@@ -337,11 +362,11 @@ class PartitionOperations:
                 # fetching, the new leaders would put them straight back into the ISRs, and
                 # acks=all would then wait replica.lag.time.max.ms for them once the broker exits.
                 stops = [((t, p, broker_id),
-                          self.channel.stop_replica(ReplicaKey(t, p, broker_id), ctx.epoch, False))
+                          self.c.channel.stop_replica(ReplicaKey(t, p, broker_id), ctx.epoch, False))
                          for t, p in moved + followers]
-                await asyncio.gather(self._send_leader_and_isr(moved + followers, exclude=frozenset({broker_id})),
-                                     self._await_calls(stops))
-                await self._send_update_metadata()
+                await asyncio.gather(self.c._send_leader_and_isr(moved + followers, exclude=frozenset({broker_id})),
+                                     self.c._await_calls(stops))
+                await self.c._send_update_metadata()
             remaining = [tp for tp, state in ctx.states.items()
                          if state.leader == broker_id and tp[0] not in ctx.topics_being_deleted]
             log.info("controlled shutdown of broker %d: %d leaders moved, left %d ISRs, %d partitions remain "
@@ -349,19 +374,27 @@ class PartitionOperations:
             return {"error_code": 0, "remaining": remaining}
 
         event.__name__ = f"controlled_shutdown({broker_id})"
-        return await self.submit(event)
+        return await self.c.submit(event)
+
+
+class Reassignments:
+    """Partition reassignment (KIP-455) and the replica deletions it leaves pending:
+    a part of the controller `c`."""
+
+    def __init__(self, controller: Any):
+        self.c = controller
 
     # ---- partition reassignment (KIP-455) ---------------------------------------------------------------
     def _target_replicas(self, topic: str, p: int) -> list[int]:
-        reassignment = self.ctx.reassignments.get((topic, p))
+        reassignment = self.c.ctx.reassignments.get((topic, p))
         if reassignment is not None:
             return reassignment.target_replicas
-        return list(self.ctx.topics[topic].assignment[p])
+        return list(self.c.ctx.topics[topic].assignment[p])
 
     async def alter_partition_reassignments(self, reassignments: list[tuple[str, int, list[int] | None]],
                                             timeout_ms: int = 0) -> dict:
         async def event():
-            if not self.is_active:
+            if not self.c.is_active:
                 return {"error_code": NOT_CONTROLLER, "error_message": "This is not the active controller",
                         "results": []}
             results = await self._alter_reassignments([(t, p, None if r is None else list(r))
@@ -369,27 +402,27 @@ class PartitionOperations:
             return {"error_code": 0, "error_message": None, "results": results}
 
         event.__name__ = "alter_partition_reassignments"
-        return await self.submit(event)
+        return await self.c.submit(event)
 
     async def list_partition_reassignments(self, partitions: list[tuple[str, int]] | None,
                                            timeout_ms: int = 0) -> dict:
         async def event():
-            if not self.is_active:
+            if not self.c.is_active:
                 return {"error_code": NOT_CONTROLLER, "error_message": "This is not the active controller",
                         "results": []}
             wanted = set(map(tuple, partitions)) if partitions is not None else None
             results = []
-            for (topic, p), r in sorted(self.ctx.reassignments.items()):
+            for (topic, p), r in sorted(self.c.ctx.reassignments.items()):
                 if wanted is None or (topic, p) in wanted:
                     results.append({"topic": topic, "partition": p, "replicas": list(r.replicas),
                                     "adding_replicas": list(r.adding), "removing_replicas": list(r.removing)})
             return {"error_code": 0, "error_message": None, "results": results}
 
         event.__name__ = "list_partition_reassignments"
-        return await self.submit(event)
+        return await self.c.submit(event)
 
     async def _alter_reassignments(self, requests: list[tuple[str, int, list[int] | None]]) -> list[dict]:
-        ctx = self.ctx
+        ctx = self.c.ctx
         results, started = [], []
         for topic, p, target in requests:
             t = ctx.topics.get(topic)
@@ -415,7 +448,7 @@ class PartitionOperations:
             started.append((topic, p))
             results.append(_result(topic, p))
         if started:
-            await self._send_update_metadata()
+            await self.c._send_update_metadata()
             for topic, p in started:
                 await self._maybe_complete_reassignment(topic, p)
         return results
@@ -426,7 +459,7 @@ class PartitionOperations:
         new replicas start as followers, and the leader learns of them through a
         new leader epoch. Removed-before-complete replicas (a cancel or a changed
         target) are stopped and deleted."""
-        ctx = self.ctx
+        ctx = self.c.ctx
         t = ctx.topics[topic]
         old_full = list(current.replicas)
         t.assignment[p] = list(new.replicas)
@@ -448,9 +481,9 @@ class PartitionOperations:
             if leader not in new.replicas or leader not in live:
                 outcome = reassign_partition_leader(new.replicas, isr, live)
                 leader = outcome.leader if outcome.elected else leader
-            await self._write_state(topic, p, PartitionState(leader, state.leader_epoch + 1, isr, ctx.epoch,
+            await self.c._write_state(topic, p, PartitionState(leader, state.leader_epoch + 1, isr, ctx.epoch,
                                                              state.zk_version))
-        await self._send_leader_and_isr([(topic, p)])
+        await self.c._send_leader_and_isr([(topic, p)])
         ctx.replica_sm.transition([(topic, p, r) for r in adding if r in ctx.brokers], RS.ONLINE_REPLICA)
         if dropped:
             await self._delete_replicas(topic, p, dropped)
@@ -459,23 +492,23 @@ class PartitionOperations:
         """/brokers/topics/<t> with the adding/removing maps of partitions in flight."""
         from metadata.kafka_zk import TopicAssignment
 
-        t = self.ctx.topics[topic]
-        adding = {p: list(r.adding) for (tn, p), r in self.ctx.reassignments.items() if tn == topic and r.adding}
-        removing = {p: list(r.removing) for (tn, p), r in self.ctx.reassignments.items()
+        t = self.c.ctx.topics[topic]
+        adding = {p: list(r.adding) for (tn, p), r in self.c.ctx.reassignments.items() if tn == topic and r.adding}
+        removing = {p: list(r.removing) for (tn, p), r in self.c.ctx.reassignments.items()
                     if tn == topic and r.removing}
-        found = await self.azk.get_topic_with_version(topic)
+        found = await self.c.azk.get_topic_with_version(topic)
         if found is None:
             raise RuntimeError(f"topic {topic} vanished from ZooKeeper")
         znode, version = found
         updated = TopicAssignment({p: list(r) for p, r in t.assignment.items()}, znode.topic_id, adding, removing)
-        await self.azk.set_topic_assignment(topic, updated, version,
-                                            expected_controller_epoch_zk_version=self.epoch_zk_version)
+        await self.c.azk.set_topic_assignment(topic, updated, version,
+                                            expected_controller_epoch_zk_version=self.c.epoch_zk_version)
 
     async def _maybe_complete_reassignment(self, topic: str, p: int) -> bool:
         """Phase 2 once every target replica is in the ISR: leadership onto a target
         replica, the replica set shrinks to the target, removed replicas are
         stopped and deleted, and the znodes forget the reassignment."""
-        ctx = self.ctx
+        ctx = self.c.ctx
         reassignment = ctx.reassignments.get((topic, p))
         state = ctx.states.get((topic, p))
         if reassignment is None or state is None or not reassignment.is_complete(state.isr):
@@ -493,44 +526,45 @@ class PartitionOperations:
             leader = outcome.leader
         ctx.topics[topic].assignment[p] = list(target)
         del ctx.reassignments[(topic, p)]
-        await self._write_state(topic, p, PartitionState(leader, state.leader_epoch + 1, isr, ctx.epoch,
+        await self.c._write_state(topic, p, PartitionState(leader, state.leader_epoch + 1, isr, ctx.epoch,
                                                          state.zk_version))
         await self._write_topic_assignment(topic)
-        await self._send_leader_and_isr([(topic, p)])
+        await self.c._send_leader_and_isr([(topic, p)])
         if removing:
             await self._delete_replicas(topic, p, removing)
         await self._forget_znode_reassignment(topic, p)
-        await self._send_update_metadata()
+        await self.c._send_update_metadata()
         log.info("reassignment of %s-%d complete: replicas %s, leader %d", topic, p, target, leader)
         return True
 
     async def _forget_znode_reassignment(self, topic: str, p: int) -> None:
         try:
-            pending = await self.azk.get_partition_reassignment()
+            pending = await self.c.azk.get_partition_reassignment()
         except Exception:
             log.exception("cannot read /admin/reassign_partitions")
             return
         if (topic, p) in pending:
             del pending[(topic, p)]
-            await self.azk.set_partition_reassignment(pending)  # an empty map deletes the znode
+            await self.c.azk.set_partition_reassignment(pending)  # an empty map deletes the znode
 
     async def _delete_replicas(self, topic: str, p: int, brokers: list[int]) -> None:
         """OnlineReplica -> OfflineReplica -> ReplicaDeletionStarted -> ReplicaDeletionSuccessful
         -> NonExistentReplica; a replica on a dead broker becomes ReplicaDeletionIneligible
         and its files stay until that broker returns (Kafka does the same)."""
-        ctx = self.ctx
+        ctx = self.c.ctx
         replicas = [(topic, p, b) for b in brokers]
         ctx.replica_sm.transition(replicas, RS.OFFLINE_REPLICA)
         reachable = [r for r in replicas if r[2] in ctx.brokers]
         unreachable = [r for r in replicas if r[2] not in ctx.brokers]
         ctx.replica_sm.transition(reachable, RS.REPLICA_DELETION_STARTED)
-        calls = [((t, q, b), self.channel.stop_replica(ReplicaKey(t, q, b), ctx.epoch, True)) for t, q, b in reachable]
+        calls = [((t, q, b), self.c.channel.stop_replica(ReplicaKey(t, q, b), ctx.epoch, True))
+                 for t, q, b in reachable]
         outcomes = await self._await_calls(calls)
         for replica, outcome in outcomes.items():
             if outcome == 0:
                 ctx.replica_sm.transition([replica], RS.REPLICA_DELETION_SUCCESSFUL)
                 ctx.replica_sm.transition([replica], RS.NON_EXISTENT_REPLICA)
-                self.channel.remove_replica(ReplicaKey(*replica))
+                self.c.channel.remove_replica(ReplicaKey(*replica))
             else:
                 ctx.replica_sm.transition([replica], RS.REPLICA_DELETION_INELIGIBLE)
                 log.warning("deleting replica %s failed (%s); retried when its broker returns", replica, outcome)
@@ -542,20 +576,20 @@ class PartitionOperations:
         """Like _await_all, but returns each target's outcome (0, an error code or the exception)."""
         if not calls:
             return {}
-        results = await asyncio.gather(*(asyncio.wait_for(ref, self.call_timeout_s) for _, ref in calls),
+        results = await asyncio.gather(*(asyncio.wait_for(ref, self.c.call_timeout_s) for _, ref in calls),
                                        return_exceptions=True)
         out = {}
         for (target, _), result in zip(calls, results):
             if isinstance(result, BaseException):
                 log.error("call to %s failed: %s", target, str(result).splitlines()[0][:300] if str(result) else
                           type(result).__name__)
-                self.channel.forget_replica(target)
+                self.c.channel.forget_replica(target)
             out[target] = result
         return out
 
     async def _retry_replica_deletions(self, broker_ids: list[int]) -> None:
         """Replicas left ReplicaDeletionIneligible on brokers that came back: delete them now."""
-        ctx = self.ctx
+        ctx = self.c.ctx
         due = [r for r in ctx.pending_replica_deletions if r[2] in broker_ids]
         for topic, p, b in due:
             ctx.pending_replica_deletions.discard((topic, p, b))
@@ -566,18 +600,18 @@ class PartitionOperations:
 
     async def _on_reassign_partitions_znode(self) -> None:
         """/admin/reassign_partitions (the pre-KIP-455 admin path): start what it asks."""
-        if not self.is_active:
+        if not self.c.is_active:
             return
         try:
-            wanted = await self.azk.get_partition_reassignment()
+            wanted = await self.c.azk.get_partition_reassignment()
         except Exception:
             log.exception("cannot read /admin/reassign_partitions")
             return
         if not wanted:
             return
         fresh = [(t, p, list(r)) for (t, p), r in sorted(wanted.items())
-                 if (t, p) not in self.ctx.reassignments
-                 or self.ctx.reassignments[(t, p)].target_replicas != list(r)]
+                 if (t, p) not in self.c.ctx.reassignments
+                 or self.c.ctx.reassignments[(t, p)].target_replicas != list(r)]
         if not fresh:
             return
         results = await self._alter_reassignments(fresh)
@@ -586,11 +620,11 @@ class PartitionOperations:
             log.warning("/admin/reassign_partitions: refused %s", sorted(failed))
         # Kafka removes entries it cannot act on; finished ones leave as they complete.
         remaining = {tp: r for tp, r in wanted.items()
-                     if tp not in failed and (tp in self.ctx.reassignments)}
+                     if tp not in failed and (tp in self.c.ctx.reassignments)}
         if remaining != wanted:
-            await self.azk.set_partition_reassignment(remaining)
+            await self.c.azk.set_partition_reassignment(remaining)
 
     async def _check_reassignments(self, partitions) -> None:
         for topic, p in list(partitions):
-            if (topic, p) in self.ctx.reassignments:
+            if (topic, p) in self.c.ctx.reassignments:
                 await self._maybe_complete_reassignment(topic, p)

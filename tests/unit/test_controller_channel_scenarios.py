@@ -315,3 +315,91 @@ def test_a_deposed_controller_is_fenced_and_the_new_one_sends_a_higher_epoch(con
         successor.stop()
 
     run(connect, scenario)
+
+
+def test_config_changes_reach_running_replicas(connect):
+    async def scenario(c: Cluster):
+        await c.create("t", {0: [1, 2]})
+        c.channel.clear()
+        [result] = await c.service.alter_topic_configs([{"name": "t", "ops": [("min.insync.replicas", 0, "2")]}],
+                                                       False)
+        assert result["error_code"] == 0, result
+        assert c.admin.get_topic_config("t") == {"min.insync.replicas": "2"}
+        assert sorted((s[1], s[3]) for s in c.channel.of("update_log_config")) == [(("t", 0, 1), 2),
+                                                                                    (("t", 0, 2), 2)]
+        c.channel.clear()
+        [result] = await c.service.alter_broker_configs(
+            [{"name": "2", "ops": [("leader.replication.throttled.rate", 0, "1000")]}], False)
+        assert result["error_code"] == 0, result
+        throttles = {s[1]: (s[2], s[3]) for s in c.channel.of("update_replication_throttle")}
+        assert throttles[("t", 0, 2)][0] == 1000 and throttles[("t", 0, 1)][0] != 1000
+        [refused] = await c.service.alter_broker_configs([{"name": "2", "ops": [("log.retention.ms", 0, "1")]}],
+                                                         False)
+        assert refused["error_code"] == 42
+        [described] = await c.service.describe_configs([(2, "t")])
+        assert any(e for e in described["entries"])
+
+    run(connect, scenario)
+
+
+def test_a_failed_stop_replica_is_retried_after_a_backoff(connect, monkeypatch):
+    import cluster.controller.topic_deletion as topic_deletion
+
+    monkeypatch.setattr(topic_deletion, "TOPIC_DELETION_RETRY_BACKOFF_S", 0.05)
+
+    async def scenario(c: Cluster):
+        await c.create("t", {0: [1, 2]})
+        c.channel.outcomes[("stop_replica", ("t", 0, 2))] = 57  # KAFKA_STORAGE_ERROR, once
+        c.channel.clear()
+        await c.service.delete_topics(["t"])
+        assert c.admin.get_topic("t") is not None and ("t", 0, 1) in c.channel.removed
+        c.channel.outcomes.clear()
+        await eventually(lambda: c.admin.get_topic("t") is None, what="the retried deletion")
+        assert [s[1] for s in c.channel.of("stop_replica")] == [("t", 0, 1), ("t", 0, 2), ("t", 0, 2)]
+
+    run(connect, scenario)
+
+
+async def _broker_1_back_in_the_isr_of_t0_but_not_leading(c: Cluster) -> None:
+    await c.create("t", {0: [1, 2]})
+    c.admin.deregister_broker(1)
+    await eventually(lambda: 1 not in c.service.ctx.brokers, what="broker 1 to leave")
+    c.channel.edges.add(1)
+    register(c.admin, 1)
+    await eventually(lambda: 1 in c.service.ctx.brokers, what="broker 1 to return")
+    state, version = c.admin.get_partition_state("t", 0)
+    c.admin.update_partition_state("t", 0, ZkPartitionState(2, state.leader_epoch, [2, 1], state.controller_epoch),
+                                   version)
+    c.admin.add_isr_change_notification([("t", 0)])
+    await eventually(lambda: c.service.ctx.states[("t", 0)].isr == [2, 1], what="the ISR change")
+    assert c.state("t", 0).leader == 2
+
+
+def test_the_automatic_rebalance_moves_leadership_back(connect):
+    async def scenario(c: Cluster):
+        await _broker_1_back_in_the_isr_of_t0_but_not_leading(c)
+        await eventually(lambda: c.state("t", 0).leader == 1, timeout_s=15, what="the automatic rebalance")
+
+    run(connect, scenario, **{"auto.leader.rebalance.enable": "true", "leader.imbalance.check.interval.seconds": "1",
+                              "leader.imbalance.per.broker.percentage": "0"})
+
+
+def test_the_preferred_replica_election_znode_is_acted_on_and_removed(connect):
+    async def scenario(c: Cluster):
+        await _broker_1_back_in_the_isr_of_t0_but_not_leading(c)
+        c.admin.create_preferred_replica_election([("t", 0)])
+        await eventually(lambda: c.state("t", 0).leader == 1, what="the preferred election")
+        await eventually(lambda: not c.admin.get_preferred_replica_election(), what="the znode to go")
+
+    run(connect, scenario)
+
+
+def test_the_reassign_partitions_znode_starts_a_reassignment(connect):
+    async def scenario(c: Cluster):
+        await c.create("t", {0: [1, 2]})
+        c.admin.set_partition_reassignment({("t", 0): [2, 3]})
+        await eventually(lambda: ("t", 0) in c.service.ctx.reassignments, what="the reassignment to start")
+        assert c.admin.get_topic("t").partitions[0] == [2, 3, 1]
+        assert c.admin.get_partition_reassignment() == {("t", 0): [2, 3]}  # until it completes
+
+    run(connect, scenario)

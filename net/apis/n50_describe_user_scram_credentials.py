@@ -16,7 +16,10 @@ def _describe(store, names: list[str] | None) -> list[tuple[str, int, str | None
     results = []
     listed = names is None
     for user in (store.users() if listed else names):
-        config = store.user_config(user)
+        try:
+            config = store.user_config(user)
+        except ValueError:  # a name no znode can have ("", ".", ".."): no such user
+            config = {}
         infos = []
         for mechanism, (_, kind, _) in SCRAM_MECHANISMS.items():
             if mechanism in config:

@@ -415,9 +415,9 @@ class BrokerProcess:
         here = NodeAffinitySchedulingStrategy(node_id, soft=False)
         config = self.config
         listener = parse_listener(config["listeners"])
-        if index and listener.port:
-            from core.security_config import shift_ports
+        from core.security_config import shift_ports
 
+        if index and shift_ports(config["listeners"], index) != config["listeners"]:  # a fixed port to move
             config = config.with_values({"listeners": shift_ports(config["listeners"], index),
                                          "advertised.listeners": None})
         purgatory = _create_named(PurgatoryActorRemote, purgatory_actor_name(broker_id), namespace,

@@ -332,3 +332,34 @@ def test_aiokafka_sasl(secured, listener, mechanism):
             await consumer.stop()
 
     assert asyncio.run(run()) == [f"v{i}".encode() for i in range(5)]
+
+
+def test_metadata_per_listener_on_two_brokers(tmp_path):
+    """Two brokers (--nodes 2), each with PLAINTEXT and SASL_PLAINTEXT: Metadata
+    through either listener names both brokers' endpoints on that listener
+    (the second listener's from the /brokers/ids registrations)."""
+    while True:
+        [port] = _free_ports(1)
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port + 1))
+                break
+            except OSError:
+                continue
+    cluster = BrokerProcess(tmp_path / "data", extra_args=["--nodes", "2"], log_name="security-two.log", overrides={
+        "listeners": f"PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:{port}",
+        "listener.name.sasl_plaintext.sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
+        "offsets.topic.num.partitions": "1"}).start(timeout_s=240)
+    try:
+        sasl = {"bootstrap.servers": f"127.0.0.1:{port}", "security.protocol": "SASL_PLAINTEXT",
+                "sasl.mechanism": "PLAIN", "sasl.username": "alice", "sasl.password": "alice-secret"}
+        deadline = time.monotonic() + 60
+        while _metadata_ports(sasl) != {port, port + 1} and time.monotonic() < deadline:
+            time.sleep(1)
+        assert _metadata_ports(sasl) == {port, port + 1}
+        plaintext = _metadata_ports({"bootstrap.servers": cluster.bootstrap})
+        assert len(plaintext) == 2 and not plaintext & {port, port + 1}
+        _round_trip(sasl, n=10)
+    finally:
+        cluster.stop()

@@ -418,4 +418,5 @@ class Partition:
             "leader_epoch": self.leader_epoch, "isr": list(self.isr), "replicas": list(self.replicas),
             "high_watermark": self.high_watermark, "log_end_offset": self.log.log_end_offset,
             "log_start_offset": self.log.log_start_offset,
+            "min_insync_replicas": self.min_insync_replicas,  # UnderMinIsrPartitionCount (net/edge_metrics.py)
         }

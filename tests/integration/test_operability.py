@@ -44,6 +44,13 @@ def _scrape(url: str) -> dict[str, list[tuple[dict, float]]]:
     return series
 
 
+API_NAMES_SEEN = {"Produce", "Fetch", "Metadata", "JoinGroup", "OffsetCommit"}
+
+
+def requests_seen(series) -> set[str]:
+    return {labels["request"] for labels, _v in series.get("ray_kafka_network_requestmetrics_requests_total", [])}
+
+
 def test_metrics_endpoint_after_2mb(broker):
     from confluent_kafka import Consumer, Producer
 
@@ -65,27 +72,34 @@ def test_metrics_endpoint_after_2mb(broker):
     assert got == 2048, f"consumed {got} of 2048"
 
     url = _metrics_url(broker)
-    # Local counters reach Ray every 5 s, Ray's workers report every 5 s.
-    deadline = time.monotonic() + 120
-    while True:
-        series = _scrape(url)
-        bytes_in = sum(v for labels, v in series.get("ray_kafka_server_brokertopicmetrics_bytesin_total", [])
-                       if labels.get("topic") == topic)
-        end = [v for labels, v in series.get("ray_kafka_log_log_logendoffset", []) if labels.get("topic") == topic]
-        if bytes_in >= 2 * 1024 * 1024 and end == [2048] or time.monotonic() > deadline:
-            break
-        time.sleep(2)
-    assert bytes_in >= 2 * 1024 * 1024, f"bytes in for {topic}: {bytes_in}"
-    assert end == [2048]
+    mib2 = 2 * 1024 * 1024
 
-    def of_topic(name):
+    def of_topic(series, name):
         return sum(v for labels, v in series.get(name, []) if labels.get("topic") == topic)
 
-    assert of_topic("ray_kafka_server_brokertopicmetrics_messagesin_total") == 2048
-    assert of_topic("ray_kafka_server_brokertopicmetrics_bytesout_total") >= 2 * 1024 * 1024
-    assert of_topic("ray_kafka_log_log_size") >= 2 * 1024 * 1024
-    requests = {labels["request"] for labels, _v in series["ray_kafka_network_requestmetrics_requests_total"]}
-    assert {"Produce", "Fetch", "Metadata", "JoinGroup", "OffsetCommit"} <= requests
+    def settled(series):
+        # Produce-side and fetch-side counters are flushed in different 5 s periods.
+        return (of_topic(series, "ray_kafka_server_brokertopicmetrics_bytesin_total") >= mib2
+                and of_topic(series, "ray_kafka_server_brokertopicmetrics_bytesout_total") >= mib2
+                and of_topic(series, "ray_kafka_server_brokertopicmetrics_messagesin_total") >= 2048
+                and of_topic(series, "ray_kafka_log_log_size") >= mib2
+                and [v for labels, v in series.get("ray_kafka_log_log_logendoffset", [])
+                     if labels.get("topic") == topic] == [2048]
+                and API_NAMES_SEEN <= requests_seen(series))
+
+    # Local counters reach Ray every 5 s, Ray's workers report every 5 s.
+    deadline = time.monotonic() + 120
+    series = _scrape(url)
+    while not settled(series) and time.monotonic() < deadline:
+        time.sleep(2)
+        series = _scrape(url)
+    assert of_topic(series, "ray_kafka_server_brokertopicmetrics_bytesin_total") >= mib2
+    assert [v for labels, v in series.get("ray_kafka_log_log_logendoffset", [])
+            if labels.get("topic") == topic] == [2048]
+    assert of_topic(series, "ray_kafka_server_brokertopicmetrics_messagesin_total") == 2048
+    assert of_topic(series, "ray_kafka_server_brokertopicmetrics_bytesout_total") >= mib2
+    assert of_topic(series, "ray_kafka_log_log_size") >= mib2
+    assert API_NAMES_SEEN <= requests_seen(series)
     for name in ("ray_kafka_network_requestmetrics_totaltimems_bucket",
                  "ray_kafka_network_requestmetrics_requestqueuetimems_count",
                  "ray_kafka_network_requestmetrics_localtimems_count",

@@ -23,11 +23,12 @@ from actors.follower import FollowerRole
 from cluster import replica_schedule as duties
 from cluster.partition import Partition
 from cluster.replica_schedule import ReplicaSchedule
-from core import idle_priority
+from core import error_codes, idle_priority
 from core.idle_priority import IdlePriority
 from core.local_calls import LocalCallServer
 from core.local_channels import LocalChannels
 from core.naming import partition_dir_name, purgatory_actor_name
+from core.replica_messages import CommittedTail, PartitionProgress, failed_append
 from core.txn_messages import ORIGIN_CLIENT, DescribeProducersResult, TxnMarker, TxnMarkerResult
 from storage.checkpoint import OffsetCheckpointFile
 from storage.log import Log, LogConfig
@@ -386,8 +387,9 @@ class ReplicaActor(FollowerRole):
                     except ValueError:
                         return  # no purgatory on this node (yet): nothing can be waiting on it
                 p = self.partition
-                update = ((self.topic, self.partition_index), p.high_watermark, p.last_stable_offset, len(p.isr),
-                          p.min_insync_replicas, p.is_leader, p.leader_epoch)
+                update = PartitionProgress((self.topic, self.partition_index), p.high_watermark,
+                                           p.last_stable_offset, len(p.isr), p.min_insync_replicas, p.is_leader,
+                                           p.leader_epoch)
                 try:
                     unwatched = await self._purgatory_channels().call(self._purgatory, "progress", ([update],),
                                                                       self.call_timeout_s)
@@ -566,7 +568,7 @@ class ReplicaActor(FollowerRole):
         (net/fetch_local_tail.py), or None when the high watermark does not
         cover it yet (followers still to fetch it)."""
         if self._closed:
-            results = [(6, -1, -1, -1, None, -1, -1)] * len(record_sets)  # NOT_LEADER_OR_FOLLOWER
+            results = [failed_append(error_codes.NOT_LEADER_OR_FOLLOWER)] * len(record_sets)
             return (results, None) if tail else results
         self._ensure_background()
         self._traffic()
@@ -590,7 +592,7 @@ class ReplicaActor(FollowerRole):
         answered once the high watermark has passed it (acks=all), or
         REQUEST_TIMED_OUT / NOT_LEADER_OR_FOLLOWER."""
         if self._closed:
-            return [TxnMarkerResult(6, -1)] * len(markers)  # NOT_LEADER_OR_FOLLOWER
+            return [TxnMarkerResult(error_codes.NOT_LEADER_OR_FOLLOWER, -1)] * len(markers)
         self._ensure_background()
         self._traffic()
         p = self.partition
@@ -605,9 +607,9 @@ class ReplicaActor(FollowerRole):
         while p.high_watermark < need:
             remaining = deadline - time.monotonic()
             if self._closed or not p.is_leader:
-                return [TxnMarkerResult(6, -1) if r.error == 0 else r for r in results]
+                return [TxnMarkerResult(error_codes.NOT_LEADER_OR_FOLLOWER, -1) if r.error == 0 else r for r in results]
             if remaining <= 0:
-                return [TxnMarkerResult(7, -1) if r.error == 0 else r for r in results]  # REQUEST_TIMED_OUT
+                return [TxnMarkerResult(error_codes.REQUEST_TIMED_OUT, -1) if r.error == 0 else r for r in results]
             await self._wait_for_change(remaining)
         return results
 
@@ -615,8 +617,7 @@ class ReplicaActor(FollowerRole):
         return self.partition.describe_producers()
 
     def _committed_tail(self, first: int, hw: int):
-        """(leader_epoch, hw, lso, log_start, first, next, slices, length) of
-        the committed data from ``first`` on, or None."""
+        """The CommittedTail of the data from ``first`` on, or None."""
         p = self.partition
         # Only when all of it is committed: data still waiting for followers
         # reaches consumers through the replica, so the edge must not expect
@@ -626,8 +627,8 @@ class ReplicaActor(FollowerRole):
         slices, next_offset = p.file_slices(first, 1 << 31, hw)
         if not slices:
             return None
-        return (p.leader_epoch, hw, p.last_stable_offset, self.log.log_start_offset, first, next_offset, slices,
-                sum(s[2] for s in slices))
+        return CommittedTail(p.leader_epoch, hw, p.last_stable_offset, self.log.log_start_offset, first,
+                             next_offset, slices, sum(s.length for s in slices))
 
     async def append_shared(self, region_path: str, placed: list[tuple[int, int, int, int]],
                             leader_epoch: int, tail: bool = False):
@@ -661,9 +662,9 @@ class ReplicaActor(FollowerRole):
         error, a leadership change, or expiry). The edge parks single-partition
         fetches here rather than in the purgatory, which saves the purgatory's
         two hops between an append and the consumer's answer."""
-        error, hw, lso, start, runs = await self.read_run(fetch_offset, max_bytes, isolation_level,
-                                                          current_leader_epoch, min_bytes, max_wait_ms, 1)
-        return error, hw, lso, start, runs[0][1] if runs else []
+        result = await self.read_run(fetch_offset, max_bytes, isolation_level, current_leader_epoch, min_bytes,
+                                     max_wait_ms, 1)
+        return result._replace(slices=result.slices[0].slices if result.slices else [])
 
     async def read_run(self, fetch_offset: int, max_bytes: int, isolation_level: int, current_leader_epoch: int,
                        min_bytes: int = 0, max_wait_ms: int = 0, count: int = 1):
@@ -674,7 +675,7 @@ class ReplicaActor(FollowerRole):
         p = self.partition
         count = max(1, min(count, MAX_READ_RUN))
         result = p.read_run(fetch_offset, max_bytes, isolation_level, current_leader_epoch, count)
-        if result[4]:
+        if result.slices:
             # Data served is traffic; a consumer long-polling an idle
             # partition is not (its answer comes on the append, which is).
             self._traffic()
@@ -682,8 +683,8 @@ class ReplicaActor(FollowerRole):
             return result
         deadline = time.monotonic() + min(max_wait_ms, MAX_CONSUMER_WAIT_MS) / 1000
         while True:
-            error, _hw, _lso, _start, runs = result
-            if error or self._closed or (runs and sum(s[2] for s in runs[0][1]) >= max(min_bytes, 1)):
+            runs = result.slices
+            if result.error or self._closed or (runs and sum(s.length for s in runs[0].slices) >= max(min_bytes, 1)):
                 return result
             remaining = deadline - time.monotonic()
             if remaining <= 0:

@@ -8,7 +8,8 @@ import logging
 from typing import Any
 
 from core import error_codes
-
+from core.replica_messages import (AppendResult, CommittedReadRun, FileSlice, ListOffsetsResult, ReadResult,
+                                     EpochEndOffset, ReadRun, failed_append)
 from core.txn_messages import (ORIGIN_CLIENT, DescribeProducersResult, ProducerStateInfo, TxnMarker,
                                TxnMarkerResult)
 from storage.errors import UnexpectedAppendOffsetError
@@ -28,7 +29,6 @@ READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
 
 # (error, base_offset, log_append_time_ms, log_start_offset, error_message, last_offset, high_watermark)
-AppendResult = tuple[int, int, int, int, str | None, int, int]
 
 
 class FollowerState:
@@ -243,12 +243,12 @@ class Partition:
         return self.log.log_end_offset
 
     def offset_for_leader_epoch(self, current_leader_epoch: int, leader_epoch: int):
-        """OffsetForLeaderEpoch (API 23) -> (error, epoch, end_offset)."""
+        """OffsetForLeaderEpoch (API 23)."""
         error = self.check_leader(current_leader_epoch)
         if error:
-            return error, -1, -1
+            return EpochEndOffset(error, -1, -1)
         epoch, end = self.log.leader_epoch_cache.end_offset_for(leader_epoch, self.log.log_end_offset)
-        return 0, epoch, end
+        return EpochEndOffset(0, epoch, end)
 
     @property
     def last_stable_offset(self) -> int:
@@ -271,22 +271,24 @@ class Partition:
             error = self.check_leader(leader_epoch)
             if error:
                 # A stale edge view of leadership: the client must refresh metadata.
-                results.append((error_codes.NOT_LEADER_OR_FOLLOWER, -1, -1, -1, None, -1))
+                results.append(failed_append(error_codes.NOT_LEADER_OR_FOLLOWER))
                 continue
             if acks == -1 and len(self.isr) < self.min_insync_replicas:
-                results.append((error_codes.NOT_ENOUGH_REPLICAS, -1, -1, self.log.log_start_offset,
-                                f"ISR size {len(self.isr)} < min.insync.replicas {self.min_insync_replicas}", -1))
+                results.append(failed_append(
+                    error_codes.NOT_ENOUGH_REPLICAS, self.log.log_start_offset,
+                    f"ISR size {len(self.isr)} < min.insync.replicas {self.min_insync_replicas}"))
                 continue
             try:
                 info = self.log.append_as_leader(records, self.leader_epoch, now_ms, origin=origin)
             except InvalidRecordsError as exc:
-                results.append((exc.error_code, -1, -1, self.log.log_start_offset, str(exc), -1))
+                results.append(failed_append(exc.error_code, self.log.log_start_offset, str(exc)))
                 continue
-            results.append((0, info.first_offset, info.log_append_time, self.log.log_start_offset, None,
-                            info.last_offset))
+            results.append(AppendResult(0, info.first_offset, info.log_append_time, self.log.log_start_offset, None,
+                                        info.last_offset, -1))
         self.maybe_increment_high_watermark()
         # The HW after this call rides along: acks=-1 needs no purgatory when it already passed.
-        return [r + (self.high_watermark,) for r in results]
+        hw = self.high_watermark
+        return [r._replace(high_watermark=hw) for r in results]
 
     def write_txn_markers(self, markers: list[TxnMarker], now_ms: int) -> list[TxnMarkerResult]:
         """Append a COMMIT/ABORT control batch per marker (the leader side of
@@ -331,25 +333,24 @@ class Partition:
 
     # ---- fetch ------------------------------------------------------------------------------
     def read(self, fetch_offset: int, max_bytes: int, isolation_level: int, current_leader_epoch: int):
-        """-> (error, high_watermark, last_stable_offset, log_start_offset, slices)"""
         error, hw, lso, start, runs = self.read_run(fetch_offset, max_bytes, isolation_level,
                                                     current_leader_epoch, 1)
-        return error, hw, lso, start, runs[0][1] if runs else []
+        return ReadResult(error, hw, lso, start, runs[0].slices if runs else [])
 
     def read_run(self, fetch_offset: int, max_bytes: int, isolation_level: int, current_leader_epoch: int,
                  count: int):
         """Up to ``count`` consecutive reads from ``fetch_offset``, each what
         :meth:`read` answers for the offset where the previous one ended.
-        -> (error, high_watermark, last_stable_offset, log_start_offset,
-        [(offset, slices), ...]); the list is empty when nothing is readable
-        at ``fetch_offset`` and stops at the fetchable end."""
+        ReadResult's ``slices`` holds the runs (ReadRun, or CommittedReadRun
+        for read_committed); the list is empty when nothing is readable at
+        ``fetch_offset`` and stops at the fetchable end."""
         error = self.check_leader(current_leader_epoch)
         hw, lso, start = self.high_watermark, self.last_stable_offset, self.log.log_start_offset
         if error:
-            return error, hw, lso, start, []
+            return ReadResult(error, hw, lso, start, [])
         end = self.fetchable_end(isolation_level)
         if fetch_offset < start or fetch_offset > self.log.log_end_offset:
-            return error_codes.OFFSET_OUT_OF_RANGE, hw, lso, start, []
+            return ReadResult(error_codes.OFFSET_OUT_OF_RANGE, hw, lso, start, [])
         runs = []
         offset = fetch_offset
         while len(runs) < count and offset < end:
@@ -357,53 +358,51 @@ class Partition:
                 slices, next_offset = self.file_slices(offset, max_bytes, end)
             except OffsetOutOfRangeError:
                 if not runs:
-                    return error_codes.OFFSET_OUT_OF_RANGE, hw, lso, start, []
+                    return ReadResult(error_codes.OFFSET_OUT_OF_RANGE, hw, lso, start, [])
                 break
             if not slices:
                 break
             if isolation_level == READ_COMMITTED:
-                # The third element: the aborted transactions this read overlaps.
-                runs.append((offset, slices, self.aborted_transactions(offset, next_offset)))
+                runs.append(CommittedReadRun(offset, slices, self.aborted_transactions(offset, next_offset)))
             else:
-                runs.append((offset, slices))
+                runs.append(ReadRun(offset, slices))
             if next_offset <= offset:
                 break
             offset = next_offset
-        return 0, hw, lso, start, runs
+        return ReadResult(0, hw, lso, start, runs)
 
     def file_slices(self, fetch_offset: int, max_bytes: int, end: int):
-        """-> (slices as (path, position, length, base_offset, inode), next offset)"""
+        """-> (FileSlices, next offset)"""
         found = self.log.read_with_inodes(fetch_offset, max_bytes, end, min_one_batch=True)
         # The inode (and first batch's base offset) let the reader detect a file
         # replaced at the same path (a cleaner swap) between this answer and its read.
-        slices = [(s.path, s.position, s.length, s.base_offset, ino) for s, ino in found]
+        slices = [FileSlice(s.path, s.position, s.length, s.base_offset, ino) for s, ino in found]
         return slices, (found[-1][0].next_offset if found else fetch_offset)
 
     # ---- offsets ------------------------------------------------------------------------------
     def list_offsets(self, timestamp: int, isolation_level: int, current_leader_epoch: int):
-        """-> (error, offset, timestamp, leader_epoch)"""
         error = self.check_leader(current_leader_epoch)
         if error:
-            return error, -1, -1, -1
+            return ListOffsetsResult(error, -1, -1, -1)
         end = self.fetchable_end(isolation_level)
         epochs = self.log.leader_epoch_cache
         if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
             start = self.log.log_start_offset
-            return 0, start, -1, self._epoch_for(start)
+            return ListOffsetsResult(0, start, -1, self._epoch_for(start))
         if timestamp == LATEST_TIMESTAMP:
-            return 0, end, -1, epochs.latest_epoch if epochs.latest_epoch is not None else -1
+            return ListOffsetsResult(0, end, -1, epochs.latest_epoch if epochs.latest_epoch is not None else -1)
         if timestamp == LATEST_TIERED_TIMESTAMP:
-            return 0, -1, -1, -1  # no tiered storage: nothing is tiered
+            return ListOffsetsResult(0, -1, -1, -1)  # no tiered storage: nothing is tiered
         if timestamp == MAX_TIMESTAMP:
             found = self.log.offset_of_max_timestamp()
         elif timestamp >= 0:
             found = self.log.offset_for_timestamp(timestamp)
         else:
-            return error_codes.INVALID_REQUEST, -1, -1, -1
+            return ListOffsetsResult(error_codes.INVALID_REQUEST, -1, -1, -1)
         if found is None or found[0] >= end:
-            return 0, -1, -1, -1
+            return ListOffsetsResult(0, -1, -1, -1)
         offset, ts = found[0], found[1]
-        return 0, offset, ts, self._epoch_for(offset)
+        return ListOffsetsResult(0, offset, ts, self._epoch_for(offset))
 
     def _epoch_for(self, offset: int) -> int:
         epoch_of = getattr(self.log.leader_epoch_cache, "epoch_for_offset", None)

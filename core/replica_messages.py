@@ -1,0 +1,106 @@
+"""What crosses the replica actor's boundary: the answers of append, read,
+list_offsets and the committed tail the edge serves tail fetches from, the
+file slices of those answers, and the progress a leader reports to its
+node's purgatory.
+
+NamedTuples rather than dataclasses: they pickle as tuples (Ray and the
+local-call channels move many of them per request) and cost no more than
+the tuples they replace. Only stdlib here: every replica process imports
+this module.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class FileSlice(NamedTuple):
+    """A region of a leader's segment file. ``inode`` and ``base_offset``
+    (the first batch's) let a reader on the same node detect a file
+    replaced at the same path (a cleaner swap) between the answer and the
+    read (storage/slice_reader.py)."""
+    path: str
+    position: int
+    length: int
+    base_offset: int
+    inode: int
+
+
+class AppendResult(NamedTuple):
+    """One record set's append (Kafka's PartitionResponse, plus the
+    high watermark after the call: acks=all needs no purgatory when it has
+    already passed ``last_offset``)."""
+    error: int
+    base_offset: int
+    log_append_time: int
+    log_start_offset: int
+    error_message: str | None
+    last_offset: int
+    high_watermark: int
+
+
+def failed_append(error: int, log_start_offset: int = -1, message: str | None = None,
+                  high_watermark: int = -1) -> AppendResult:
+    return AppendResult(error, -1, -1, log_start_offset, message, -1, high_watermark)
+
+
+class ReadRun(NamedTuple):
+    """One read in a run of consecutive reads (read_uncommitted)."""
+    offset: int
+    slices: list[FileSlice]
+
+
+class CommittedReadRun(NamedTuple):
+    """One read of a read_committed run, with the (producer id, first
+    offset) of the aborted transactions it overlaps."""
+    offset: int
+    slices: list[FileSlice]
+    aborted: list[tuple[int, int]]
+
+
+class ReadResult(NamedTuple):
+    """A read's answer: ``slices`` for a single read, or the runs of
+    read_run (a list of ReadRun/CommittedReadRun)."""
+    error: int
+    high_watermark: int
+    last_stable_offset: int
+    log_start_offset: int
+    slices: list
+
+
+class ListOffsetsResult(NamedTuple):
+    error: int
+    offset: int
+    timestamp: int
+    leader_epoch: int
+
+
+class EpochEndOffset(NamedTuple):
+    """OffsetForLeaderEpoch's answer for one partition."""
+    error: int
+    leader_epoch: int
+    end_offset: int
+
+
+class CommittedTail(NamedTuple):
+    """Where the data an append committed lies, for the edge to answer tail
+    fetches from without a replica call (net/fetch_local_tail.py)."""
+    leader_epoch: int
+    high_watermark: int
+    last_stable_offset: int
+    log_start_offset: int
+    first_offset: int
+    next_offset: int
+    slices: list[FileSlice]
+    length: int
+
+
+class PartitionProgress(NamedTuple):
+    """A leader's report to its node's purgatory: what delayed produces
+    (acks=all), fetches and DeleteRecords wait on."""
+    partition: tuple[str, int]
+    high_watermark: int
+    last_stable_offset: int
+    isr_size: int
+    min_insync_replicas: int
+    is_leader: bool
+    leader_epoch: int

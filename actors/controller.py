@@ -115,7 +115,7 @@ class ControllerActor:
 
     async def stop(self) -> None:
         if self.service is not None:
-            self.service.stop()
+            await self.service.close()
 
 
 ControllerActorRemote = ray.remote(ControllerActor)

@@ -140,12 +140,18 @@ class Controller:
         return self.ctx is not None and not self.stopped
 
     def stop(self) -> None:
-        """Stop taking events (watches fire as the ZooKeeper session closes), then close it."""
+        """Stop taking events (watches fire as the ZooKeeper session closes,
+        later); the session itself stays open until :meth:`close`."""
         self.stopped = True
         for task in (self._worker, self._controller_watch, self.elections._rebalance_task):
             if task is not None:
                 task.cancel()
-        self.zk.close()
+
+    async def close(self) -> None:
+        """stop(), then close the ZooKeeper session off the event loop
+        (kazoo's close joins its threads and waits for the server)."""
+        self.stop()
+        await self.azk.close()
 
     # ---- election ----------------------------------------------------------------------------
     async def _elect(self) -> None:

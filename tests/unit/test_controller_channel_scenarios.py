@@ -56,6 +56,7 @@ class Cluster:
 
     def close(self) -> None:
         self.service.stop()
+        self.service.zk.close()  # test teardown, outside the scenario's event loop
         self.admin.close()
 
 
@@ -312,7 +313,7 @@ def test_a_deposed_controller_is_fenced_and_the_new_one_sends_a_higher_epoch(con
             await old._write_state("t", 0, PartitionState(2, state.leader_epoch + 1, [2], old.ctx.epoch,
                                                     state.zk_version))
         assert c.state("t", 0).leader == 1
-        successor.stop()
+        await successor.close()
 
     run(connect, scenario)
 

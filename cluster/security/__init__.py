@@ -1,0 +1,1 @@
+"""Authorization (issue 21): Kafka's ACL model and ZooKeeper-mode AclAuthorizer."""

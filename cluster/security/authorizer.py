@@ -1,0 +1,435 @@
+"""Kafka's ZooKeeper-mode AclAuthorizer (kafka.security.authorizer.AclAuthorizer):
+
+- `AclAuthorizer`: the decision over a cache of ACLs, as Kafka makes it: super
+  users pass; a resource without any ACL (literal, `*`, or a prefix of its
+  name) is allowed only with allow.everyone.if.no.acl.found; otherwise a
+  matching DENY wins, and an ALLOW must match (DESCRIBE is implied by READ,
+  WRITE, DELETE, ALTER; DESCRIBE_CONFIGS by ALTER_CONFIGS; ALL covers every
+  operation). Principal `User:*` and host `*` match everyone.
+- `ZkAclStore`: the ACLs in Kafka's znodes (/kafka-acl/<Type>/<name>,
+  /kafka-acl-extended/prefixed/<Type>/<name>, Kafka's JSON) with Kafka's
+  change notifications (/kafka-acl-changes/acl_changes_<seq> holding
+  "TOPIC:name", /kafka-acl-extended-changes/acl_changes_<seq> holding the
+  ExtendedAclChangeEvent JSON), so a change made through any broker (or
+  Kafka's own tools) reaches every edge's cache within a ZooKeeper round trip.
+  Its methods block: call them from a thread (the edge uses an executor);
+  the change watch runs on a thread of its own.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from typing import Iterable
+
+from cluster.security.acls import (ANY_ACL, WILDCARD_HOST, WILDCARD_PRINCIPAL, WILDCARD_RESOURCE,
+                                   AccessControlEntry, AclBinding, AclBindingFilter, Operation, PatternType,
+                                   PermissionType, ResourcePattern, ResourceType, validate_binding)
+
+log = logging.getLogger("raykafka.authorizer")
+
+AUTHORIZER_CLASS_NAMES = ("kafka.security.authorizer.AclAuthorizer", "kafka.security.auth.SimpleAclAuthorizer")
+
+# Operations whose ALLOW also allows the key (Kafka's AclAuthorizer.authorizeAction).
+IMPLIED_BY: dict[Operation, frozenset[Operation]] = {
+    Operation.DESCRIBE: frozenset({Operation.DESCRIBE, Operation.READ, Operation.WRITE, Operation.DELETE,
+                                   Operation.ALTER}),
+    Operation.DESCRIBE_CONFIGS: frozenset({Operation.DESCRIBE_CONFIGS, Operation.ALTER_CONFIGS}),
+}
+
+Entries = frozenset  # frozenset[AccessControlEntry]
+
+
+def parse_super_users(value: str | None) -> frozenset[str]:
+    """super.users: semicolon-separated principals ("User:admin;User:ops")."""
+    return frozenset(part.strip() for part in (value or "").split(";") if part.strip())
+
+
+def _applies(entry: AccessControlEntry, principal: str, host: str, operations: Iterable[Operation],
+             permission: PermissionType) -> bool:
+    return (entry.permission_type == permission
+            and entry.principal in (principal, WILDCARD_PRINCIPAL)
+            and entry.host in (host, WILDCARD_HOST)
+            and (entry.operation == Operation.ALL or entry.operation in operations))
+
+
+class AclAuthorizer:
+    """Decisions over an in-memory copy of the ACLs. The copy is replaced
+    whole on every change (copy on write), so a decision on the event loop
+    reads one consistent snapshot while a store thread updates it."""
+
+    def __init__(self, super_users: Iterable[str] = (), allow_everyone_if_no_acl_found: bool = False):
+        self.super_users = frozenset(super_users)
+        self.allow_everyone_if_no_acl_found = allow_everyone_if_no_acl_found
+        # (resource type, LITERAL|PREFIXED) -> {name: entries}
+        self._acls: dict[tuple[ResourceType, PatternType], dict[str, Entries]] = {}
+
+    # ---- cache ----------------------------------------------------------------------------
+    def set_acls(self, pattern: ResourcePattern, entries: Iterable[AccessControlEntry]) -> None:
+        entries = frozenset(entries)
+        key = (pattern.resource_type, pattern.pattern_type)
+        names = dict(self._acls.get(key, {}))
+        if entries:
+            names[pattern.name] = entries
+        else:
+            names.pop(pattern.name, None)
+        acls = dict(self._acls)
+        acls[key] = names
+        self._acls = acls
+
+    def replace_all(self, acls: dict[ResourcePattern, Iterable[AccessControlEntry]]) -> None:
+        fresh: dict[tuple[ResourceType, PatternType], dict[str, Entries]] = {}
+        for pattern, entries in acls.items():
+            if entries:
+                fresh.setdefault((pattern.resource_type, pattern.pattern_type), {})[pattern.name] = frozenset(entries)
+        self._acls = fresh
+
+    def acls_of(self, pattern: ResourcePattern) -> Entries:
+        return self._acls.get((pattern.resource_type, pattern.pattern_type), {}).get(pattern.name, frozenset())
+
+    def bindings(self, binding_filter: AclBindingFilter = ANY_ACL) -> list[AclBinding]:
+        found = []
+        for (resource_type, pattern_type), names in self._acls.items():
+            for name, entries in names.items():
+                pattern = ResourcePattern(resource_type, name, pattern_type)
+                if not binding_filter.pattern.matches(pattern):
+                    continue
+                found.extend(AclBinding(pattern, e) for e in entries if binding_filter.entry.matches(e))
+        return sorted(found)
+
+    # ---- decisions ------------------------------------------------------------------------
+    def _matching(self, resource_type: ResourceType, name: str) -> list[AccessControlEntry]:
+        acls = self._acls
+        literal = acls.get((resource_type, PatternType.LITERAL), {})
+        found = [*literal.get(name, ()), *literal.get(WILDCARD_RESOURCE, ())] if name != WILDCARD_RESOURCE \
+            else [*literal.get(name, ())]
+        prefixed = acls.get((resource_type, PatternType.PREFIXED))
+        if prefixed:
+            for end in range(1, len(name) + 1):
+                found.extend(prefixed.get(name[:end], ()))
+        return found
+
+    def authorize(self, principal: str, host: str, operation: Operation, resource_type: ResourceType,
+                  name: str) -> bool:
+        if principal in self.super_users:
+            return True
+        entries = self._matching(resource_type, name)
+        if not entries:
+            return self.allow_everyone_if_no_acl_found
+        if any(_applies(e, principal, host, (operation,), PermissionType.DENY) for e in entries):
+            return False
+        allowing = IMPLIED_BY.get(operation, (operation,))
+        return any(_applies(e, principal, host, allowing, PermissionType.ALLOW) for e in entries)
+
+    def _names(self, principal: str, host: str, operation: Operation, permission: PermissionType,
+               resource_type: ResourceType, pattern_type: PatternType) -> set[str]:
+        return {name for name, entries in self._acls.get((resource_type, pattern_type), {}).items()
+                if any(_applies(e, principal, host, (operation,), permission) for e in entries)}
+
+    def authorize_by_resource_type(self, principal: str, host: str, operation: Operation,
+                                   resource_type: ResourceType) -> bool:
+        """Whether the principal may do `operation` on at least one resource of
+        the type (Kafka's authorizeByResourceType: an ALLOW on some literal
+        or prefix that no DENY covers; no implied operations)."""
+        if principal in self.super_users:
+            return True
+        deny_literals = self._names(principal, host, operation, PermissionType.DENY, resource_type,
+                                    PatternType.LITERAL)
+        if WILDCARD_RESOURCE in deny_literals:
+            return False
+        if self.allow_everyone_if_no_acl_found:
+            return True
+        deny_prefixes = self._names(principal, host, operation, PermissionType.DENY, resource_type,
+                                    PatternType.PREFIXED)
+        allow_literals = self._names(principal, host, operation, PermissionType.ALLOW, resource_type,
+                                     PatternType.LITERAL)
+        allow_prefixes = self._names(principal, host, operation, PermissionType.ALLOW, resource_type,
+                                     PatternType.PREFIXED)
+
+        def dominant_prefixed_deny(name: str) -> bool:
+            return any(name[:end] in deny_prefixes for end in range(1, len(name) + 1))
+
+        if any(not dominant_prefixed_deny(p) for p in allow_prefixes):
+            return True
+        return any(name == WILDCARD_RESOURCE or (name not in deny_literals and not dominant_prefixed_deny(name))
+                   for name in allow_literals)
+
+
+# ---- ZooKeeper layout (Kafka's ZkData: ZkAclStore, ZkAclChangeStore) ----------------------
+LITERAL_ACL_PATH = "/kafka-acl"
+EXTENDED_ACL_PATH = "/kafka-acl-extended"
+LITERAL_CHANGES_PATH = "/kafka-acl-changes"
+EXTENDED_CHANGES_PATH = "/kafka-acl-extended-changes"
+CHANGE_PREFIX = "acl_changes_"
+# Kafka's ZkNodeChangeNotificationListener removes notifications older than this.
+CHANGE_EXPIRATION_S = 15 * 60
+STORED_RESOURCE_TYPES = tuple(t for t in ResourceType if t not in (ResourceType.UNKNOWN, ResourceType.ANY))
+
+
+def acl_root(pattern_type: PatternType) -> str:
+    if pattern_type == PatternType.LITERAL:
+        return LITERAL_ACL_PATH
+    return f"{EXTENDED_ACL_PATH}/{pattern_type.name.lower()}"
+
+
+def acl_path(pattern: ResourcePattern) -> str:
+    return f"{acl_root(pattern.pattern_type)}/{pattern.resource_type.pascal}/{pattern.name}"
+
+
+def encode_acls(entries: Iterable[AccessControlEntry]) -> bytes:
+    return json.dumps({"version": 1, "acls": [e.to_json() for e in sorted(entries)]},
+                      separators=(",", ":")).encode()
+
+
+def decode_acls(data: bytes | None) -> frozenset[AccessControlEntry]:
+    if not data:
+        return frozenset()
+    body = json.loads(data)
+    if body.get("version") != 1:
+        raise ValueError(f"unsupported ACL znode version {body.get('version')}")
+    return frozenset(AccessControlEntry.from_json(item) for item in body.get("acls", ()))
+
+
+def encode_change(pattern: ResourcePattern) -> tuple[str, bytes]:
+    """(change path, notification data) announcing a changed resource, as Kafka writes them."""
+    if pattern.pattern_type == PatternType.LITERAL:
+        return LITERAL_CHANGES_PATH, f"{pattern.resource_type.name}:{pattern.name}".encode()
+    return EXTENDED_CHANGES_PATH, json.dumps(
+        {"version": 1, "resourceType": pattern.resource_type.name, "name": pattern.name,
+         "patternType": pattern.pattern_type.name}).encode()
+
+
+def decode_change(change_path: str, data: bytes) -> ResourcePattern:
+    text = data.decode()
+    if change_path == LITERAL_CHANGES_PATH:
+        resource_type, name = text.split(":", 1)
+        return ResourcePattern(ResourceType.parse(resource_type), name, PatternType.LITERAL)
+    body = json.loads(text)
+    return ResourcePattern(ResourceType.parse(body["resourceType"]), body["name"],
+                           PatternType.parse(body["patternType"]))
+
+
+class ZkAclStore:
+    """The ACLs in ZooKeeper, mirrored into an AclAuthorizer and kept current
+    by Kafka's change notifications. Blocking; one ZooKeeper session of its own."""
+
+    def __init__(self, zk_connect: str, authorizer: AclAuthorizer, session_timeout_ms: int = 18000):
+        self.zk_connect = zk_connect
+        self.authorizer = authorizer
+        self.session_timeout_ms = session_timeout_ms
+        self._zk = None
+        self._lock = threading.Lock()  # one writer at a time in this process
+        self._seen: dict[str, int] = {LITERAL_CHANGES_PATH: -1, EXTENDED_CHANGES_PATH: -1}
+        self._wake = threading.Event()
+        self._reload_all = False
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    # ---- lifecycle ------------------------------------------------------------------------
+    def start(self) -> "ZkAclStore":
+        from kazoo.client import KazooClient
+
+        zk = KazooClient(hosts=self.zk_connect, timeout=self.session_timeout_ms / 1000)
+        zk.start(timeout=max(self.session_timeout_ms / 1000, 10))
+        self._zk = zk
+        for path in (LITERAL_ACL_PATH, acl_root(PatternType.PREFIXED), LITERAL_CHANGES_PATH,
+                     EXTENDED_CHANGES_PATH):
+            zk.ensure_path(path)
+        # Notifications already present describe changes the full load below includes.
+        for change_path in self._seen:
+            self._seen[change_path] = max((self._seq(c) for c in zk.get_children(change_path)), default=-1)
+        self.load_all()
+        zk.add_listener(self._on_state)
+        self._thread = threading.Thread(target=self._run, name="acl-changes", daemon=True)
+        self._thread.start()
+        for change_path in self._seen:
+            zk.ChildrenWatch(change_path, lambda _children: self._wake.set())
+        return self
+
+    def close(self) -> None:
+        self._closed = True
+        self._wake.set()
+        if self._zk is not None:
+            try:
+                self._zk.stop()
+                self._zk.close()
+            except Exception:  # already gone
+                pass
+
+    def _on_state(self, state) -> None:
+        # After a lost session the notifications missed may have been purged: reload everything.
+        if state == "LOST":
+            self._reload_all = True
+        elif state == "CONNECTED" and self._reload_all:
+            self._wake.set()
+
+    @staticmethod
+    def _seq(child: str) -> int:
+        try:
+            return int(child[len(CHANGE_PREFIX):])
+        except ValueError:
+            return -1
+
+    # ---- reading --------------------------------------------------------------------------
+    def _read(self, pattern: ResourcePattern) -> tuple[frozenset[AccessControlEntry], int]:
+        """(entries, znode version; -1: no znode)."""
+        from kazoo.exceptions import NoNodeError
+
+        try:
+            data, stat = self._zk.get(acl_path(pattern))
+        except NoNodeError:
+            return frozenset(), -1
+        return decode_acls(data), stat.version
+
+    def load_all(self) -> None:
+        from kazoo.exceptions import NoNodeError
+
+        found: dict[ResourcePattern, frozenset] = {}
+        for pattern_type in (PatternType.LITERAL, PatternType.PREFIXED):
+            for resource_type in STORED_RESOURCE_TYPES:
+                try:
+                    names = self._zk.get_children(f"{acl_root(pattern_type)}/{resource_type.pascal}")
+                except NoNodeError:
+                    continue
+                for name in names:
+                    pattern = ResourcePattern(resource_type, name, pattern_type)
+                    found[pattern] = self._read(pattern)[0]
+        self.authorizer.replace_all(found)
+
+    def reload(self, pattern: ResourcePattern) -> None:
+        self.authorizer.set_acls(pattern, self._read(pattern)[0])
+
+    def _run(self) -> None:
+        while not self._closed:
+            self._wake.wait()
+            self._wake.clear()
+            if self._closed:
+                return
+            try:
+                if self._reload_all:
+                    self._reload_all = False
+                    self.load_all()
+                self._process_changes()
+            except Exception as exc:  # ZooKeeper away: the next event or reconnect retries
+                log.warning("processing ACL changes failed: %s", exc)
+                self._reload_all = True
+                time.sleep(1)
+                self._wake.set()
+
+    def _process_changes(self) -> None:
+        from kazoo.exceptions import NoNodeError
+
+        for change_path, seen in list(self._seen.items()):
+            children = sorted((self._seq(c), c) for c in self._zk.get_children(change_path))
+            for seq, child in children:
+                if seq <= seen:
+                    continue
+                try:
+                    data, stat = self._zk.get(f"{change_path}/{child}")
+                except NoNodeError:
+                    continue
+                try:
+                    self.reload(decode_change(change_path, data))
+                except ValueError as exc:
+                    log.warning("ignoring ACL change %s/%s: %s", change_path, child, exc)
+                self._seen[change_path] = seq
+                if time.time() - stat.ctime / 1000 > CHANGE_EXPIRATION_S:
+                    try:
+                        self._zk.delete(f"{change_path}/{child}")
+                    except NoNodeError:
+                        pass
+
+    # ---- writing --------------------------------------------------------------------------
+    def _update(self, pattern: ResourcePattern, change) -> frozenset[AccessControlEntry]:
+        """Apply change(current entries) -> new entries with a versioned
+        write (retried on a concurrent writer), announce it, refresh the cache."""
+        from kazoo.exceptions import BadVersionError, NodeExistsError, NotEmptyError
+
+        path = acl_path(pattern)
+        while True:
+            current, version = self._read(pattern)
+            wanted = frozenset(change(current))
+            if wanted == current:
+                return current
+            try:
+                if version < 0:
+                    self._zk.create(path, encode_acls(wanted), makepath=True)
+                elif wanted:
+                    self._zk.set(path, encode_acls(wanted), version=version)
+                else:
+                    self._zk.delete(path, version=version)
+                break
+            except (BadVersionError, NodeExistsError, NotEmptyError):
+                continue
+        change_path, data = encode_change(pattern)
+        self._zk.create(f"{change_path}/{CHANGE_PREFIX}", data, sequence=True, makepath=True)
+        self.authorizer.set_acls(pattern, wanted)
+        return wanted
+
+    def create_acls(self, bindings: list[AclBinding]) -> list[tuple[int, str | None]]:
+        """-> per binding (error code, message): Kafka's AclAuthorizer.createAcls."""
+        from kio.schema.errors import ErrorCode
+
+        results: list[tuple[int, str | None]] = [(0, None)] * len(bindings)
+        by_pattern: dict[ResourcePattern, list[int]] = {}
+        for index, binding in enumerate(bindings):
+            problem = validate_binding(binding)
+            if problem is not None:
+                results[index] = (int(ErrorCode.invalid_request), f"Failed to create ACL: {problem}")
+            else:
+                by_pattern.setdefault(binding.pattern, []).append(index)
+        with self._lock:
+            for pattern, indexes in by_pattern.items():
+                added = {bindings[i].entry for i in indexes}
+                try:
+                    self._update(pattern, lambda current: current | added)
+                except Exception as exc:
+                    for i in indexes:
+                        results[i] = (int(ErrorCode.unknown_server_error), str(exc)[:200])
+        return results
+
+    def delete_acls(self, filters: list[AclBindingFilter]) -> list[tuple[int, str | None, list[AclBinding]]]:
+        """-> per filter (error, message, deleted bindings): Kafka's AclAuthorizer.deleteAcls
+        (exact patterns named by a filter are read from ZooKeeper, not only the cache)."""
+        from kio.schema.errors import ErrorCode
+
+        results: list[tuple[int, str | None, list[AclBinding]]] = []
+        with self._lock:
+            patterns = {b.pattern for b in self.authorizer.bindings()}
+            for f in filters:
+                p = f.pattern
+                if p.resource_type not in (ResourceType.ANY, ResourceType.UNKNOWN) and p.name is not None \
+                        and p.pattern_type in (PatternType.LITERAL, PatternType.PREFIXED, PatternType.ANY):
+                    kinds = (PatternType.LITERAL, PatternType.PREFIXED) if p.pattern_type == PatternType.ANY \
+                        else (p.pattern_type,)
+                    patterns.update(ResourcePattern(p.resource_type, p.name, k) for k in kinds)
+            deleted: dict[int, list[AclBinding]] = {i: [] for i in range(len(filters))}
+            for pattern in sorted(patterns):
+                matching = [i for i, f in enumerate(filters) if f.invalid() is None and f.pattern.matches(pattern)]
+                if not matching:
+                    continue
+                removed: list[AccessControlEntry] = []
+
+                def drop(current, matching=matching, removed=removed):
+                    removed.clear()
+                    kept = set()
+                    for entry in current:
+                        if any(filters[i].entry.matches(entry) for i in matching):
+                            removed.append(entry)
+                        else:
+                            kept.add(entry)
+                    return kept
+
+                self._update(pattern, drop)
+                for entry in removed:
+                    for i in matching:
+                        if filters[i].entry.matches(entry):
+                            deleted[i].append(AclBinding(pattern, entry))
+            for i, f in enumerate(filters):
+                problem = f.invalid()
+                if problem is not None:
+                    results.append((int(ErrorCode.invalid_request), problem, []))
+                else:
+                    results.append((0, None, deleted[i]))
+        return results

@@ -4,16 +4,17 @@ as one asyncio task per follower replica).
 The replica actor (actors/partition_leader.py) is one Ray actor class per
 replica; a controller decision flips it between the leader role and this one.
 The fetcher pulls from the leader replica actor with long-polled actor calls
-carrying its log end offset and last fetched epoch; the leader answers with
-record batches (bytes: it may live on another node), its HW and log start, or
-a diverging epoch (KIP-320) that makes the follower truncate first.
+carrying its log end offset and last fetched epoch; the leader answers with a
+FollowerFetchResult: record batches (bytes: it may live on another node), its
+HW and log start, or a diverging epoch (KIP-320) that makes the follower
+truncate first. What an answer does to the replica is
+cluster.partition.Partition's (apply_fetched, reconcile_with_leader); this
+module is the task, its timing and the calls.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
-
-from core import error_codes
 
 from cluster.replication_quota import DEFAULT_WINDOW_NUM, DEFAULT_WINDOW_SIZE_S, UNLIMITED_RATE, ReplicaThrottle
 
@@ -73,11 +74,8 @@ class FollowerRole:
         backoff_s = backoff_ms / 1000
         p = self.partition
         throttle = self.replication_throttle
-        # Kafka's PartitionFetchState lag: unknown until the first answer, then
-        # "caught up" once our log end reaches the leader's high watermark.
-        caught_up = False
         while generation == self._fetcher_generation and not self._closed:
-            if throttle.follower_should_hold_back(caught_up):
+            if throttle.follower_should_hold_back(p.follower_caught_up):
                 # Kafka leaves a throttled partition out of the fetch while the
                 # follower quota is exceeded and backs off.
                 await asyncio.sleep(throttle.follower_backoff_ms(backoff_ms) / 1000)
@@ -99,37 +97,15 @@ class FollowerRole:
                 continue
             if generation != self._fetcher_generation:
                 return
-            diverging = result["diverging"]
-            if diverging is not None:
-                before = self.log.log_end_offset
-                after = p.truncate_for_divergence(*diverging)
-                log.info("%s-%d truncated %d -> %d (diverging epoch %s)", self.topic, self.partition_index,
-                         before, after, diverging)
-                continue
-            error = result["error"]
-            if error == error_codes.OFFSET_OUT_OF_RANGE:
-                self._handle_out_of_range(result)
-                continue
-            if error:
-                await asyncio.sleep(backoff_s)
+            if result.error or result.diverging is not None:
+                if not p.reconcile_with_leader(result):  # truncated: fetch again at once
+                    await asyncio.sleep(backoff_s)
                 continue
             try:
-                if result["records"]:
+                if result.records:
                     self._traffic()  # replicating data: normal priority (a flag unless idle)
-                p.append_as_follower(result["records"], result["high_watermark"], result["log_start_offset"])
-                throttle.record_follower(len(result["records"]))
-                caught_up = self.log.log_end_offset >= result["high_watermark"]
+                p.apply_fetched(result)
+                throttle.record_follower(len(result.records))
             except Exception:
                 log.exception("%s-%d follower append failed", self.topic, self.partition_index)
                 await asyncio.sleep(backoff_s)
-
-    def _handle_out_of_range(self, result: dict) -> None:
-        """Kafka's rules: ahead of the leader -> truncate to its end; behind its
-        log start -> start over at its log start."""
-        leader_end = result["log_end_offset"]
-        leader_start = result["log_start_offset"]
-        if self.log.log_end_offset > leader_end:
-            self.log.truncate_to(leader_end)
-        elif self.log.log_end_offset < leader_start:
-            self.log.truncate_fully_and_start_at(leader_start)
-        self.partition.high_watermark = min(self.partition.high_watermark, self.log.log_end_offset)

@@ -2,44 +2,39 @@
 `<topic>-<partition>@<broker id>`, owning that replica's log directory.
 
 A thin shell: cluster.partition.Partition holds the rules, storage.log.Log the
-bytes. This module adds what needs an event loop or I/O, for the leader role:
-long-polled follower fetches, ISR shrink/expand committed to ZooKeeper
-(conditional write on the state znode's version + /isr_change_notification),
-progress reports to the node's purgatory, periodic checkpoints. The follower
-role (the fetcher) lives in actors/follower.py.
+bytes, storage.log_manager.LogManager the log directory, its checkpoints and
+the log duties' decisions. This module adds what needs an event loop or I/O,
+for the leader role: long-polled follower fetches, ISR shrink/expand committed
+to ZooKeeper (actors/isr_writer.py), progress reports to the node's purgatory
+(actors/replica_progress.py), the one timer of the periodic duties. The
+follower role (the fetcher) lives in actors/follower.py. Time comes from an
+injected core.clock.Clock.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
 import os
-import time
-from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import ray
 
 from actors.follower import FollowerRole
+from actors.isr_writer import IsrZkWriter
+from actors.replica_progress import ProgressReporter
 from cluster import replica_schedule as duties
-from cluster.partition import Partition
 from cluster.replica_schedule import ReplicaSchedule
 from core import error_codes, idle_priority
+from core.clock import SYSTEM_CLOCK, Clock
 from core.idle_priority import IdlePriority
 from core.local_calls import LocalCallServer
-from core.local_channels import LocalChannels
-from core.naming import partition_dir_name, purgatory_actor_name
-from core.replica_messages import CommittedTail, PartitionProgress, failed_append
+from core.replica_messages import (CommittedTail, FollowerFetchResult, PartitionProgress, PlacedRecordSet,
+                                   RecordSet, failed_append)
 from core.txn_messages import ORIGIN_CLIENT, DescribeProducersResult, TxnMarker, TxnMarkerResult
-from storage.checkpoint import OffsetCheckpointFile
-from storage.log import Log, LogConfig
+from storage.log import LogConfig
+from storage.log_manager import LogManager
 
 log = logging.getLogger("raykafka.replica")
 
-RECOVERY_POINT_FILE = "recovery-point-offset-checkpoint"
-LOG_START_FILE = "log-start-offset-checkpoint"
-REPLICATION_OFFSET_FILE = "replication-offset-checkpoint"
-# Kafka's replica.high.watermark.checkpoint.interval.ms default.
-CHECKPOINT_INTERVAL_S = 5.0
 # Bound on one follower fetch's wait and size (replica.fetch.wait.max.ms, replica.fetch.max.bytes).
 MAX_FOLLOWER_WAIT_MS = 500
 # Bound on a consumer fetch parked in a replica (clients ask for fetch.max.wait.ms,
@@ -51,8 +46,6 @@ MAX_READ_RUN = 16
 # A replica with no traffic this long is idle: its timer goes quiet and its
 # process yields the CPU to busy ones (core/idle_priority.py, issue 18).
 IDLE_AFTER_S = 10.0
-# Kafka's LogManager starts its retention check this long after startup.
-RETENTION_FIRST_CHECK_S = 30.0
 # RAYKAFKA_IDLE_PRIORITY=1 moves idle replicas to SCHED_IDLE. Off by default:
 # on a quiet 2-core node with 100 idle replicas, a busy topic produced 214 MB/s
 # with them at SCHED_IDLE and 527 MB/s with them at normal priority, same run
@@ -60,122 +53,58 @@ RETENTION_FIRST_CHECK_S = 30.0
 # a machine loaded by other work did SCHED_IDLE measure ahead.
 IDLE_PRIORITY_ENV = "RAYKAFKA_IDLE_PRIORITY"
 
-
-def choose_log_dir(log_dirs: list[str], topic: str, partition: int) -> Path:
-    """The dir already holding this partition, else the one with fewest partitions (as Kafka)."""
-    name = partition_dir_name(topic, partition)
-    for d in log_dirs:
-        if (Path(d) / name).is_dir():
-            return Path(d)
-
-    def count(d: str) -> int:
-        try:
-            return sum(1 for e in os.scandir(d) if e.is_dir())
-        except FileNotFoundError:
-            return 0
-
-    return Path(min(log_dirs, key=count))
-
-
 # What the edge (and the node's group coordinators) may call over the direct
-# channel: the per-request calls.
-# Leadership, configuration and shutdown stay Ray calls.
-LOCAL_CALL_METHODS = ("append", "write_txn_markers", "describe_producers", "append_shared", "read", "read_run", "list_offsets", "offset_for_leader_epoch",
-                      "delete_records")
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
+# channel: the per-request calls. Leadership, configuration and shutdown stay Ray calls.
+LOCAL_CALL_METHODS = ("append", "write_txn_markers", "describe_producers", "append_shared", "read", "read_run",
+                      "list_offsets", "offset_for_leader_epoch", "delete_records")
 
 
 class ReplicaActor(FollowerRole):
     def __init__(self, topic: str, partition: int, broker_id: int, log_dirs: list[str],
                  log_config: dict, min_insync_replicas: int = 1, zk_connect: str | None = None,
-                 namespace: str = "raykafka", replica_config: dict | None = None):
+                 namespace: str = "raykafka", replica_config: dict | None = None, clock: Clock = SYSTEM_CLOCK):
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         self.topic = topic
         self.partition_index = partition
         self.broker_id = broker_id
         self.zk_connect = zk_connect
-        self.namespace = namespace
-        self.replica_config = {"replica.lag.time.max.ms": 30000, "replica.fetch.max.bytes": 1048576,
-                               "replica.fetch.wait.max.ms": MAX_FOLLOWER_WAIT_MS,
-                               "replica.fetch.backoff.ms": 1000, "actor.call.timeout.ms": 30000, "local.calls": True,
-                               "log.retention.check.interval.ms": 300000, "log.cleaner.backoff.ms": 15000,
-                               "log.cleaner.dedupe.buffer.size": 128 * 1024 * 1024,
-                               "log.cleaner.enable": True,
-                               **(replica_config or {})}
-        self.log_dir = choose_log_dir(log_dirs, topic, partition)
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        key = (topic, partition)
-        self._checkpoints = {
-            name: OffsetCheckpointFile(str(self.log_dir / name))
-            for name in (RECOVERY_POINT_FILE, LOG_START_FILE, REPLICATION_OFFSET_FILE)
-        }
-        recovery_point = self._checkpoints[RECOVERY_POINT_FILE].read().get(key, 0)
-        log_start = self._checkpoints[LOG_START_FILE].read().get(key, 0)
-        high_watermark = self._checkpoints[REPLICATION_OFFSET_FILE].read().get(key, 0)
-        started = time.monotonic()
-        self.log = Log(str(self.log_dir / partition_dir_name(topic, partition)), LogConfig(**log_config),
-                       recovery_point=recovery_point, log_start_offset=log_start,
-                       producer_id_expiration_ms=int(self.replica_config.get("producer.id.expiration.ms",
-                                                                             86400000)))
-        # Rolled segments are fsynced, and checkpoints written, on this thread
-        # (Kafka's scheduler), not in the event loop: an inline fsync of a full
-        # 1 GiB segment held up every request behind it for ~0.6 s, and a
-        # checkpoint's fsync waits ~0.25 s for the journal while one runs.
-        self._io_thread: ThreadPoolExecutor | None = None
-        self.log.flush_scheduler = self._schedule_io
-        log.info("loaded %s-%d: log end %d, start %d, recovery point %d, in %.0f ms", topic, partition,
-                 self.log.log_end_offset, self.log.log_start_offset, recovery_point,
-                 (time.monotonic() - started) * 1000)
-        self.partition = Partition(topic, partition, broker_id, self.log, high_watermark, min_insync_replicas)
+        self.clock = clock
+        self.replica_config = config = {
+            "replica.lag.time.max.ms": 30000, "replica.fetch.max.bytes": 1048576,
+            "replica.fetch.wait.max.ms": MAX_FOLLOWER_WAIT_MS, "replica.fetch.backoff.ms": 1000,
+            "actor.call.timeout.ms": 30000, "local.calls": True, "log.retention.check.interval.ms": 300000,
+            "log.cleaner.backoff.ms": 15000, "log.cleaner.dedupe.buffer.size": 128 * 1024 * 1024,
+            "log.cleaner.enable": True, **(replica_config or {})}
+        self.logs = LogManager(log_dirs, topic, partition, config, clock)
+        self.log_dir = self.logs.log_dir
+        self.partition = self.logs.open_partition(log_config, broker_id, min_insync_replicas)
+        self.log = self.logs.log
         self._data_event: asyncio.Event | None = None
         self._background: list[asyncio.Task] = []
-        self._checkpointed: dict[str, int] = {}
         self._closed = False
-        self._zk = None
-        self._purgatory = None
-        self._progress_dirty = False
-        self._progress_inflight = False
-        # Leadership changes are always reported; HW moves only while someone waits.
-        self._purgatory_interested = True
+        self._isr_writer = None if zk_connect is None else IsrZkWriter(
+            zk_connect, topic, partition, broker_id, config.get("zookeeper.session.timeout.ms", 18000))
         self._isr_lock: asyncio.Lock | None = None
+        self._progress = ProgressReporter(f"{topic}-{partition}", broker_id, namespace, config["local.calls"],
+                                          self.call_timeout_s, self._progress_now)
         self._regions: dict = {}
         self._local_calls: LocalCallServer | None = None  # for the edge, opened on first ask
-        self._to_purgatory: LocalChannels | None = None
-        self._cleaner = None
         self.counters = {"append_calls": 0, "append_sets": 0, "append_bytes": 0, "follower_fetches": 0}
         # One timer for every periodic duty (cluster/replica_schedule.py).
         self._schedule = ReplicaSchedule()
         self._timer_wake: asyncio.Event | None = None
         self._idle = IdlePriority(
-            self.replica_config.get("replica.idle.after.ms", IDLE_AFTER_S * 1000) / 1000,
+            config.get("replica.idle.after.ms", IDLE_AFTER_S * 1000) / 1000,
             enabled=os.environ.get(IDLE_PRIORITY_ENV, "0") == "1" and idle_priority.supported(),
-            on_busy=self._poke_timer)
+            on_busy=self._poke_timer, clock=clock.monotonic)
         self._init_follower()
 
-    def _io_executor(self) -> ThreadPoolExecutor:
-        if self._io_thread is None:
-            self._io_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="log-io")
-        return self._io_thread
+    @property
+    def _io_thread(self):
+        return self.logs.io_thread
 
-    def _schedule_io(self, job):
-        future = self._io_executor().submit(job)
-        future.add_done_callback(self._log_io_failure)
-        return future
-
-    def _log_io_failure(self, future) -> None:
-        # A job's own errors (a failed fsync) are logged by the job; this catches the rest.
-        if not future.cancelled() and future.exception() is not None:
-            log.error("background log I/O for %s-%d failed", self.topic, self.partition_index,
-                      exc_info=future.exception())
-
-    def _stop_io_thread(self) -> None:
-        # Waits for the job in progress; the caller then flushes and checkpoints itself.
-        if self._io_thread is not None:
-            self._io_thread.shutdown(wait=True)
-            self._io_thread = None
+    async def _on_io_thread(self, job):
+        return await asyncio.get_running_loop().run_in_executor(self.logs.io_executor(), job)
 
     # ---- event-loop helpers -------------------------------------------------------------------
     def _event(self) -> asyncio.Event:
@@ -215,38 +144,19 @@ class ReplicaActor(FollowerRole):
         # Hot path: a flag, plus a switch back to normal priority once per idle period.
         self._idle.touch()
 
-    def _checkpoint_pending(self) -> bool:
-        if self._checkpoint_values(self.log.recovery_point) != {n: self._checkpointed.get(n)
-                                                              for n in self._checkpoints}:
-            return True
-        # A time-based flush (flush.ms) still owed to data appended before the replica went idle.
-        return self.log.config.flush_ms is not None and self.log.recovery_point < self.log.log_end_offset
-
     def _plan(self, now: float) -> None:
         """Which duties this replica has right now; cheap, run before every sleep."""
-        config, p, plan = self.replica_config, self.partition, self._schedule
-        # Kafka's high-watermark checkpoint: every 5 s while there is traffic;
-        # an idle replica's files are current after its last one.
-        plan.set(duties.CHECKPOINT, not self._idle.idle or self._checkpoint_pending(), CHECKPOINT_INTERVAL_S, now)
+        p = self.partition
+        self.logs.plan(self._schedule, now, self._idle.idle)
         # Kafka's isr-expiration task; a leader with no other replica has nobody to drop.
-        plan.set(duties.ISR, p.is_leader and len(p.replicas) > 1,
-                 max(0.05, config["replica.lag.time.max.ms"] / 2000), now)
-        retention_every = config["log.retention.check.interval.ms"] / 1000
-        plan.enable(duties.RETENTION, retention_every, now, first_in=min(retention_every, RETENTION_FIRST_CHECK_S))
-        cleaner_every = config["log.cleaner.backoff.ms"] / 1000
-        if config["log.cleaner.enable"] and self.log.config.compacted:
-            plan.enable(duties.CLEAN, cleaner_every, now, first_in=min(cleaner_every, 1.0))
-        else:
-            plan.disable(duties.CLEAN)
+        self._schedule.set(duties.ISR, p.is_leader and len(p.replicas) > 1,
+                           max(0.05, self.replica_config["replica.lag.time.max.ms"] / 2000), now)
 
     async def _timer_loop(self) -> None:
-        """Kafka's scheduler for this one replica: checkpoints, the ISR check,
-        LogManager/LogCleaner duties (retention, delayed file deletion,
-        compaction in a worker thread: the log takes its lock only to swap
-        cleaned segments in). Sleeps until the earliest due duty."""
+        """Kafka's scheduler for this one replica: sleeps until the earliest due duty."""
         self._timer_wake = wake = asyncio.Event()
         while not self._closed:
-            now = time.monotonic()
+            now = self.clock.monotonic()
             self._plan(now)
             delay = min(self._schedule.next_delay(now), self._idle.next_tick_in())
             if delay > 0:
@@ -258,9 +168,11 @@ class ReplicaActor(FollowerRole):
             if self._closed:  # stopped (or deleted) while this loop slept
                 break
             was_idle = self._idle.idle
-            if self._idle.tick() and not was_idle:
-                await self._became_idle()
-            for duty in self._schedule.take_due(time.monotonic()):
+            if self._idle.tick() and not was_idle and self._isr_writer is not None:
+                zk = self._isr_writer.take_session()
+                if zk is not None:
+                    await asyncio.get_running_loop().run_in_executor(None, zk.close)
+            for duty in self._schedule.take_due(self.clock.monotonic()):
                 try:
                     await self._run_duty(duty)
                 except Exception:
@@ -268,47 +180,31 @@ class ReplicaActor(FollowerRole):
 
     async def _run_duty(self, duty: str) -> None:
         if duty == duties.CHECKPOINT:
-            if self._checkpoint_pending():  # unchanged values: no hop to the I/O thread
+            if self.logs.checkpoint_pending():  # unchanged values: no hop to the I/O thread
                 await self._write_checkpoints_off_loop()
-            self.log.maybe_flush(_now_ms())
+            self.logs.flush_if_due()
         elif duty == duties.ISR:
             await self._check_isr()
         elif duty == duties.RETENTION:
             await self.run_retention()
         elif duty == duties.CLEAN:
-            await asyncio.get_running_loop().run_in_executor(None, self._clean_once)
-
-    async def _became_idle(self) -> None:
-        # An idle replica keeps no ZooKeeper session (kazoo's threads and
-        # pings): the next ISR change opens one again.
-        zk, self._zk = self._zk, None
-        if zk is not None:
-            await asyncio.get_running_loop().run_in_executor(None, zk.close)
+            await asyncio.get_running_loop().run_in_executor(None, self.logs.clean_once)
 
     async def run_retention(self) -> dict:
-        """Delete segments past retention.ms / retention.bytes (never the active one,
-        never beyond the HW) and files whose file.delete.delay.ms has passed."""
-        now = _now_ms()
-        self.log.remove_expired_producers(now)  # producer.id.expiration.ms
-        result = self.log.apply_retention(self.partition.high_watermark, now)
-        if self.log.pending_deletes:
-            # Unlinking a 1 GiB segment takes a while: on the I/O thread, as Kafka's scheduler does.
-            await asyncio.get_running_loop().run_in_executor(self._io_executor(), self.log.delete_pending, now)
+        """LogManager's retention pass; unlinks run on the I/O thread, as Kafka's scheduler does."""
+        now = self.clock.now_ms()
+        result = self.logs.apply_retention(now)
+        unlink = self.logs.unlink_job(now)
+        if unlink is not None:
+            await self._on_io_thread(unlink)
         if result.log_start_changed:
             await self._write_checkpoints_off_loop()
             self._after_change(True)
         return {"deleted_segments": result.deleted_segments, "log_start_offset": result.log_start_offset}
 
-    def _clean_once(self):
-        from storage.cleaner import LogCleaner
-
-        if self._cleaner is None:
-            self._cleaner = LogCleaner(self.replica_config["log.cleaner.dedupe.buffer.size"])
-        return self._cleaner.clean_once([(self.log, self.partition.high_watermark)], _now_ms())
-
     async def clean_now(self) -> dict | None:
         """Compact now if the log is cleanable (tests, operators)."""
-        result = await asyncio.get_running_loop().run_in_executor(None, self._clean_once)
+        result = await asyncio.get_running_loop().run_in_executor(None, self.logs.clean_once)
         return None if result is None else {"end_offset": result.end_offset, "records_read": result.records_read,
                                              "records_kept": result.records_kept}
 
@@ -325,93 +221,37 @@ class ReplicaActor(FollowerRole):
         from storage.errors import OffsetOutOfRangeError
 
         self._traffic()
-
-        error = self.partition.check_leader(current_leader_epoch)
+        p = self.partition
+        error = p.check_leader(current_leader_epoch)
         if error:
             return error, -1
         try:
-            target = self.log.delete_records(offset, self.partition.high_watermark)
+            target = self.log.delete_records(offset, p.high_watermark)
         except OffsetOutOfRangeError:
-            return 1, -1  # OFFSET_OUT_OF_RANGE
+            return error_codes.OFFSET_OUT_OF_RANGE, -1
         await self._write_checkpoints_off_loop()
         self._after_change(True)
-        deadline = time.monotonic() + timeout_ms / 1000
-        while self.partition.low_watermark() < target:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or not self.partition.is_leader:
-                return 7, self.partition.low_watermark()  # REQUEST_TIMED_OUT
+        deadline = self.clock.monotonic() + timeout_ms / 1000
+        while p.low_watermark() < target:
+            remaining = deadline - self.clock.monotonic()
+            if remaining <= 0 or not p.is_leader:
+                return error_codes.REQUEST_TIMED_OUT, p.low_watermark()
             await self._wait_for_change(remaining)
-        return 0, self.partition.low_watermark()
-
-    def _checkpoint_values(self, recovery_point: int) -> dict[str, int]:
-        return {
-            RECOVERY_POINT_FILE: recovery_point,
-            LOG_START_FILE: self.log.log_start_offset,
-            REPLICATION_OFFSET_FILE: self.partition.high_watermark,
-        }
-
-    def _store_checkpoints(self, values: dict[str, int]) -> None:
-        key = (self.topic, self.partition_index)
-        for name, value in values.items():
-            if self._checkpointed.get(name) != value:
-                self._checkpoints[name].update({key: value})
-                self._checkpointed[name] = value
-
-    def _write_checkpoints(self, flush: bool) -> None:
-        """Now, in the caller's thread (shutdown: after the I/O thread stopped)."""
-        self._store_checkpoints(self._checkpoint_values(self.log.flush() if flush else self.log.recovery_point))
+        return 0, p.low_watermark()
 
     async def _write_checkpoints_off_loop(self) -> None:
         """The values as of now, written on the I/O thread (after any flush queued there)."""
-        if self._closed:  # stopping: close/stop_replica write the final values themselves
-            return
-        values = self._checkpoint_values(self.log.recovery_point)
-        await asyncio.get_running_loop().run_in_executor(self._io_executor(), self._store_checkpoints, values)
+        if not self._closed:  # stopping: close/stop_replica write the final values themselves
+            await self._on_io_thread(self.logs.checkpoint_job())
 
-    # ---- progress reports to the node's purgatory (coalesced: one call in flight) -----------
+    # ---- progress reports to the node's purgatory ------------------------------------------------
+    def _progress_now(self) -> PartitionProgress:
+        p = self.partition
+        return PartitionProgress((self.topic, self.partition_index), p.high_watermark, p.last_stable_offset,
+                                 len(p.isr), p.min_insync_replicas, p.is_leader, p.leader_epoch)
+
     def _report_progress(self, force: bool = False) -> None:
-        if not (self._purgatory_interested or force):
-            return
-        self._progress_dirty = True
-        if not self._progress_inflight:
-            self._progress_inflight = True
-            asyncio.get_running_loop().create_task(self._send_progress())
-
-    async def _send_progress(self) -> None:
-        try:
-            while self._progress_dirty:
-                self._progress_dirty = False
-                if self._purgatory is None:
-                    try:
-                        self._purgatory = ray.get_actor(purgatory_actor_name(self.broker_id), namespace=self.namespace)
-                    except ValueError:
-                        return  # no purgatory on this node (yet): nothing can be waiting on it
-                p = self.partition
-                update = PartitionProgress((self.topic, self.partition_index), p.high_watermark,
-                                           p.last_stable_offset, len(p.isr), p.min_insync_replicas, p.is_leader,
-                                           p.leader_epoch)
-                try:
-                    unwatched = await self._purgatory_channels().call(self._purgatory, "progress", ([update],),
-                                                                      self.call_timeout_s)
-                    # Nothing waits on us: stay quiet until the purgatory asks (report_progress).
-                    # The last report of the loop reflects the purgatory's latest view.
-                    self._purgatory_interested = not unwatched
-                except Exception as exc:
-                    log.warning("progress report for %s-%d failed: %s", self.topic, self.partition_index,
-                                str(exc).splitlines()[0][:200])
-                    self._purgatory = None
-                    self._purgatory_channels().close()
-                    return
-        finally:
-            self._progress_inflight = False
-
-    def _purgatory_channels(self) -> LocalChannels:
-        # Progress reports go to the node's purgatory over a direct channel
-        # (core/local_channels.py) once it is up: one per HW move while
-        # someone waits, so as Ray calls they cost ~1.5 ms of CPU each.
-        if self._to_purgatory is None:
-            self._to_purgatory = LocalChannels.here(self.replica_config["local.calls"], self.call_timeout_s)
-        return self._to_purgatory
+        self._progress.report(force)
 
     def _after_change(self, hw_moved: bool = True, leadership: bool = False) -> None:
         self._wake_waiters()
@@ -420,22 +260,12 @@ class ReplicaActor(FollowerRole):
 
     async def report_progress(self) -> None:
         """The purgatory has operations waiting on this partition again."""
-        self._purgatory_interested = True
+        self._progress.interested = True
         self._report_progress(force=True)
 
     # ---- ISR changes: committed to ZooKeeper before they take effect ------------------------------
-    def _zk_client(self):
-        if self._zk is None:
-            from metadata.kafka_zk import KafkaZkClient
-
-            self._zk = KafkaZkClient(self.zk_connect, session_timeout_ms=self.replica_config.get(
-                "zookeeper.session.timeout.ms", 18000))
-            self._zk.start(ensure_paths=False)
-        return self._zk
-
     async def _alter_isr(self, new_isr: tuple[int, ...]) -> bool:
-        """Conditional write of the state znode + an /isr_change_notification entry."""
-        if self.zk_connect is None:
+        if self._isr_writer is None:
             return False
         if self._isr_lock is None:
             self._isr_lock = asyncio.Lock()
@@ -443,26 +273,10 @@ class ReplicaActor(FollowerRole):
             p = self.partition
             if not p.is_leader or tuple(new_isr) == tuple(p.isr):
                 return False
-            epoch, expected = p.leader_epoch, p.state_zk_version
-            loop = asyncio.get_running_loop()
-
-            def write() -> int | None:
-                from metadata.kafka_zk import BadVersionError, PartitionState
-
-                zk = self._zk_client()
-                state = PartitionState(self.broker_id, epoch, list(new_isr), p.controller_epoch)
-                try:
-                    version = zk.update_partition_state(self.topic, self.partition_index, state, expected)
-                except BadVersionError:
-                    found = zk.get_partition_state(self.topic, self.partition_index)
-                    if found is None or found[0].leader_epoch != epoch or found[0].leader != self.broker_id:
-                        return None  # the controller moved on: a LeaderAndIsr is coming
-                    version = zk.update_partition_state(self.topic, self.partition_index, state, found[1])
-                zk.add_isr_change_notification([(self.topic, self.partition_index)])
-                return version
-
+            epoch = p.leader_epoch
             try:
-                version = await loop.run_in_executor(None, write)
+                version = await asyncio.get_running_loop().run_in_executor(
+                    None, self._isr_writer.write, list(new_isr), epoch, p.state_zk_version, p.controller_epoch)
             except Exception as exc:
                 log.warning("ISR update of %s-%d failed: %s", self.topic, self.partition_index, exc)
                 return False
@@ -476,9 +290,7 @@ class ReplicaActor(FollowerRole):
     async def _check_isr(self) -> None:
         """Shrink the ISR of followers lagging more than replica.lag.time.max.ms."""
         p = self.partition
-        if not p.is_leader:
-            return
-        lagging = p.out_of_sync_replicas(_now_ms(), self.replica_config["replica.lag.time.max.ms"])
+        lagging = p.out_of_sync_replicas(self.clock.now_ms(), self.replica_config["replica.lag.time.max.ms"])
         if lagging:
             await self._alter_isr(tuple(r for r in p.isr if r not in lagging))
 
@@ -488,15 +300,16 @@ class ReplicaActor(FollowerRole):
         self._ensure_background()
         self._traffic()  # clients follow a new leader at once: back to normal priority
         self._poke_timer()  # the ISR check depends on the replica set
-        if controller_epoch < self.partition.controller_epoch or leader_epoch < self.partition.leader_epoch:
+        p, now = self.partition, self.clock.now_ms()
+        if controller_epoch < p.controller_epoch or leader_epoch < p.leader_epoch:
             # A stale request (a deposed controller, or a reordered one) changes nothing,
             # not even this replica's fetching as a follower.
-            return self.partition.make_leader(controller_epoch, leader_epoch, isr, replicas, zk_version, _now_ms())
+            return p.make_leader(controller_epoch, leader_epoch, isr, replicas, zk_version, now)
         self._stop_fetcher()
-        error = self.partition.make_leader(controller_epoch, leader_epoch, isr, replicas, zk_version, _now_ms())
+        error = p.make_leader(controller_epoch, leader_epoch, isr, replicas, zk_version, now)
         if error == 0:
             log.info("%s-%d is leader, epoch %d, ISR %s, HW %d, LEO %d", self.topic, self.partition_index,
-                     leader_epoch, isr, self.partition.high_watermark, self.log.log_end_offset)
+                     leader_epoch, isr, p.high_watermark, self.log.log_end_offset)
         self._after_change(True, leadership=True)
         return error
 
@@ -508,17 +321,12 @@ class ReplicaActor(FollowerRole):
         self._poke_timer()
         self._close_local_calls()
         self._stop_fetcher()
-        self._stop_io_thread()
         self.partition.is_leader = False
         self._after_change(True, leadership=True)
         if delete:
-            self.log.delete()
-            key = (self.topic, self.partition_index)
-            for checkpoint in self._checkpoints.values():
-                checkpoint.update(remove=[key])
+            self.logs.delete()
         else:
-            self._write_checkpoints(flush=True)
-            self.log.close()
+            self.logs.close()
         return 0
 
     async def close(self) -> None:
@@ -528,11 +336,10 @@ class ReplicaActor(FollowerRole):
             self._closed = True
             self._poke_timer()
             self._stop_fetcher()
-            self._stop_io_thread()
-            self._write_checkpoints(flush=True)
-            self.log.close()
-        if self._zk is not None:
-            self._zk.close()
+            self.logs.close()
+        zk = None if self._isr_writer is None else self._isr_writer.take_session()
+        if zk is not None:
+            zk.close()
 
     async def state(self) -> dict:
         return {**self.partition.state(), **self.counters}
@@ -540,8 +347,7 @@ class ReplicaActor(FollowerRole):
     # ---- edge -> leader ---------------------------------------------------------------------------
     def _close_local_calls(self) -> None:
         # The edge's pending calls fail as if the actor had gone (NOT_LEADER_OR_FOLLOWER).
-        if self._to_purgatory is not None:
-            self._to_purgatory.close()
+        self._progress.close()
         if self._local_calls is not None:
             self._local_calls.close()
             self._local_calls = None
@@ -558,7 +364,7 @@ class ReplicaActor(FollowerRole):
                                                         self, LOCAL_CALL_METHODS)
         return await self._local_calls.endpoint()
 
-    async def append(self, record_sets: list[tuple[bytes, int, int]], leader_epoch: int, tail: bool = False,
+    async def append(self, record_sets: list[RecordSet], leader_epoch: int, tail: bool = False,
                      origin: str = ORIGIN_CLIENT):
         """Append record sets (bytes, acks, timeout) -> one result per set.
         ``origin`` is Kafka's AppendOrigin: coordinators (group offsets) pass
@@ -578,7 +384,7 @@ class ReplicaActor(FollowerRole):
         counters["append_bytes"] += sum(len(r[0]) for r in record_sets)
         before = self.partition.high_watermark
         leo_before = self.log.log_end_offset
-        results = self.partition.append(record_sets, leader_epoch, _now_ms(), origin)
+        results = self.partition.append(record_sets, leader_epoch, self.clock.now_ms(), origin)
         if self.log.log_end_offset != leo_before:
             self._wake_waiters()  # followers long-polling for data
         hw = self.partition.high_watermark
@@ -597,15 +403,15 @@ class ReplicaActor(FollowerRole):
         self._traffic()
         p = self.partition
         before = p.high_watermark
-        results = p.write_txn_markers(list(markers), _now_ms())
+        results = p.write_txn_markers(list(markers), self.clock.now_ms())
         if any(r.error == 0 for r in results):
             self._wake_waiters()  # followers fetch the markers; read_committed fetches may move on
         if p.high_watermark != before:
             self._report_progress()
         need = max((r.offset + 1 for r in results if r.error == 0), default=-1)
-        deadline = time.monotonic() + max(0, timeout_ms) / 1000
+        deadline = self.clock.monotonic() + max(0, timeout_ms) / 1000
         while p.high_watermark < need:
-            remaining = deadline - time.monotonic()
+            remaining = deadline - self.clock.monotonic()
             if self._closed or not p.is_leader:
                 return [TxnMarkerResult(error_codes.NOT_LEADER_OR_FOLLOWER, -1) if r.error == 0 else r for r in results]
             if remaining <= 0:
@@ -630,7 +436,7 @@ class ReplicaActor(FollowerRole):
         return CommittedTail(p.leader_epoch, hw, p.last_stable_offset, self.log.log_start_offset, first,
                              next_offset, slices, sum(s.length for s in slices))
 
-    async def append_shared(self, region_path: str, placed: list[tuple[int, int, int, int]],
+    async def append_shared(self, region_path: str, placed: list[PlacedRecordSet],
                             leader_epoch: int, tail: bool = False):
         """append() with the record sets in the edge's shared-memory region
         (same node): the call carries offsets, not bytes. None if the region
@@ -681,12 +487,12 @@ class ReplicaActor(FollowerRole):
             self._traffic()
         if max_wait_ms <= 0:
             return result
-        deadline = time.monotonic() + min(max_wait_ms, MAX_CONSUMER_WAIT_MS) / 1000
+        deadline = self.clock.monotonic() + min(max_wait_ms, MAX_CONSUMER_WAIT_MS) / 1000
         while True:
             runs = result.slices
             if result.error or self._closed or (runs and sum(s.length for s in runs[0].slices) >= max(min_bytes, 1)):
                 return result
-            remaining = deadline - time.monotonic()
+            remaining = deadline - self.clock.monotonic()
             if remaining <= 0:
                 return result
             await self._wait_for_change(remaining)
@@ -702,14 +508,14 @@ class ReplicaActor(FollowerRole):
     # ---- follower -> leader ---------------------------------------------------------------------------
     async def fetch_for_follower(self, follower_id: int, fetch_offset: int, last_fetched_epoch: int,
                                  current_leader_epoch: int, max_bytes: int, max_wait_ms: int,
-                                 follower_log_start: int = -1) -> dict:
+                                 follower_log_start: int = -1) -> FollowerFetchResult:
         """A follower's long-polled fetch: waits (bounded) for data beyond its log end.
 
         Replication quota (KIP-73): while this leader replica is throttled and the
         leader quota is exceeded, a follower outside the ISR gets no records and
         its fetch waits as if there were none; bytes served count toward the quota."""
         self._ensure_background()
-        deadline = time.monotonic() + min(max_wait_ms, MAX_FOLLOWER_WAIT_MS * 4) / 1000
+        deadline = self.clock.monotonic() + min(max_wait_ms, MAX_FOLLOWER_WAIT_MS * 4) / 1000
         p = self.partition
         throttle = self.replication_throttle
         while True:
@@ -717,23 +523,23 @@ class ReplicaActor(FollowerRole):
             follower_in_isr = follower_id in p.isr
             before_low = p.low_watermark()
             result = p.fetch_for_follower(follower_id, fetch_offset, last_fetched_epoch, current_leader_epoch,
-                                          max_bytes, _now_ms(), follower_log_start)
-            if result["hw_moved"]:
+                                          max_bytes, self.clock.now_ms(), follower_log_start)
+            if result.hw_moved:
                 self._after_change(True)
             elif p.low_watermark() != before_low:
                 self._wake_waiters()  # a DeleteRecords may be waiting on followers
-            if result["expand_isr"] is not None:
-                await self._alter_isr(result["expand_isr"])
-                result["high_watermark"] = p.high_watermark
-            if result["records"] or result["expand_isr"] is not None:
+            if result.expand_isr is not None:
+                await self._alter_isr(result.expand_isr)
+                result = result._replace(high_watermark=p.high_watermark)
+            if result.records or result.expand_isr is not None:
                 # Replicated data is traffic; an idle follower's empty polls are not.
                 self._traffic()
-            held_back = bool(result["records"]) and throttle.leader_should_hold_back(follower_in_isr)
+            held_back = bool(result.records) and throttle.leader_should_hold_back(follower_in_isr)
             if held_back:
-                result["records"] = b""
-            remaining = deadline - time.monotonic()
-            if result["error"] or result["records"] or result["diverging"] or remaining <= 0 or self._closed:
-                throttle.record_leader(len(result["records"]))
+                result = result._replace(records=b"")
+            remaining = deadline - self.clock.monotonic()
+            if result.error or result.records or result.diverging is not None or remaining <= 0 or self._closed:
+                throttle.record_leader(len(result.records))
                 return result
             if held_back:
                 # Appends cannot lift the quota, only time can: wait for it rather than for data.

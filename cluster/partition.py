@@ -8,8 +8,8 @@ import logging
 from typing import Any
 
 from core import error_codes
-from core.replica_messages import (AppendResult, CommittedReadRun, FileSlice, ListOffsetsResult, ReadResult,
-                                     EpochEndOffset, ReadRun, failed_append)
+from core.replica_messages import (AppendResult, CommittedReadRun, DivergingEpoch, EpochEndOffset, FileSlice,
+                                   FollowerFetchResult, ListOffsetsResult, ReadResult, ReadRun, failed_append)
 from core.txn_messages import (ORIGIN_CLIENT, DescribeProducersResult, ProducerStateInfo, TxnMarker,
                                TxnMarkerResult)
 from storage.errors import UnexpectedAppendOffsetError
@@ -66,6 +66,10 @@ class Partition:
         # Start offset of the current leader epoch: a follower joins the ISR
         # only once it has reached it (Kafka's rule, so HW never goes back).
         self.leader_epoch_start_offset = 0
+        # As a follower: whether its log end reached the leader's high
+        # watermark at the last fetch (Kafka's PartitionFetchState lag; unknown,
+        # so False, until the first answer). Throttling spares caught-up ones.
+        self.follower_caught_up = False
         # A restarted replica must never expose more than it had committed.
         self.high_watermark = min(max(high_watermark, log_.log_start_offset), log_.log_end_offset)
         log_.producer_state.on_high_watermark_updated(self.high_watermark)
@@ -116,6 +120,7 @@ class Partition:
         self.isr = tuple(isr)
         self.replicas = tuple(replicas)
         self.followers = {}
+        self.follower_caught_up = False
         return 0
 
     def check_leader(self, leader_epoch: int) -> int:
@@ -149,31 +154,26 @@ class Partition:
     # ---- replication: leader side -------------------------------------------------------------
     def fetch_for_follower(self, follower_id: int, fetch_offset: int, last_fetched_epoch: int,
                            current_leader_epoch: int, max_bytes: int, now_ms: int,
-                           follower_log_start: int = -1) -> dict[str, Any]:
+                           follower_log_start: int = -1) -> FollowerFetchResult:
         """A follower's fetch (the FETCH a Kafka follower sends, as an actor call).
 
         The fetch offset is the follower's log end offset; it moves the HW and
         may bring the follower back into the ISR (returned as `expand_isr`)."""
-        result: dict[str, Any] = {"error": 0, "records": b"", "high_watermark": self.high_watermark,
-                                  "log_start_offset": self.log.log_start_offset, "diverging": None,
-                                  "expand_isr": None, "hw_moved": False,
-                                  "log_end_offset": self.log.log_end_offset}
+        leo = self.log.log_end_offset
         error = self.check_leader(current_leader_epoch)
         if error == 0 and follower_id not in self.followers:
             error = error_codes.NOT_LEADER_OR_FOLLOWER
         if error:
-            result["error"] = error
-            return result
-        leo = self.log.log_end_offset
+            return FollowerFetchResult(error, b"", self.high_watermark, self.log.log_start_offset, leo)
         # KIP-320: the follower's last epoch must agree with ours up to its fetch offset.
         if last_fetched_epoch >= 0:
             epoch, end = self.log.leader_epoch_cache.end_offset_for(last_fetched_epoch, leo)
             if epoch != last_fetched_epoch or end < fetch_offset:
-                result["diverging"] = (epoch, end)
-                return result
+                return FollowerFetchResult(0, b"", self.high_watermark, self.log.log_start_offset, leo,
+                                           DivergingEpoch(epoch, end))
         if fetch_offset > leo or fetch_offset < self.log.log_start_offset:
-            result["error"] = error_codes.OFFSET_OUT_OF_RANGE
-            return result
+            return FollowerFetchResult(error_codes.OFFSET_OUT_OF_RANGE, b"", self.high_watermark,
+                                       self.log.log_start_offset, leo)
         follower = self.followers[follower_id]
         # Kafka's Replica.updateFetchState: caught up if it reached our LEO,
         # or the LEO we had at its previous fetch.
@@ -185,14 +185,14 @@ class Partition:
         follower.last_fetch_ms = now_ms
         follower.log_end_offset = fetch_offset
         follower.log_start_offset = follower_log_start
+        expand_isr = None
         if (follower_id not in self.isr and fetch_offset >= self.high_watermark
                 and fetch_offset >= self.leader_epoch_start_offset):
-            result["expand_isr"] = tuple(sorted(set(self.isr) | {follower_id}))
-        result["hw_moved"] = self.maybe_increment_high_watermark()
-        result["high_watermark"] = self.high_watermark
-        if fetch_offset < leo:
-            result["records"] = self.log.read_bytes(fetch_offset, max_bytes, None, min_one_batch=True)
-        return result
+            expand_isr = tuple(sorted(set(self.isr) | {follower_id}))
+        hw_moved = self.maybe_increment_high_watermark()
+        records = self.log.read_bytes(fetch_offset, max_bytes, None, min_one_batch=True) if fetch_offset < leo else b""
+        return FollowerFetchResult(0, records, self.high_watermark, self.log.log_start_offset, leo, None,
+                                   expand_isr, hw_moved)
 
     def low_watermark(self) -> int:
         """Smallest log start offset over the replicas (DeleteRecords' answer)."""
@@ -212,6 +212,36 @@ class Partition:
         return self.maybe_increment_high_watermark()
 
     # ---- replication: follower side -------------------------------------------------------------
+    def apply_fetched(self, result: FollowerFetchResult) -> int:
+        """Append a leader's data answer and take its HW and log start."""
+        end = self.append_as_follower(result.records, result.high_watermark, result.log_start_offset)
+        self.follower_caught_up = end >= result.high_watermark
+        return end
+
+    def reconcile_with_leader(self, result: FollowerFetchResult) -> bool:
+        """A leader's answer without data: truncate on a diverging epoch
+        (KIP-320) or an offset out of the leader's range. Returns whether it
+        was one of those (fetch again at once); False: an error to back off on."""
+        if result.diverging is not None:
+            before = self.log.log_end_offset
+            after = self.truncate_for_divergence(*result.diverging)
+            log.info("%s-%d truncated %d -> %d (diverging epoch %s)", self.topic, self.partition, before, after,
+                     tuple(result.diverging))
+            return True
+        if result.error == error_codes.OFFSET_OUT_OF_RANGE:
+            self.truncate_for_out_of_range(result.log_end_offset, result.log_start_offset)
+            return True
+        return False
+
+    def truncate_for_out_of_range(self, leader_end: int, leader_start: int) -> None:
+        """Kafka's rules: ahead of the leader -> truncate to its end; behind its
+        log start -> start over at its log start."""
+        if self.log.log_end_offset > leader_end:
+            self.log.truncate_to(leader_end)
+        elif self.log.log_end_offset < leader_start:
+            self.log.truncate_fully_and_start_at(leader_start)
+        self.high_watermark = min(self.high_watermark, self.log.log_end_offset)
+
     def append_as_follower(self, records: bytes, leader_high_watermark: int, leader_log_start: int) -> int:
         """Append what the leader sent; follower HW = min(own LEO, leader HW)."""
         if leader_log_start > self.log.log_end_offset:

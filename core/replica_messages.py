@@ -104,3 +104,42 @@ class PartitionProgress(NamedTuple):
     min_insync_replicas: int
     is_leader: bool
     leader_epoch: int
+
+
+class RecordSet(NamedTuple):
+    """One produce request's records for this partition, as append() takes
+    them: the bytes, the request's acks and its timeout."""
+    records: bytes
+    acks: int
+    timeout_ms: int
+
+
+class PlacedRecordSet(NamedTuple):
+    """A RecordSet whose bytes lie in the edge's shared-memory region
+    (append_shared): where, and how many."""
+    offset: int
+    length: int
+    acks: int
+    timeout_ms: int
+
+
+class DivergingEpoch(NamedTuple):
+    """KIP-320: the end of the follower's last fetched epoch as the leader
+    has it; the follower truncates there before fetching again."""
+    epoch: int
+    end_offset: int
+
+
+class FollowerFetchResult(NamedTuple):
+    """The leader's answer to a follower's fetch. ``records`` are bytes (the
+    follower may live on another node). ``expand_isr`` is the ISR the
+    leader is to commit with this follower in it, ``hw_moved`` whether the
+    fetch moved the leader's high watermark: both for the leader itself."""
+    error: int
+    records: bytes
+    high_watermark: int
+    log_start_offset: int
+    log_end_offset: int
+    diverging: DivergingEpoch | None = None
+    expand_isr: tuple[int, ...] | None = None
+    hw_moved: bool = False

@@ -22,16 +22,16 @@ def append(p: Partition, records: bytes, acks: int = -1, epoch: int = -1):
     return p.append([(records, acks, 1000)], epoch, now_ms=0)[0]
 
 
-def replicate(leader: Partition, follower: Partition, now_ms: int = 0) -> dict:
+def replicate(leader: Partition, follower: Partition, now_ms: int = 0):
     """One follower fetch round, as actors/follower.py does it."""
     result = leader.fetch_for_follower(FOLLOWER, follower.log.log_end_offset, follower.last_fetched_epoch(),
                                        leader.leader_epoch, 1 << 20, now_ms)
-    if result["diverging"] is not None:
-        follower.truncate_for_divergence(*result["diverging"])
-    elif result["error"] == 0:
-        follower.append_as_follower(result["records"], result["high_watermark"], result["log_start_offset"])
-    if result["expand_isr"] is not None:
-        leader.apply_isr(result["expand_isr"], leader.state_zk_version + 1)
+    if result.diverging is not None:
+        follower.truncate_for_divergence(*result.diverging)
+    elif result.error == 0:
+        follower.append_as_follower(result.records, result.high_watermark, result.log_start_offset)
+    if result.expand_isr is not None:
+        leader.apply_isr(result.expand_isr, leader.state_zk_version + 1)
     return result
 
 
@@ -50,7 +50,7 @@ def test_hw_waits_for_the_isr_and_follower_hw_follows(tmp_path):
     replicate(leader, follower)              # follower gets 0..2, reports LEO 0
     assert follower.log.log_end_offset == 3 and follower.high_watermark == 0
     r = replicate(leader, follower)          # reports LEO 3: HW moves to 3
-    assert r["hw_moved"] and leader.high_watermark == 3
+    assert r.hw_moved and leader.high_watermark == 3
     replicate(leader, follower)
     assert follower.high_watermark == 3
 
@@ -75,7 +75,7 @@ def test_lagging_follower_leaves_isr_then_rejoins_when_caught_up(tmp_path):
     assert leader.high_watermark == 1, "with the follower out, HW = leader LEO"
     replicate(leader, follower, now_ms=31_000)
     r = replicate(leader, follower, now_ms=31_001)
-    assert r["expand_isr"] == (LEADER, FOLLOWER)
+    assert r.expand_isr == (LEADER, FOLLOWER)
     assert leader.isr == (LEADER, FOLLOWER)
 
 
@@ -108,7 +108,7 @@ def test_divergent_follower_truncates_to_the_new_leaders_epoch_end(tmp_path):
     b.make_follower(1, LEADER, 0, [LEADER, FOLLOWER], [LEADER, FOLLOWER])
     append(a, batch(3, b"old"))
     r = a.fetch_for_follower(FOLLOWER, 0, -1, 0, 1 << 20, 0)
-    b.append_as_follower(r["records"], r["high_watermark"], 0)
+    b.append_as_follower(r.records, r.high_watermark, 0)
     append(a, batch(2, b"lost"))  # never replicated
     assert (a.log.log_end_offset, b.log.log_end_offset) == (5, 3)
     # Controller: A is gone, B leads epoch 1.
@@ -116,12 +116,12 @@ def test_divergent_follower_truncates_to_the_new_leaders_epoch_end(tmp_path):
     append(b, batch(2, b"new"))
     assert a.make_follower(2, FOLLOWER, 1, [FOLLOWER], [LEADER, FOLLOWER]) == 0
     r = b.fetch_for_follower(LEADER, a.log.log_end_offset, a.last_fetched_epoch(), 1, 1 << 20, 0)
-    assert r["diverging"] == (0, 3)
-    a.truncate_for_divergence(*r["diverging"])
+    assert r.diverging == (0, 3)
+    a.truncate_for_divergence(*r.diverging)
     assert a.log.log_end_offset == 3
     r = b.fetch_for_follower(LEADER, 3, a.last_fetched_epoch(), 1, 1 << 20, 0)
-    assert r["diverging"] is None
-    a.append_as_follower(r["records"], r["high_watermark"], 0)
+    assert r.diverging is None
+    a.append_as_follower(r.records, r.high_watermark, 0)
     assert a.log.read_bytes(0, 1 << 20, None) == b.log.read_bytes(0, 1 << 20, None)
 
 
@@ -139,5 +139,5 @@ def test_offset_for_leader_epoch(tmp_path):
 def test_follower_out_of_range_and_not_a_replica(tmp_path):
     leader, _ = pair(tmp_path)
     append(leader, batch(2))
-    assert leader.fetch_for_follower(FOLLOWER, 9, -1, 0, 100, 0)["error"] == ErrorCode.offset_out_of_range
-    assert leader.fetch_for_follower(7, 0, -1, 0, 100, 0)["error"] == ErrorCode.not_leader_or_follower
+    assert leader.fetch_for_follower(FOLLOWER, 9, -1, 0, 100, 0).error == ErrorCode.offset_out_of_range
+    assert leader.fetch_for_follower(7, 0, -1, 0, 100, 0).error == ErrorCode.not_leader_or_follower

@@ -238,7 +238,7 @@ def replica(tmp_path, broker_id: int, clock: FakeClock, **config) -> ReplicaActo
     actor = ReplicaActor("t", 0, broker_id, [str(tmp_path / f"broker-{broker_id}")],
                          log_config_for({}, BrokerConfig.from_sources()), 1, zk_connect=None,
                          replica_config={**REPLICA_CONFIG, **config})
-    actor._progress_inflight = True  # no node purgatory to report to without Ray
+    actor._report_progress = lambda force=False: None  # no node purgatory to report to without Ray
     actor.replication_throttle = ReplicaThrottle(0, broker_id, clock=clock)
     return actor
 
@@ -252,19 +252,19 @@ def test_leader_replica_answers_a_throttled_lagging_follower_with_no_records(tmp
             await leader.append([(batch(tag), 1, 1000)], 0)
         assert await leader.update_replication_throttle(100, None, "0:1", None) == 0
         first = await leader.fetch_for_follower(2, 0, -1, 0, 1, 0)
-        served = len(first["records"])
+        served = len(first.records)
         assert served > 100
         assert leader.replication_throttle.leader_quota.rate() == pytest.approx(served)
         started = time.monotonic()
         held = await leader.fetch_for_follower(2, 1, 0, 0, 1, 100)
-        assert held["error"] == 0 and held["records"] == b""
+        assert held.error == 0 and held.records == b""
         assert time.monotonic() - started >= 0.09, "a held-back fetch waits like an empty one"
         # Time lifts the quota.
         clock.advance(11_000)
-        assert (await leader.fetch_for_follower(2, 1, 0, 0, 1, 0))["records"]
+        assert (await leader.fetch_for_follower(2, 1, 0, 0, 1, 0)).records
         assert await leader.update_replication_throttle(None, None, "", None) == 0
         leader.replication_throttle.leader_quota.record(10_000)
-        assert (await leader.fetch_for_follower(2, 2, 0, 0, 1, 0))["records"], "unthrottled replicas never wait"
+        assert (await leader.fetch_for_follower(2, 2, 0, 0, 1, 0)).records, "unthrottled replicas never wait"
         assert await leader.update_replication_throttle(None, None, "0:x", None) == 40
         await leader.close()
 
@@ -280,7 +280,7 @@ def test_leader_replica_never_holds_back_an_isr_follower(tmp_path):
         assert await leader.update_replication_throttle(1, None, "*", None) == 0
         leader.replication_throttle.leader_quota.record(10_000)
         result = await leader.fetch_for_follower(2, 0, -1, 0, 1 << 20, 0)
-        assert result["records"]
+        assert result.records
         await leader.close()
 
     asyncio.run(scenario())

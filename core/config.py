@@ -308,6 +308,13 @@ from core.security_config import SECURITY_KEYS, prefixed_base_key  # noqa: E402
 
 BROKER_CONFIGS.update(_defs(*(ConfigDef(name, kind, default, doc, **extra)
                               for name, kind, default, doc, extra in SECURITY_KEYS)))
+# Authorization (issue 21 part 4): Kafka's ZooKeeper-mode AclAuthorizer, cluster/security/.
+BROKER_CONFIGS.update(_defs(
+    ConfigDef("authorizer.class.name", "string", "", "Authorizer; empty: every request is allowed",
+              choices=("", "kafka.security.authorizer.AclAuthorizer", "kafka.security.auth.SimpleAclAuthorizer")),
+    ConfigDef("super.users", "string", None, "Principals allowed everything, semicolon-separated (User:admin;User:ops)"),
+    ConfigDef("allow.everyone.if.no.acl.found", "bool", False, "Allow a resource that has no ACL to everyone"),
+))
 
 
 def _broker_def(key: str) -> ConfigDef | None:

@@ -16,11 +16,11 @@ from storage.records import _read_varint  # the multi-byte case; single bytes ar
 from storage.record_batch import (
     COMPRESSION_MASK,
     CONTROL_MASK,
-    HEADER,
     HEADER_SIZE,
     LOG_OVERHEAD,
     TIMESTAMP_TYPE_MASK,
     TRANSACTIONAL_MASK,
+    unpack_header,
 )
 from storage.records import decompress
 
@@ -83,7 +83,6 @@ class ArrowBuilder:
         the last complete batch seen, control batches and compacted gaps
         included) and whether ``end`` was reached. A trailing partial batch
         (Fetch may cut one) is ignored."""
-        unpack = HEADER.unpack_from
         read = _read_varint
         keys_append = self.keys.append
         values_append = self.values.append
@@ -95,17 +94,18 @@ class ArrowBuilder:
         total = len(buf)
         next_offset = start
         while total - pos >= HEADER_SIZE:
-            h = unpack(buf, pos)
-            size = h[1] + LOG_OVERHEAD
+            h = unpack_header(buf, pos)
+            size = h.batch_length + LOG_OVERHEAD
             if pos + size > total:
                 break  # partial batch at the end of a fetch response
-            if h[3] != 2:
+            if h.magic != 2:
                 raise UnsupportedFormat(
-                    f"{self.topic}-{self.partition}: message format v{h[3]} at offset {h[0]} is not supported "
+                    f"{self.topic}-{self.partition}: message format v{h.magic} at offset {h.base_offset} "
+                    "is not supported "
                     "(only v2 record batches, Kafka >= 0.11)")
-            base = h[0]
-            attributes = h[5]
-            last = base + h[6]
+            base = h.base_offset
+            attributes = h.attributes
+            last = base + h.last_offset_delta
             if last < start:
                 pos += size
                 continue
@@ -113,12 +113,12 @@ class ArrowBuilder:
                 return next_offset, True
             next_offset = last + 1
             aborted = self.aborted
-            if aborted is not None and h[9] >= 0 and aborted.skip(buf, pos, h):
+            if aborted is not None and h.producer_id >= 0 and aborted.skip(buf, pos, h):
                 pos += size
                 if next_offset >= end:
                     return next_offset, True
                 continue
-            if attributes & CONTROL_MASK or h[12] == 0:
+            if attributes & CONTROL_MASK or h.record_count == 0:
                 pos += size
                 if next_offset >= end:
                     return next_offset, True
@@ -132,10 +132,10 @@ class ArrowBuilder:
                 i = pos + HEADER_SIZE
             self.bytes_gathered += size
             append_time = attributes & TIMESTAMP_TYPE_MASK
-            base_ts = h[7]
-            max_ts = h[8]
+            base_ts = h.base_timestamp
+            max_ts = h.max_timestamp
             count_before = len(self.offsets)
-            for _ in range(h[12]):
+            for _ in range(h.record_count):
                 # length varint (unused: the fields bound the record) + attributes byte
                 b0 = data[i]
                 if b0 < 0x80:
@@ -264,15 +264,15 @@ class AbortedTransactions:
     def skip(self, buf, pos: int, h) -> bool:
         """Whether the batch (header ``h`` at ``pos``, with a producer id) is
         left out: data of an aborted transaction, or a marker."""
-        last = h[0] + h[6]
+        last = h.base_offset + h.last_offset_delta
         pending = self._pending
         while pending and pending[0][0] <= last:
             self._active.add(pending.pop(0)[1])
-        if h[5] & CONTROL_MASK:
-            if h[12] > 0 and _is_abort_marker(buf, pos, h):
-                self._active.discard(h[9])
+        if h.attributes & CONTROL_MASK:
+            if h.record_count > 0 and _is_abort_marker(buf, pos, h):
+                self._active.discard(h.producer_id)
             return True
-        return bool(h[5] & TRANSACTIONAL_MASK) and h[9] in self._active
+        return bool(h.attributes & TRANSACTIONAL_MASK) and h.producer_id in self._active
 
 
 def _is_abort_marker(buf, pos: int, h) -> bool:
@@ -292,13 +292,12 @@ def batch_spans(buf) -> list[tuple[int, int, int, int]]:
     out = []
     pos = 0
     total = len(buf)
-    unpack = HEADER.unpack_from
     while total - pos >= HEADER_SIZE:
-        h = unpack(buf, pos)
-        size = h[1] + LOG_OVERHEAD
+        h = unpack_header(buf, pos)
+        size = h.batch_length + LOG_OVERHEAD
         if size < HEADER_SIZE or pos + size > total:
             break
-        out.append((pos, size, h[0], h[0] + h[6]))
+        out.append((pos, size, h.base_offset, h.base_offset + h.last_offset_delta))
         pos += size
     return out
 

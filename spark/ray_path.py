@@ -27,7 +27,7 @@ from typing import Iterator
 from crc32c import crc32c
 
 from spark.decode import ArrowBuilder
-from storage.record_batch import ATTRIBUTES_OFFSET, HEADER, HEADER_SIZE, LOG_OVERHEAD
+from storage.record_batch import ATTRIBUTES_OFFSET, HEADER_SIZE, LOG_OVERHEAD, unpack_header
 
 log = logging.getLogger("raykafka.spark")
 
@@ -165,10 +165,10 @@ def read_slices(builder: ArrowBuilder, slices: list[Slice], start: int, end: int
                     if len(buf) < HEADER_SIZE:
                         raise _Stale(f"{path}: short read at {pos}")
                     if expected_base is not None:
-                        if HEADER.unpack_from(buf, 0)[0] != expected_base:
+                        if unpack_header(buf).base_offset != expected_base:
                             raise _Stale(f"{path}: the batch at {pos} is not the one planned (file replaced?)")
                         expected_base = None
-                    size = HEADER.unpack_from(buf, 0)[1] + LOG_OVERHEAD
+                    size = unpack_header(buf).batch_length + LOG_OVERHEAD
                     if size > len(buf):  # one batch larger than the chunk
                         if pos + size > stop:
                             raise _Stale(f"{path}: batch at {pos} overruns its slice")
@@ -199,14 +199,14 @@ def _checked_prefix(buf: bytes, last_seen: int, offset: int, path: str, pos: int
     total = len(buf)
     mv = memoryview(buf)
     while total - at >= HEADER_SIZE:
-        h = HEADER.unpack_from(buf, at)
-        size = h[1] + LOG_OVERHEAD
+        h = unpack_header(buf, at)
+        size = h.batch_length + LOG_OVERHEAD
         if size < HEADER_SIZE or at + size > total:
             break
-        base, last = h[0], h[0] + h[6]
-        if h[3] != 2 or base <= last_seen or (last_seen < 0 and last < offset):
+        base, last = h.base_offset, h.base_offset + h.last_offset_delta
+        if h.magic != 2 or base <= last_seen or (last_seen < 0 and last < offset):
             raise _Stale(f"{path}: unexpected batch (offsets {base}..{last}) at {pos + at}")
-        if crc32c(mv[at + ATTRIBUTES_OFFSET: at + size]) != h[4]:
+        if crc32c(mv[at + ATTRIBUTES_OFFSET: at + size]) != h.crc:
             raise _Stale(f"{path}: CRC mismatch at {pos + at}")
         last_seen = last
         at += size

@@ -71,12 +71,12 @@ from storage.record_batch import (
     COMPRESSION_MASK,
     CONTROL_MASK,
     DELETE_HORIZON_MASK,
-    HEADER,
     HEADER_SIZE,
     LOG_OVERHEAD,
     MAX_RELATIVE_OFFSET,
     TIMESTAMP_TYPE_MASK,
     TRANSACTIONAL_MASK,
+    unpack_header,
 )
 from storage import records as _records
 from storage.segment import LogSegment
@@ -224,7 +224,6 @@ def _iter_file_batches(fd: int, size: int) -> Iterator[tuple[int, tuple, memoryv
     pos = 0
     buf = memoryview(b"")
     buf_start = 0
-    unpack = HEADER.unpack_from
     while pos < size:
         if size - pos < HEADER_SIZE:
             raise _Abort(f"torn batch header at position {pos}", corrupt=True)
@@ -234,9 +233,9 @@ def _iter_file_batches(fd: int, size: int) -> Iterator[tuple[int, tuple, memoryv
             buf_start, off = pos, 0
             if len(buf) < HEADER_SIZE:
                 raise _Abort(f"short read at position {pos}")
-        h = unpack(buf, off)
-        bsize = h[1] + LOG_OVERHEAD
-        if bsize < HEADER_SIZE or h[3] != 2 or pos + bsize > size:
+        h = unpack_header(buf, off)
+        bsize = h.batch_length + LOG_OVERHEAD
+        if bsize < HEADER_SIZE or h.magic != 2 or pos + bsize > size:
             raise _Abort(f"invalid batch at position {pos}", corrupt=True)
         if off + bsize > len(buf):
             buf = memoryview(os.pread(fd, min(max(_READ_CHUNK, bsize), size - pos), pos))
@@ -244,8 +243,8 @@ def _iter_file_batches(fd: int, size: int) -> Iterator[tuple[int, tuple, memoryv
             if len(buf) < bsize:
                 raise _Abort(f"short read at position {pos}")
         batch = buf[off : off + bsize]
-        if crc32c(batch[ATTRIBUTES_OFFSET:]) != h[4]:
-            raise _Abort(f"batch at position {pos} (offset {h[0]}) failed its CRC check", corrupt=True)
+        if crc32c(batch[ATTRIBUTES_OFFSET:]) != h.crc:
+            raise _Abort(f"batch at position {pos} (offset {h.base_offset}) failed its CRC check", corrupt=True)
         yield pos, h, batch
         pos += bsize
 
@@ -508,13 +507,13 @@ class LogCleaner:
         table = omap._map
         md5 = hashlib.md5
         for _, h, batch in src.batches():
-            last = h[0] + h[6]
+            last = h.base_offset + h.last_offset_delta
             if last < start:
                 continue
-            attrs = h[5]
-            if not attrs & CONTROL_MASK and h[12] > 0 and not (aborted and _aborted_data(h, aborted)):
+            attrs = h.attributes
+            if not attrs & CONTROL_MASK and h.record_count > 0 and not (aborted and _aborted_data(h, aborted)):
                 recs = _scan(batch, h)
-                base = h[0]
+                base = h.base_offset
                 undo = []
                 for r in recs:
                     key = r.key
@@ -547,8 +546,8 @@ class LogCleaner:
         for seg in lg.segments:
             try:
                 for _, h in seg.iter_batches():
-                    if h[9] >= 0 and not h[5] & CONTROL_MASK:
-                        last[h[9]] = h[0] + h[6]
+                    if h.producer_id >= 0 and not h.attributes & CONTROL_MASK:
+                        last[h.producer_id] = h.base_offset + h.last_offset_delta
             except StorageError:
                 raise _Abort("segments changed during cleaning") from None
         return last
@@ -619,26 +618,27 @@ class LogCleaner:
                 chunk_last, chunk_max_ts, chunk_off_max = -1, -1, -1
                 for _, h, batch in src.batches():
                     stats.bytes_read += len(batch)
-                    if h[9] >= 0 and h[5] & CONTROL_MASK:
+                    if h.producer_id >= 0 and h.attributes & CONTROL_MASK:
                         out = _filter_marker(batch, h, txn_data_kept, now_ms, horizon, stats)
-                        if out is not None and h[0] in abort_entries:
-                            kept_entries.append(abort_entries[h[0]])
+                        if out is not None and h.base_offset in abort_entries:
+                            kept_entries.append(abort_entries[h.base_offset])
                         if out is None:
                             continue
                     else:
-                        if h[9] >= 0 and h[5] & TRANSACTIONAL_MASK:
-                            if aborted and _aborted_data(h, aborted) and producers.get(h[9]) != h[0] + h[6]:
-                                stats.records_read += h[12]
+                        if h.producer_id >= 0 and h.attributes & TRANSACTIONAL_MASK:
+                            if (aborted and _aborted_data(h, aborted)
+                                    and producers.get(h.producer_id) != h.last_offset):
+                                stats.records_read += h.record_count
                                 continue
                         out = _filter_batch(batch, h, omap, producers, now_ms, horizon, stats)
-                        if out is not None and h[9] >= 0 and h[5] & TRANSACTIONAL_MASK:
-                            txn_data_kept.add(h[9])
+                        if out is not None and h.producer_id >= 0 and h.attributes & TRANSACTIONAL_MASK:
+                            txn_data_kept.add(h.producer_id)
                     if out is None:
                         continue
-                    oh = HEADER.unpack_from(out, 0)
-                    last = oh[0] + oh[6]
-                    if oh[8] > chunk_max_ts:
-                        chunk_max_ts, chunk_off_max = oh[8], last
+                    oh = unpack_header(out)
+                    last = oh.base_offset + oh.last_offset_delta
+                    if oh.max_timestamp > chunk_max_ts:
+                        chunk_max_ts, chunk_off_max = oh.max_timestamp, last
                     chunk_last = last
                     parts.append(out)
                     pending += len(out)
@@ -672,67 +672,70 @@ def _with_delete_horizon(batch, h, horizon: int) -> bytes:
     """The control batch re-encoded with a delete horizon (KIP-534): the base
     timestamp holds it and attribute bit 6 says so; record timestamps stay."""
     data = _records.batch_payload(batch, 0, h)
-    recs = _records.scan_records(data, h[12])
-    payload = b"".join(_records.reencode_timestamp_delta(data, r, h[7] + r.timestamp_delta - horizon) for r in recs)
+    recs = _records.scan_records(data, h.record_count)
+    payload = b"".join(
+        _records.reencode_timestamp_delta(data, r, h.base_timestamp + r.timestamp_delta - horizon) for r in recs
+    )
     return _records.pack_batch(
-        payload, 0, base_offset=h[0], partition_leader_epoch=h[2], attributes=h[5] | DELETE_HORIZON_MASK,
-        last_offset_delta=h[6], base_timestamp=horizon, max_timestamp=h[8], producer_id=h[9],
-        producer_epoch=h[10], base_sequence=h[11], record_count=h[12])
+        payload, 0, base_offset=h.base_offset, partition_leader_epoch=h.partition_leader_epoch,
+        attributes=h.attributes | DELETE_HORIZON_MASK, last_offset_delta=h.last_offset_delta, base_timestamp=horizon,
+        max_timestamp=h.max_timestamp, producer_id=h.producer_id, producer_epoch=h.producer_epoch,
+        base_sequence=h.base_sequence, record_count=h.record_count)
 
 
 def _aborted_data(h, aborted: dict[int, list[tuple[int, int]]]) -> bool:
     """Whether the batch is data of an aborted transaction (not its marker)."""
-    if not h[5] & TRANSACTIONAL_MASK or h[5] & CONTROL_MASK:
+    if not h.attributes & TRANSACTIONAL_MASK or h.attributes & CONTROL_MASK:
         return False
-    return any(first <= h[0] < last for first, last in aborted.get(h[9], ()))
+    return any(first <= h.base_offset < last for first, last in aborted.get(h.producer_id, ()))
 
 
 def _filter_marker(batch, h, txn_data_kept: set[int], now_ms: int, new_horizon: int, stats: _Stats):
     """Kafka's rule for a transaction marker: kept while its transaction has
     data in the log; then stamped with a delete horizon, and removed once
     that has passed. Returns the bytes to keep or None."""
-    stats.records_read += h[12]
-    data_kept = h[9] in txn_data_kept
-    txn_data_kept.discard(h[9])
-    if h[12] == 0:
+    stats.records_read += h.record_count
+    data_kept = h.producer_id in txn_data_kept
+    txn_data_kept.discard(h.producer_id)
+    if h.record_count == 0:
         return None  # an empty control batch was cleaned before
     if not data_kept:
-        if not h[5] & DELETE_HORIZON_MASK:
-            stats.records_retained += h[12]
+        if not h.attributes & DELETE_HORIZON_MASK:
+            stats.records_retained += h.record_count
             return _with_delete_horizon(batch, h, new_horizon)
-        if now_ms >= h[7]:
+        if now_ms >= h.base_timestamp:
             return None
-    stats.records_retained += h[12]
+    stats.records_retained += h.record_count
     return batch
 
 
 def _scan(batch: memoryview, h) -> list:
     try:
         data = _records.batch_payload(batch, 0, h)
-        return _records.scan_records(data, h[12])
+        return _records.scan_records(data, h.record_count)
     except (InvalidRecordsError, IndexError, ValueError) as exc:
-        raise _Abort(f"malformed records in batch at offset {h[0]}: {exc}", corrupt=True) from None
+        raise _Abort(f"malformed records in batch at offset {h.base_offset}: {exc}", corrupt=True) from None
 
 
 def _filter_batch(batch: memoryview, h, omap: OffsetMap, producers: dict[int, int], now_ms: int,
                   new_horizon: int, stats: _Stats) -> bytes | memoryview | None:
     """Kafka's ``MemoryRecords.filterTo`` for one batch: the bytes to keep
     (the original batch, a rebuilt one, an empty one) or None."""
-    attrs = h[5]
-    count = h[12]
+    attrs = h.attributes
+    count = h.record_count
     stats.records_read += count
     if attrs & CONTROL_MASK:
         stats.records_retained += count
         return batch
-    base = h[0]
-    last = base + h[6]
+    base = h.base_offset
+    last = base + h.last_offset_delta
     latest = omap.latest_offset
     data = _records.batch_payload(batch, 0, h)
     try:
         recs = _records.scan_records(data, count)
     except (IndexError, ValueError) as exc:
         raise _Abort(f"malformed records in batch at offset {base}: {exc}", corrupt=True) from None
-    horizon = h[7] if attrs & DELETE_HORIZON_MASK else None
+    horizon = h.base_timestamp if attrs & DELETE_HORIZON_MASK else None
     table = omap._map
     md5 = hashlib.md5
     kept = []
@@ -756,24 +759,24 @@ def _filter_batch(batch: memoryview, h, omap: OffsetMap, producers: dict[int, in
     if kept and len(kept) == count and not set_horizon:
         return batch
     if not kept:
-        if h[9] >= 0 and producers.get(h[9]) == last:
+        if h.producer_id >= 0 and producers.get(h.producer_id) == last:
             # RETAIN_EMPTY: the producer's last batch keeps its sequence range
             return _records.pack_batch(
                 b"",
                 0,
                 base_offset=base,
-                partition_leader_epoch=h[2],
+                partition_leader_epoch=h.partition_leader_epoch,
                 attributes=attrs & (TIMESTAMP_TYPE_MASK | TRANSACTIONAL_MASK | CONTROL_MASK),
-                last_offset_delta=h[6],
-                base_timestamp=h[8],
-                max_timestamp=h[8],
-                producer_id=h[9],
-                producer_epoch=h[10],
-                base_sequence=h[11],
+                last_offset_delta=h.last_offset_delta,
+                base_timestamp=h.max_timestamp,
+                max_timestamp=h.max_timestamp,
+                producer_id=h.producer_id,
+                producer_epoch=h.producer_epoch,
+                base_sequence=h.base_sequence,
                 record_count=0,
             )
         return None
-    old_base_ts = h[7]
+    old_base_ts = h.base_timestamp
     if set_horizon:
         base_ts = new_horizon
         attrs |= DELETE_HORIZON_MASK
@@ -784,20 +787,20 @@ def _filter_batch(batch: memoryview, h, omap: OffsetMap, producers: dict[int, in
         base_ts = old_base_ts
         payload = b"".join(data[r.start : r.end] for r in kept)
     if attrs & TIMESTAMP_TYPE_MASK:
-        max_ts = h[8]
+        max_ts = h.max_timestamp
     else:
         max_ts = max(old_base_ts + r.timestamp_delta for r in kept)
     return _records.pack_batch(
         payload,
         attrs & COMPRESSION_MASK,
         base_offset=base,
-        partition_leader_epoch=h[2],
+        partition_leader_epoch=h.partition_leader_epoch,
         attributes=attrs,
-        last_offset_delta=h[6],
+        last_offset_delta=h.last_offset_delta,
         base_timestamp=base_ts,
         max_timestamp=max_ts,
-        producer_id=h[9],
-        producer_epoch=h[10],
-        base_sequence=h[11],
+        producer_id=h.producer_id,
+        producer_epoch=h.producer_epoch,
+        base_sequence=h.base_sequence,
         record_count=len(kept),
     )

@@ -19,7 +19,6 @@ import os
 import random
 import re
 import shutil
-import struct
 import threading
 import time
 from bisect import bisect_right
@@ -63,9 +62,8 @@ from storage.record_batch import (
     COMPRESSION_ZSTD,
     CONTROL_MASK,
     LOG_OVERHEAD,
-    TRANSACTIONAL_MASK,
+    BatchHeader,
     assign_offsets,
-    iter_headers,
     set_log_append_time,
     stamp_client_batches,
     validate_batches,
@@ -236,8 +234,6 @@ class AppendInfo(NamedTuple):
 
 
 _EMPTY_APPEND = AppendInfo(-1, -1, -1, -1, 0, 0, -1)
-_PRODUCER_ID = struct.Struct(">q")
-_PRODUCER_ID_OFFSET = 43
 
 
 class _ProducerUpdates(NamedTuple):
@@ -480,18 +476,20 @@ class Log:
         batches = 0
         for seg in segs[first:]:
             for pos, h in seg.iter_batches():
-                if h[0] + h[6] < start or h[9] < 0:
+                if h.last_offset < start or h.producer_id < 0:
                     continue
                 batches += 1
-                info = ps.prepare_update(h[9], ORIGIN_REPLICATION)
+                info = ps.prepare_update(h.producer_id, ORIGIN_REPLICATION)
                 completed = None
-                if h[5] & CONTROL_MASK:
-                    marker = end_txn_marker_type(seg.read_bytes(pos, h[1] + LOG_OVERHEAD))
+                if h.attributes & CONTROL_MASK:
+                    marker = end_txn_marker_type(seg.read_bytes(pos, h.size))
                     if marker is not None:
-                        completed = info.append_end_txn_marker(marker[0], marker[1], h[10], h[0], h[8])
+                        completed = info.append_end_txn_marker(marker[0], marker[1], h.producer_epoch, h.base_offset,
+                                                               h.max_timestamp)
                 else:
-                    info.append_data_batch(h[10], h[11], increment_sequence(h[11], h[6]), h[8], h[0], h[0] + h[6],
-                                           bool(h[5] & TRANSACTIONAL_MASK))
+                    info.append_data_batch(h.producer_epoch, h.base_sequence,
+                                           increment_sequence(h.base_sequence, h.last_offset_delta), h.max_timestamp,
+                                           h.base_offset, h.last_offset, h.is_transactional)
                 ps.update(info)
                 if completed is not None:
                     self._complete_txn(completed, seg)
@@ -505,40 +503,58 @@ class Log:
         ps.complete_txn(completed)
 
     @staticmethod
-    def _has_producer_batches(view, batches: int) -> bool:
-        if batches == 1:  # produce v3+: one batch, one 8-byte read
-            return _PRODUCER_ID.unpack_from(view, _PRODUCER_ID_OFFSET)[0] >= 0
-        return any(h[9] >= 0 for _, h in iter_headers(view))
+    def _producer_batches(
+        headers: list[BatchHeader], first_offset: int | None = None, leader_epoch: int = -1
+    ) -> list[tuple[int, BatchHeader]]:
+        """``(position, header)`` of the batches in ``headers`` that name a
+        producer id. Headers parsed before ``assign_offsets`` stamped them
+        pass the ``first_offset`` and ``leader_epoch`` that it stamped."""
+        found: list[tuple[int, BatchHeader]] = []
+        pos = 0
+        next_offset = first_offset
+        for h in headers:
+            if h.producer_id >= 0:
+                if next_offset is not None:
+                    h = h._replace(base_offset=next_offset, partition_leader_epoch=leader_epoch)
+                found.append((pos, h))
+            if next_offset is not None:
+                next_offset += h.last_offset_delta + 1
+            pos += h.batch_length + LOG_OVERHEAD
+        return found
 
-    def _analyze_producers(self, view, origin: str) -> _ProducerUpdates | BatchMetadata:
-        """Kafka's ``analyzeAndValidateProducerState`` over stamped batches:
-        the updates to apply after the write, or the original of a retried
-        batch (then nothing is written). Raises ProducerStateError."""
+    def _analyze_producers(
+        self, view, producer_batches: list[tuple[int, BatchHeader]], origin: str
+    ) -> _ProducerUpdates | BatchMetadata:
+        """Kafka's ``analyzeAndValidateProducerState`` over stamped batches
+        (``producer_batches``: position and header of each batch of ``view``
+        that names a producer id): the updates to apply after the write, or
+        the original of a retried batch (then nothing is written). Raises
+        ProducerStateError."""
         ps = self.producer_state
         infos: dict[int, ProducerAppendInfo] = {}
         completed: list[CompletedTxn] = []
-        for pos, h in iter_headers(view):
-            pid = h[9]
-            if pid < 0:
-                continue
-            if h[5] & CONTROL_MASK:
+        for pos, h in producer_batches:
+            pid = h.producer_id
+            if h.attributes & CONTROL_MASK:
                 marker = end_txn_marker_type(view, pos)
                 if marker is None:
                     continue
                 info = infos.get(pid) or infos.setdefault(pid, ps.prepare_update(pid, origin))
-                done = info.append_end_txn_marker(marker[0], marker[1], h[10], h[0], h[8])
+                done = info.append_end_txn_marker(marker[0], marker[1], h.producer_epoch, h.base_offset,
+                                                  h.max_timestamp)
                 if done is not None:
                     completed.append(done)
                 continue
-            last_seq = increment_sequence(h[11], h[6])
+            last_seq = increment_sequence(h.base_sequence, h.last_offset_delta)
             if origin == ORIGIN_CLIENT:
                 entry = ps.last_entry(pid)
                 if entry is not None:
-                    duplicate = entry.find_duplicate(h[10], h[11], last_seq)
+                    duplicate = entry.find_duplicate(h.producer_epoch, h.base_sequence, last_seq)
                     if duplicate is not None:
                         return duplicate
             info = infos.get(pid) or infos.setdefault(pid, ps.prepare_update(pid, origin))
-            info.append_data_batch(h[10], h[11], last_seq, h[8], h[0], h[0] + h[6], bool(h[5] & TRANSACTIONAL_MASK))
+            info.append_data_batch(h.producer_epoch, h.base_sequence, last_seq, h.max_timestamp, h.base_offset,
+                                   h.last_offset, h.is_transactional)
         return _ProducerUpdates(infos, completed)
 
     def _apply_producer_updates(self, updates: _ProducerUpdates | None) -> None:
@@ -678,10 +694,10 @@ class Log:
                 first = self._next_offset
                 stamped = stamp_client_batches(buf, first, leader_epoch, cfg.max_message_bytes, target)
                 if stamped is not None:
-                    last, batches, max_ts, off_max, layout = stamped
+                    last, batches, max_ts, off_max, layout, producer_batches = stamped
                     updates = None
-                    if self._has_producer_batches(view, batches):
-                        updates = self._analyze_producers(view, origin)
+                    if producer_batches:
+                        updates = self._analyze_producers(view, producer_batches, origin)
                         if isinstance(updates, BatchMetadata):
                             return self._duplicate_append(updates, total)
                     self._append_stamped(view, first, last, batches, max_ts, off_max, leader_epoch, now_ms, layout)
@@ -689,7 +705,7 @@ class Log:
                     return AppendInfo(first, last, max_ts, off_max, batches, total, -1)
         headers = validate_batches(view, cfg.max_message_bytes, from_client=from_client)
         if cfg.compacted or (
-            target is not None and any(h[5] & COMPRESSION_MASK != target and not h[5] & CONTROL_MASK for h in headers)
+            target is not None and any(h.compression != target and not h.is_control for h in headers)
         ):
             # The only leader-side decoding, as in Kafka's LogValidator: keys
             # of compacted topics, and conversion to the topic's codec.
@@ -713,18 +729,19 @@ class Log:
                 pos = 0
                 for h in headers:
                     set_log_append_time(buf, pos, now_ms)
-                    pos += h[1] + LOG_OVERHEAD
-                max_ts, off_max, append_time = now_ms, first + headers[0][6], now_ms
+                    pos += h.batch_length + LOG_OVERHEAD
+                max_ts, off_max, append_time = now_ms, first + headers[0].last_offset_delta, now_ms
             else:
                 max_ts, off_max, append_time = -1, first - 1, -1
                 nxt = first
                 for h in headers:
-                    nxt += h[6] + 1
-                    if h[8] > max_ts:
-                        max_ts, off_max = h[8], nxt - 1
+                    nxt += h.last_offset_delta + 1
+                    if h.max_timestamp > max_ts:
+                        max_ts, off_max = h.max_timestamp, nxt - 1
             updates = None
-            if any(h[9] >= 0 for h in headers):
-                updates = self._analyze_producers(view, origin)
+            producer_batches = self._producer_batches(headers, first, leader_epoch)
+            if producer_batches:
+                updates = self._analyze_producers(view, producer_batches, origin)
                 if isinstance(updates, BatchMetadata):
                     return self._duplicate_append(updates, total)
             self._append_stamped(view, first, last, len(headers), max_ts, off_max, leader_epoch, now_ms)
@@ -766,11 +783,11 @@ class Log:
         changed = False
         pos = 0
         for h in headers:
-            size = h[1] + LOG_OVERHEAD
+            size = h.batch_length + LOG_OVERHEAD
             keyless: list[int] = []
-            if h[5] & CONTROL_MASK:
+            if h.attributes & CONTROL_MASK:
                 new = None
-            elif target is not None and h[5] & COMPRESSION_MASK != target:
+            elif target is not None and h.attributes & COMPRESSION_MASK != target:
                 new, keyless = _records.recompress_batch(view, pos, h, target, check_keys=check_keys)
             else:
                 new = None
@@ -825,7 +842,7 @@ class Log:
         with self._lock:
             self._check_open()
             leo = self._next_offset
-            first = headers[0][0]
+            first = headers[0].base_offset
             if first < leo or (first > leo and not allow_offset_gap):
                 raise UnexpectedAppendOffsetError(
                     f"follower append to {self.dir} starts at offset {first}, log end offset is {leo}",
@@ -839,20 +856,20 @@ class Log:
             latest_epoch = self.leader_epoch_cache.latest_epoch
             latest_epoch = -1 if latest_epoch is None else latest_epoch
             for h in headers:
-                base = h[0]
+                base = h.base_offset
                 if base <= prev_last or (base != prev_last + 1 and not allow_offset_gap):
                     raise UnexpectedAppendOffsetError(
                         f"follower append to {self.dir}: batch at offset {base} does not follow offset {prev_last}",
                         base,
                         prev_last + 1,
                     )
-                prev_last = base + h[6]
-                if h[8] > max_ts:
-                    max_ts, off_max = h[8], prev_last
-                if h[2] > latest_epoch:
-                    latest_epoch = h[2]
-                    new_epochs.append((h[2], base))
-                valid += h[1] + LOG_OVERHEAD
+                prev_last = base + h.last_offset_delta
+                if h.max_timestamp > max_ts:
+                    max_ts, off_max = h.max_timestamp, prev_last
+                if h.partition_leader_epoch > latest_epoch:
+                    latest_epoch = h.partition_leader_epoch
+                    new_epochs.append((h.partition_leader_epoch, base))
+                valid += h.batch_length + LOG_OVERHEAD
             last = prev_last
             if valid > self.config.segment_bytes:
                 raise InvalidRecordsError(
@@ -868,8 +885,9 @@ class Log:
             for epoch, start in new_epochs:
                 self.leader_epoch_cache.assign(epoch, start)
             updates = None
-            if any(h[9] >= 0 for h in headers):
-                updates = self._analyze_producers(view[:valid], ORIGIN_REPLICATION)
+            producer_batches = self._producer_batches(headers)
+            if producer_batches:
+                updates = self._analyze_producers(view[:valid], producer_batches, ORIGIN_REPLICATION)
             seg.append(last, max_ts, off_max, view[:valid])
             self._next_offset = last + 1
             self._apply_producer_updates(updates)

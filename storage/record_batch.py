@@ -47,6 +47,7 @@ __all__ = [
     "BatchHeader",
     "InvalidRecordsError",
     "parse_header",
+    "unpack_header",
     "validate_batches",
     "assign_offsets",
     "stamp_client_batches",
@@ -171,6 +172,12 @@ def parse_header(buf, pos: int = 0) -> BatchHeader:
     return _tuple_new(BatchHeader, HEADER.unpack_from(buf, pos))
 
 
+def unpack_header(buf, pos: int = 0) -> BatchHeader:
+    """The header at ``pos`` of bytes known to hold a whole one (struct still
+    raises on a short buffer): ``parse_header`` without the friendly error."""
+    return _tuple_new(BatchHeader, HEADER.unpack_from(buf, pos))
+
+
 def batch_crc(buf, pos: int, size: int) -> int:
     """CRC-32C of the batch at ``pos`` (attributes through the end)."""
     mv = buf if isinstance(buf, memoryview) else memoryview(buf)
@@ -236,13 +243,13 @@ def validate_batches(
                 f"truncated record batch: {remaining} trailing bytes at position {pos}",
             )
         h = unpack(mv, pos)
-        batch_length = h[1]
+        (_, batch_length, _, magic, crc, attributes, last_offset_delta, _, _, producer_id, _, base_sequence,
+         record_count) = h
         if batch_length < MIN_BATCH_LENGTH:
             raise InvalidRecordsError(
                 CORRUPT_MESSAGE,
                 f"record batch at position {pos} has length {batch_length} < {MIN_BATCH_LENGTH}",
             )
-        magic = h[3]
         if magic != 2:
             if 0 <= magic < 2:
                 raise InvalidRecordsError(
@@ -263,36 +270,33 @@ def validate_batches(
                 MESSAGE_TOO_LARGE,
                 f"record batch of {size} bytes exceeds the maximum of {max_batch_bytes}",
             )
-        if crc32c(mv[pos + ATTRIBUTES_OFFSET : pos + size]) != h[4]:
+        if crc32c(mv[pos + ATTRIBUTES_OFFSET : pos + size]) != crc:
             raise InvalidRecordsError(
-                CORRUPT_MESSAGE, f"record batch at position {pos} failed its CRC check (stored crc {h[4]})"
+                CORRUPT_MESSAGE, f"record batch at position {pos} failed its CRC check (stored crc {crc})"
             )
-        attributes = h[5]
         if attributes & COMPRESSION_MASK > COMPRESSION_ZSTD:
             raise InvalidRecordsError(
                 UNSUPPORTED_COMPRESSION_TYPE,
                 f"unknown compression codec {attributes & COMPRESSION_MASK}",
             )
-        last_offset_delta = h[6]
         if from_client:
-            count = h[12]
-            if count < 1:
-                raise InvalidRecordsError(INVALID_RECORD, f"invalid record count {count}")
-            if last_offset_delta != count - 1:
+            if record_count < 1:
+                raise InvalidRecordsError(INVALID_RECORD, f"invalid record count {record_count}")
+            if last_offset_delta != record_count - 1:
                 raise InvalidRecordsError(
                     INVALID_RECORD,
-                    f"inconsistent batch: last_offset_delta {last_offset_delta} with {count} records",
+                    f"inconsistent batch: last_offset_delta {last_offset_delta} with {record_count} records",
                 )
             if attributes & CONTROL_MASK:
                 raise InvalidRecordsError(INVALID_RECORD, "clients may not write control batches")
-            if h[9] >= 0 and h[11] < 0:
+            if producer_id >= 0 and base_sequence < 0:
                 raise InvalidRecordsError(
-                    INVALID_RECORD, f"invalid base sequence {h[11]} for producer id {h[9]}"
+                    INVALID_RECORD, f"invalid base sequence {base_sequence} for producer id {producer_id}"
                 )
-        elif last_offset_delta < 0 or h[12] < 0:
+        elif last_offset_delta < 0 or record_count < 0:
             raise InvalidRecordsError(
                 CORRUPT_MESSAGE,
-                f"invalid batch: last_offset_delta {last_offset_delta}, record count {h[12]}",
+                f"invalid batch: last_offset_delta {last_offset_delta}, record count {record_count}",
             )
         append(_tuple_new(BatchHeader, h))
         pos += size
@@ -312,8 +316,8 @@ def assign_offsets(buf: bytearray, headers, base_offset: int, leader_epoch: int)
     for h in headers:
         pack_offset(buf, pos, next_offset)
         pack_epoch(buf, pos + PARTITION_LEADER_EPOCH_OFFSET, leader_epoch)
-        next_offset += h[6] + 1
-        pos += h[1] + LOG_OVERHEAD
+        next_offset += h.last_offset_delta + 1
+        pos += h.batch_length + LOG_OVERHEAD
     return next_offset - 1
 
 
@@ -328,6 +332,9 @@ class StampedBatches(NamedTuple):
     # the segment builds its index entries from these instead of reading
     # every header a second time.
     layout: list[tuple[int, int, int]]
+    # (position, header as stamped) of each batch that names a producer id:
+    # the log checks producer state from these instead of parsing again.
+    producer_batches: list[tuple[int, BatchHeader]]
 
 
 def stamp_client_batches(
@@ -356,36 +363,40 @@ def stamp_client_batches(
     max_ts, offset_of_max_ts = -1, base_offset - 1
     layout: list[tuple[int, int, int]] = []
     note = layout.append
+    producer_batches: list[tuple[int, BatchHeader]] = []
     while pos < end:
         if end - pos < HEADER_SIZE:
             return None
-        h = unpack(mv, pos)
-        length = h[1]
+        # Unpacked into locals, not a BatchHeader: this runs once per batch
+        # on the produce path, and local reads are the cheapest field access.
+        (_, length, _, magic, crc, attributes, last_offset_delta, base_ts, ts, producer_id, producer_epoch,
+         base_sequence, count) = unpack(mv, pos)
         size = length + LOG_OVERHEAD
-        count = h[12]
-        attributes = h[5]
         if (
             length < MIN_BATCH_LENGTH
-            or h[3] != 2
+            or magic != 2
             or size > end - pos
             or size > max_batch_bytes
             or attributes & CONTROL_MASK
             or (codec is not None and attributes & COMPRESSION_MASK != codec)
             or attributes & COMPRESSION_MASK > COMPRESSION_ZSTD
             or count < 1
-            or h[6] != count - 1
-            or (h[9] >= 0 and h[11] < 0)
-            or crc32c(mv[pos + ATTRIBUTES_OFFSET : pos + size]) != h[4]
+            or last_offset_delta != count - 1
+            or (producer_id >= 0 and base_sequence < 0)
+            or crc32c(mv[pos + ATTRIBUTES_OFFSET : pos + size]) != crc
         ):
             return None
         stamp(buf, pos, next_offset, length, leader_epoch)
+        if producer_id >= 0:
+            producer_batches.append((pos, _tuple_new(BatchHeader, (
+                next_offset, length, leader_epoch, magic, crc, attributes, last_offset_delta, base_ts, ts,
+                producer_id, producer_epoch, base_sequence, count))))
         next_offset += count
-        ts = h[8]
         note((size, next_offset - 1, ts))
         if ts > max_ts:
             max_ts, offset_of_max_ts = ts, next_offset - 1
         pos += size
-    return StampedBatches(next_offset - 1, len(layout), max_ts, offset_of_max_ts, layout)
+    return StampedBatches(next_offset - 1, len(layout), max_ts, offset_of_max_ts, layout, producer_batches)
 
 
 def set_log_append_time(buf: bytearray, header_pos: int, timestamp_ms: int) -> None:
@@ -409,7 +420,10 @@ def batch_layout(buf) -> list[tuple[int, int, int]]:
     """``(size in bytes, last offset, max timestamp)`` of each batch of
     trusted, already validated and stamped bytes, in order (what
     ``stamp_client_batches`` returns as ``layout``)."""
-    return [(h[1] + LOG_OVERHEAD, h[0] + h[6], h[8]) for _, h in iter_headers(buf)]
+    return [
+        (h.batch_length + LOG_OVERHEAD, h.base_offset + h.last_offset_delta, h.max_timestamp)
+        for _, h in iter_headers(buf)
+    ]
 
 
 def iter_headers(buf, pos: int = 0, end: int | None = None):
@@ -419,7 +433,7 @@ def iter_headers(buf, pos: int = 0, end: int | None = None):
     unpack = HEADER.unpack_from
     while pos + HEADER_SIZE <= end:
         h = _tuple_new(BatchHeader, unpack(buf, pos))
-        size = h[1] + LOG_OVERHEAD
+        size = h.batch_length + LOG_OVERHEAD
         if size < HEADER_SIZE or pos + size > end:
             return
         yield pos, h

@@ -44,6 +44,7 @@ from storage.record_batch import (
     TRANSACTIONAL_MASK,
     BatchHeader,
     parse_header,
+    unpack_header,
 )
 
 __all__ = [
@@ -299,7 +300,7 @@ def iter_records(blob, *, verify_crc: bool = False) -> Iterator[Record]:
     pos = 0
     end = len(blob)
     while end - pos >= HEADER_SIZE:
-        size = HEADER.unpack_from(blob, pos)[1] + LOG_OVERHEAD
+        size = unpack_header(blob, pos).batch_length + LOG_OVERHEAD
         if size < HEADER_SIZE or pos + size > end:
             break
         yield from iter_batch_records(blob, pos, verify_crc=verify_crc)
@@ -477,9 +478,9 @@ class RawRecord(NamedTuple):
 
 def batch_payload(buf, pos: int, h) -> bytes:
     """The decompressed records payload of the batch at ``buf[pos]``."""
-    size = h[1] + LOG_OVERHEAD
+    size = h.batch_length + LOG_OVERHEAD
     mv = buf if isinstance(buf, memoryview) else memoryview(buf)
-    return decompress(h[5] & COMPRESSION_MASK, mv[pos + HEADER_SIZE : pos + size])
+    return decompress(h.attributes & COMPRESSION_MASK, mv[pos + HEADER_SIZE : pos + size])
 
 
 def scan_records(data, count: int, *, want_keys: bool = True) -> list[RawRecord]:
@@ -542,7 +543,7 @@ def keyless_records(buf, pos: int, h) -> list[int]:
     this is that check.  Raises CORRUPT_MESSAGE for malformed records."""
     try:
         data = batch_payload(buf, pos, h)
-        return [idx for idx, r in enumerate(scan_records(data, h[12], want_keys=False)) if r.key is None]
+        return [idx for idx, r in enumerate(scan_records(data, h.record_count, want_keys=False)) if r.key is None]
     except (IndexError, ValueError) as exc:
         raise InvalidRecordsError(CORRUPT_MESSAGE, f"malformed records in record batch: {exc}") from exc
 
@@ -601,7 +602,7 @@ def recompress_batch(buf, pos: int, h, codec: int, *, check_keys: bool = False):
     """
     try:
         data = batch_payload(buf, pos, h)
-        recs = scan_records(data, h[12], want_keys=False)
+        recs = scan_records(data, h.record_count, want_keys=False)
     except (IndexError, ValueError) as exc:
         raise InvalidRecordsError(CORRUPT_MESSAGE, f"malformed records in record batch: {exc}") from exc
     keyless = []
@@ -617,15 +618,15 @@ def recompress_batch(buf, pos: int, h, codec: int, *, check_keys: bool = False):
     new = pack_batch(
         data,
         codec,
-        base_offset=h[0],
-        partition_leader_epoch=h[2],
-        attributes=h[5],
-        last_offset_delta=h[6],
-        base_timestamp=h[7],
-        max_timestamp=h[8],
-        producer_id=h[9],
-        producer_epoch=h[10],
-        base_sequence=h[11],
-        record_count=h[12],
+        base_offset=h.base_offset,
+        partition_leader_epoch=h.partition_leader_epoch,
+        attributes=h.attributes,
+        last_offset_delta=h.last_offset_delta,
+        base_timestamp=h.base_timestamp,
+        max_timestamp=h.max_timestamp,
+        producer_id=h.producer_id,
+        producer_epoch=h.producer_epoch,
+        base_sequence=h.base_sequence,
+        record_count=h.record_count,
     )
     return new, keyless

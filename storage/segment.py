@@ -30,9 +30,15 @@ from storage.record_batch import (
     LOG_OVERHEAD,
     MAX_RELATIVE_OFFSET,
     MIN_BATCH_LENGTH,
+    BatchHeader,
     batch_layout,
+    unpack_header,
 )
 from storage import records as _records
+
+# tuple.__new__ builds a BatchHeader without NamedTuple's Python-level
+# __new__: scans make one per batch.
+_tuple_new = tuple.__new__
 
 __all__ = [
     "LogSegment",
@@ -191,7 +197,7 @@ class LogSegment:
         """Max timestamp of the first batch: what time-based rolling measures from."""
         if not self._rolling_ts_known:
             if self._size >= HEADER_SIZE:
-                self._rolling_ts = HEADER.unpack(os.pread(self._fd, HEADER_SIZE, 0))[8]
+                self._rolling_ts = unpack_header(os.pread(self._fd, HEADER_SIZE, 0)).max_timestamp
             else:
                 self._rolling_ts = None
             self._rolling_ts_known = True
@@ -230,13 +236,14 @@ class LogSegment:
             raise KafkaStorageError(f"segment {self.log_path} is closed")
         return self._fd
 
-    def _heads(self, pos: int, end: int | None = None) -> Iterator[tuple[int, tuple]]:
-        """Yield ``(position, raw header tuple)`` for each complete batch from
-        ``pos`` (a batch boundary) up to ``end``."""
+    def _heads(self, pos: int, end: int | None = None) -> Iterator[tuple[int, BatchHeader]]:
+        """Yield ``(position, header)`` for each complete batch from ``pos``
+        (a batch boundary) up to ``end``."""
         fd = self._fd_or_raise()
         if end is None:
             end = self._size
         unpack = HEADER.unpack_from
+        new_header = _tuple_new
         buf = b""
         buf_start = pos
         while end - pos >= HEADER_SIZE:
@@ -247,19 +254,19 @@ class LogSegment:
                 off = 0
                 if len(buf) < HEADER_SIZE:
                     return
-            h = unpack(buf, off)
-            size = h[1] + LOG_OVERHEAD
+            h = new_header(BatchHeader, unpack(buf, off))
+            size = h.batch_length + LOG_OVERHEAD
             if size < HEADER_SIZE or pos + size > end:
                 return
             yield pos, h
             pos += size
 
-    def _find_batch(self, offset: int) -> tuple[int, tuple | None]:
+    def _find_batch(self, offset: int) -> tuple[int, BatchHeader | None]:
         """Position and header of the first batch whose last offset >= offset,
         or ``(size, None)``."""
         _, pos = self.index.lookup(offset)
         for p, h in self._heads(pos):
-            if h[0] + h[6] >= offset:
+            if h.base_offset + h.last_offset_delta >= offset:
                 return p, h
         return self._size, None
 
@@ -270,7 +277,7 @@ class LogSegment:
         last = None
         for _, h in self._heads(pos):
             last = h
-        return self.base_offset if last is None else last[0] + last[6] + 1
+        return self.base_offset if last is None else last.base_offset + last.last_offset_delta + 1
 
     def _check_indexes(self) -> None:
         """First use of a segment opened without recovery: load and sanity
@@ -296,15 +303,16 @@ class LogSegment:
             head = os.pread(self._fd_or_raise(), HEADER_SIZE, pos)
             if len(head) < HEADER_SIZE:
                 raise CorruptIndexError(f"offset index {index.path} points past the log")
-            h = HEADER.unpack(head)
-            if h[3] != 2 or h[1] < MIN_BATCH_LENGTH or pos + h[1] + LOG_OVERHEAD > self._size or h[0] > off:
+            h = unpack_header(head)
+            if (h.magic != 2 or h.batch_length < MIN_BATCH_LENGTH or pos + h.batch_length + LOG_OVERHEAD > self._size
+                    or h.base_offset > off):
                 raise CorruptIndexError(f"offset index {index.path} entry ({off}, {pos}) is not a batch boundary")
         self._next_offset = self._scan_next_offset()
         time_index.sanity_check(self._next_offset)
         if time_index.entries:
             ts, off = time_index.last_entry
             _, h = self._find_batch(off)
-            if h is None or h[8] != ts or h[0] > off:
+            if h is None or h.max_timestamp != ts or h.base_offset > off:
                 raise CorruptIndexError(f"time index {time_index.path} entry ({ts}, {off}) does not match the log")
         elif self._size:
             # Rolled and closed segments end with a time index entry; an
@@ -320,8 +328,8 @@ class LogSegment:
 
     def _max_ts_after(self, pos: int, ts: int, off: int) -> tuple[int, int]:
         for _, h in self._heads(pos):
-            if h[8] > ts:
-                ts, off = h[8], h[0] + h[6]
+            if h.max_timestamp > ts:
+                ts, off = h.max_timestamp, h.base_offset + h.last_offset_delta
         return ts, off
 
     # ----------------------------------------------------------------- write
@@ -448,12 +456,12 @@ class LogSegment:
         if h is None:
             return None
         size = self._size
-        first_size = h[1] + LOG_OVERHEAD
+        first_size = h.batch_length + LOG_OVERHEAD
         limit = size if max_bytes >= size - start_pos else start_pos + max_bytes
         if max_offset_exclusive is not None and max_offset_exclusive < self.next_offset:
             cut, _ = self._find_batch(max_offset_exclusive)
             if cut <= start_pos:
-                return FileSlice(self.log_path, start_pos, 0, h[0], h[0])
+                return FileSlice(self.log_path, start_pos, 0, h.base_offset, h.base_offset)
             limit = min(limit, cut)
         if limit >= size:
             end_pos, next_offset = size, self.next_offset
@@ -465,17 +473,17 @@ class LogSegment:
                 scan_from = start_pos
             end_pos, next_offset = size, self.next_offset
             for p, hh in self._heads(scan_from):
-                if p + hh[1] + LOG_OVERHEAD > limit:
-                    end_pos, next_offset = p, hh[0]
+                if p + hh.batch_length + LOG_OVERHEAD > limit:
+                    end_pos, next_offset = p, hh.base_offset
                     break
         if end_pos == start_pos:
             if not min_one_batch:
-                return FileSlice(self.log_path, start_pos, 0, h[0], h[0])
+                return FileSlice(self.log_path, start_pos, 0, h.base_offset, h.base_offset)
             end_pos = start_pos + first_size
-            next_offset = h[0] + h[6] + 1
+            next_offset = h.base_offset + h.last_offset_delta + 1
             if end_pos < size:
-                next_offset = HEADER.unpack(os.pread(self._fd, HEADER_SIZE, end_pos))[0]
-        return FileSlice(self.log_path, start_pos, end_pos - start_pos, h[0], next_offset)
+                next_offset = unpack_header(os.pread(self._fd, HEADER_SIZE, end_pos)).base_offset
+        return FileSlice(self.log_path, start_pos, end_pos - start_pos, h.base_offset, next_offset)
 
     def read_bytes(self, position: int, length: int) -> bytes:
         fd = self._fd_or_raise()
@@ -484,8 +492,8 @@ class LogSegment:
             raise KafkaStorageError(f"short read from {self.log_path} at {position}")
         return data
 
-    def iter_batches(self, start_pos: int = 0) -> Iterator[tuple[int, tuple]]:
-        """``(position, raw header tuple)`` of every batch from ``start_pos``."""
+    def iter_batches(self, start_pos: int = 0) -> Iterator[tuple[int, BatchHeader]]:
+        """``(position, header)`` of every batch from ``start_pos``."""
         return self._heads(start_pos)
 
     def find_offset_by_timestamp(self, timestamp: int, start_offset: int) -> tuple[int, int] | None:
@@ -495,9 +503,9 @@ class LogSegment:
         from_offset = max(self.time_index.lookup(timestamp), start_offset)
         _, pos = self.index.lookup(from_offset)
         for p, h in self._heads(pos):
-            if h[8] >= timestamp and h[0] + h[6] >= start_offset:
+            if h.max_timestamp >= timestamp and h.base_offset + h.last_offset_delta >= start_offset:
                 found = _records.find_offset_for_timestamp(
-                    self.read_bytes(p, h[1] + LOG_OVERHEAD), timestamp, start_offset
+                    self.read_bytes(p, h.batch_length + LOG_OVERHEAD), timestamp, start_offset
                 )
                 if found is not None:
                     return found
@@ -511,8 +519,8 @@ class LogSegment:
             return None
         _, pos = self.index.lookup(self._offset_of_max_ts)
         for p, h in self._heads(pos):
-            if h[8] == self._max_ts:
-                return _records.offset_of_max_timestamp(self.read_bytes(p, h[1] + LOG_OVERHEAD))
+            if h.max_timestamp == self._max_ts:
+                return _records.offset_of_max_timestamp(self.read_bytes(p, h.batch_length + LOG_OVERHEAD))
         return None
 
     # -------------------------------------------------------------- recovery
@@ -541,8 +549,9 @@ class LogSegment:
         head = os.pread(self._fd, HEADER_SIZE, resume_pos)
         if len(head) < HEADER_SIZE:
             return None
-        hk = HEADER.unpack(head)
-        if hk[3] != 2 or hk[1] < MIN_BATCH_LENGTH or not (self.base_offset <= hk[0] <= entry_offset):
+        hk = unpack_header(head)
+        if (hk.magic != 2 or hk.batch_length < MIN_BATCH_LENGTH
+                or not (self.base_offset <= hk.base_offset <= entry_offset)):
             return None
         # Walk from the previous entry to resume_pos: finds the last offset
         # before it and the max timestamp of batches the kept time index
@@ -552,19 +561,19 @@ class LogSegment:
         max_ts, off_max = _NO_TIMESTAMP, self.base_offset
         reached = scan_from
         for p, h in self._heads(scan_from, resume_pos):
-            if h[3] != 2 or h[0] <= prev_last:
+            if h.magic != 2 or h.base_offset <= prev_last:
                 return None
-            prev_last = h[0] + h[6]
-            if h[8] > max_ts:
-                max_ts, off_max = h[8], prev_last
-            reached = p + h[1] + LOG_OVERHEAD
+            prev_last = h.base_offset + h.last_offset_delta
+            if h.max_timestamp > max_ts:
+                max_ts, off_max = h.max_timestamp, prev_last
+            reached = p + h.batch_length + LOG_OVERHEAD
         if reached != resume_pos:
             return None
         if time_index.entries >= time_index.max_entries - 1:
             # A full time index stopped tracking the running max; only a
             # rebuild knows the max timestamp of the kept prefix.
             return None
-        kept_time = time_index.entries_below(hk[0])
+        kept_time = time_index.entries_below(hk.base_offset)
         index.truncate_entries(k)
         time_index.truncate_entries(kept_time)
         if kept_time:
@@ -619,28 +628,29 @@ class LogSegment:
         max_rel_last = self.base_offset + MAX_RELATIVE_OFFSET
         reader = _Sequential(fd, file_size)
         unpack = HEADER.unpack_from
+        new_header = _tuple_new
         last_epoch = None
         while file_size - pos >= HEADER_SIZE:
-            h = unpack(reader.view(pos, HEADER_SIZE))
-            size = h[1] + LOG_OVERHEAD
-            if h[1] < MIN_BATCH_LENGTH or h[3] != 2 or size > file_size - pos:
+            h = new_header(BatchHeader, unpack(reader.view(pos, HEADER_SIZE)))
+            size = h.batch_length + LOG_OVERHEAD
+            if h.batch_length < MIN_BATCH_LENGTH or h.magic != 2 or size > file_size - pos:
                 break
             if max_batch_bytes is not None and size > max_batch_bytes:
                 break
-            base = h[0]
-            last = base + h[6]
-            if h[6] < 0 or h[12] < 0 or base <= prev_last or last > max_rel_last:
+            base = h.base_offset
+            last = base + h.last_offset_delta
+            if h.last_offset_delta < 0 or h.record_count < 0 or base <= prev_last or last > max_rel_last:
                 break
             if require_contiguous and base != prev_last + 1:
                 break
             if size <= _RECOVERY_CHUNK:
                 body = reader.view(pos, size)
-                if body is None or crc32c(body[ATTRIBUTES_OFFSET:]) != h[4]:
+                if body is None or crc32c(body[ATTRIBUTES_OFFSET:]) != h.crc:
                     break
-            elif self._streamed_crc(pos, size) != h[4]:
+            elif self._streamed_crc(pos, size) != h.crc:
                 break
-            if h[8] > max_ts:
-                max_ts, off_max = h[8], last
+            if h.max_timestamp > max_ts:
+                max_ts, off_max = h.max_timestamp, last
             if since > interval and index_room > 0:
                 index.append(last, pos)
                 index_room -= 1
@@ -648,9 +658,9 @@ class LogSegment:
                     time_room -= 1
                 since = 0
             since += size
-            if epoch_observer is not None and h[2] != last_epoch:
-                last_epoch = h[2]
-                epoch_observer(h[2], base)
+            if epoch_observer is not None and h.partition_leader_epoch != last_epoch:
+                last_epoch = h.partition_leader_epoch
+                epoch_observer(h.partition_leader_epoch, base)
             prev_last = last
             pos += size
 
@@ -698,7 +708,7 @@ class LogSegment:
         if h is None:
             return 0
         fd = self._fd_or_raise()
-        new_next = max(min(h[0], offset), self.base_offset)
+        new_next = max(min(h.base_offset, offset), self.base_offset)
         removed = self._size - pos
         self.txn_index.truncate_to(new_next)
         self.index.truncate_to(new_next)

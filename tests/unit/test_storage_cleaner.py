@@ -142,7 +142,7 @@ def test_committed_transactional_records_compact_like_others_and_the_marker_stay
     LogCleaner(1 << 20).clean(log, now_ms=10_000)
     # "a"=1 and the committed transaction's "a"=t are both superseded by "a"=2 (2 is the marker).
     assert [r for r in contents(log) if r[0] != 2] == [(3, b"a", b"2"), (4, b"z", b"z")]
-    heads = {h[0]: h for _, h in iter_headers(log.read_bytes(0, 1 << 30))}
+    heads = {h.base_offset: h for _, h in iter_headers(log.read_bytes(0, 1 << 30))}
     # The producer's last batch stays, empty, for its sequence; so its marker stays, unchanged.
     assert heads[1].record_count == 0 and heads[1].producer_id == 5
     assert log.read_bytes(2, 1 << 30).startswith(stored_marker[: heads[2].batch_length + 12])
@@ -409,14 +409,14 @@ def test_aborted_transactional_data_is_removed_markers_kept(tmp_path):
     assert LogCleaner(1 << 20).clean(log, now_ms=10_000).end_offset == 0
     log.producer_state.on_high_watermark_updated(log.log_end_offset)
     LogCleaner(1 << 20).clean(log, now_ms=10_000)
-    kept = [h[0] for _, h in iter_headers(log.read_bytes(0, 1 << 30))]
+    kept = [h.base_offset for _, h in iter_headers(log.read_bytes(0, 1 << 30))]
     # The aborted data (0, 1) is gone; the committed data, the markers and the rest stay.
     assert kept == [2, 3, 4, 5, 6, 7]
     # Its index entry survived the swap: read_committed readers still skip correctly.
     assert [t.first_offset for t in log.collect_aborted_txns(0, 8)] == [0]
     # The abort marker has no data left: it got a delete horizon (delete.retention.ms)...
-    marker = next(h for _, h in iter_headers(log.read_bytes(0, 1 << 30)) if h[0] == 3)
-    assert marker[5] & DELETE_HORIZON_MASK and marker[7] == 10_000 + DAY
+    marker = next(h for _, h in iter_headers(log.read_bytes(0, 1 << 30)) if h.base_offset == 3)
+    assert marker.attributes & DELETE_HORIZON_MASK and marker.base_timestamp == 10_000 + DAY
     assert end_txn_marker_type(log.read_bytes(3, 1 << 20)) == (0, 0)  # still a valid ABORT marker
     # ...and a pass before it keeps it, a pass after it removes it and its index entry
     # (something must be dirty to trigger a pass, as in Kafka).
@@ -425,9 +425,9 @@ def test_aborted_transactional_data_is_removed_markers_kept(tmp_path):
         log.roll()
         log.producer_state.on_high_watermark_updated(log.log_end_offset)
         LogCleaner(1 << 20).clean(log, now_ms=now_ms)
-        offsets = [h[0] for _, h in iter_headers(log.read_bytes(0, 1 << 30))]
+        offsets = [h.base_offset for _, h in iter_headers(log.read_bytes(0, 1 << 30))]
         assert (3 in offsets) == (now_ms < 10_000 + DAY)
     assert offsets[:4] == [2, 4, 5, 6]
     assert log.collect_aborted_txns(0, 8) == []
     # Committed transactions keep their markers while their data is there.
-    assert {4, 6} <= {h[0] for _, h in iter_headers(log.read_bytes(0, 1 << 30))}
+    assert {4, 6} <= {h.base_offset for _, h in iter_headers(log.read_bytes(0, 1 << 30))}

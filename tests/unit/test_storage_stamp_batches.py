@@ -10,7 +10,14 @@ import pytest
 
 from storage.errors import CORRUPT_MESSAGE, INVALID_RECORD, MESSAGE_TOO_LARGE, InvalidRecordsError
 from storage.log import Log, LogConfig
-from storage.record_batch import StampedBatches, assign_offsets, batch_layout, stamp_client_batches, validate_batches
+from storage.record_batch import (
+    StampedBatches,
+    assign_offsets,
+    batch_layout,
+    iter_headers,
+    stamp_client_batches,
+    validate_batches,
+)
 from storage.records import SimpleRecord, build_batch
 from tests.unit.test_storage_record_batch import rewrite_crc
 
@@ -48,7 +55,11 @@ def test_stamps_exactly_as_validate_then_assign(base, epoch):
         nxt += h.last_offset_delta + 1
         if h.max_timestamp > max_ts:
             max_ts, off_max = h.max_timestamp, nxt - 1
-    assert stamped == StampedBatches(last, len(headers), max_ts, off_max, batch_layout(exact))
+    # each batch naming a producer, with its header as stamped (what the log
+    # checks producer state from)
+    producer_batches = [(pos, h) for pos, h in iter_headers(exact) if h.producer_id >= 0]
+    assert len(producer_batches) == 1
+    assert stamped == StampedBatches(last, len(headers), max_ts, off_max, batch_layout(exact), producer_batches)
     # the layout the segment indexes from: each batch's size, last offset, max timestamp
     nxt = base
     for (size, batch_last, ts), h in zip(stamped.layout, headers, strict=True):

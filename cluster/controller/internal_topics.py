@@ -1,14 +1,21 @@
 """The internal topics the controller creates on first use (FindCoordinator):
-their names and how their CreateTopics entry is built. The specs live with the
-coordinators (actors/group_coordinator.py, actors/transaction_coordinator.py);
-actors/controller.py hands them in."""
+their names and how their CreateTopics entry is built (``internal_topic_spec``
+over each topic's ``InternalTopicConfigs``). actors/controller.py hands
+``offsets_topic_spec`` and ``transaction_state_topic_spec`` in."""
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+import functools
+import logging
+from typing import Callable, NamedTuple, Optional
 
+from cluster.transactions.state_manager import TRANSACTION_STATE_TOPIC
 from core.config import BrokerConfig
 
-# Also in actors/group_coordinator.py (issue 20, part 3 moves the shared names to core/).
+__all__ = ["OFFSETS_TOPIC", "TRANSACTION_STATE_TOPIC", "InternalTopic", "InternalTopicConfigs", "internal_topic_spec",
+           "offsets_topic_spec", "transaction_state_topic_spec"]
+
+log = logging.getLogger("raykafka.controller")
+
 OFFSETS_TOPIC = "__consumer_offsets"
 
 
@@ -16,3 +23,46 @@ class InternalTopic(NamedTuple):
     name: str
     # (broker config, live brokers) -> a CreateTopics entry (replication capped at the live brokers)
     spec: Callable[[BrokerConfig, int], dict]
+
+
+class InternalTopicConfigs(NamedTuple):
+    """Which broker configs an internal topic is created from."""
+    name: str
+    replication_factor: str  # the broker config keys of ...
+    num_partitions: str
+    segment_bytes: str
+    min_insync_replicas: Optional[str]  # None: the topic keeps the broker's default
+    # Topic configs besides cleanup.policy=compact, segment.bytes and min.insync.replicas.
+    configs: tuple[tuple[str, str], ...]
+
+
+# Kafka's offsets topic configs: compacted, producer compression.
+OFFSETS_TOPIC_CONFIGS = InternalTopicConfigs(
+    OFFSETS_TOPIC, "offsets.topic.replication.factor", "offsets.topic.num.partitions",
+    "offsets.topic.segment.bytes", None, (("compression.type", "producer"),))
+# Kafka's transactionTopicConfigs: compacted, uncompressed, min.insync.replicas, no unclean election.
+TRANSACTION_STATE_TOPIC_CONFIGS = InternalTopicConfigs(
+    TRANSACTION_STATE_TOPIC, "transaction.state.log.replication.factor", "transaction.state.log.num.partitions",
+    "transaction.state.log.segment.bytes", "transaction.state.log.min.isr",
+    (("compression.type", "uncompressed"), ("unclean.leader.election.enable", "false")))
+
+
+def internal_topic_spec(topic: InternalTopicConfigs, config: BrokerConfig, live_brokers: int) -> dict:
+    """CreateTopics entry for ``topic``. The replication factor is capped at
+    the live brokers (see offsets.topic.replication.factor in core/config.py),
+    and min.insync.replicas at the replication factor."""
+    wanted = config[topic.replication_factor]
+    replication = max(1, min(wanted, live_brokers))
+    if replication < wanted:
+        log.warning("creating %s with replication factor %d: %s=%d but only %d live brokers", topic.name,
+                    replication, topic.replication_factor, wanted, live_brokers)
+    configs = {"cleanup.policy": "compact", "segment.bytes": str(config[topic.segment_bytes])}
+    if topic.min_insync_replicas is not None:
+        configs["min.insync.replicas"] = str(min(config[topic.min_insync_replicas], replication))
+    configs.update(topic.configs)
+    return {"name": topic.name, "num_partitions": config[topic.num_partitions], "replication_factor": replication,
+            "assignments": {}, "configs": configs}
+
+
+offsets_topic_spec = functools.partial(internal_topic_spec, OFFSETS_TOPIC_CONFIGS)
+transaction_state_topic_spec = functools.partial(internal_topic_spec, TRANSACTION_STATE_TOPIC_CONFIGS)

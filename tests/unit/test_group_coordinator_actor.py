@@ -13,47 +13,17 @@ from actors.group_coordinator import OFFSETS_TOPIC, GroupCoordinatorActor, offse
 from cluster.groups import partition_for_group
 from cluster.groups.consumer_protocol import encode_assignment, encode_subscription
 from cluster.groups.records import OffsetCommitKey, OffsetCommitValue, decode_key, offset_commit_record
-from cluster.partition import Partition
 from core.config import BrokerConfig
-from core.txn_messages import ORIGIN_CLIENT
-from storage.log import Log, LogConfig
 from storage.records import iter_records
+from tests.unit.coordinator_fakes import BROKER, FakePurgatory, FakeReplica, make_partition
+from tests.unit.coordinator_fakes import make_replica as make_offsets_replica
 
 E = ErrorCode
-BROKER = 1
 PARTITIONS = 3
 
 
-class _Method:
-    def __init__(self, fn):
-        self.fn = fn
-
-    def remote(self, *args):
-        async def run():
-            await asyncio.sleep(0)
-            return self.fn(*args)
-
-        return run()
-
-
-class FakeReplica:
-    """The leader replica actor's methods the coordinator uses, over a real Partition."""
-
-    def __init__(self, partition: Partition):
-        self.partition = partition
-        self.state = _Method(partition.state)
-        self.read = _Method(partition.read)
-        self.append = _Method(lambda sets, epoch, tail=False, origin=ORIGIN_CLIENT:
-                              partition.append(sets, epoch, int(time.time() * 1000), origin))
-        self.write_txn_markers = _Method(lambda markers, timeout_ms=30000:
-                                         partition.write_txn_markers(list(markers), int(time.time() * 1000)))
-
-
 def make_replica(tmp_path, p: int, epoch: int = 0) -> FakeReplica:
-    log = Log(str(tmp_path / f"{OFFSETS_TOPIC}-{p}"), LogConfig(segment_bytes=1 << 20, cleanup_policy="compact"))
-    partition = Partition(OFFSETS_TOPIC, p, BROKER, log)
-    assert partition.make_leader(1, epoch, [BROKER], [BROKER]) == 0
-    return FakeReplica(partition)
+    return make_offsets_replica(tmp_path, OFFSETS_TOPIC, p, epoch)
 
 
 def make_actor(p: int) -> GroupCoordinatorActor:
@@ -186,7 +156,7 @@ def test_epochs_fence_and_same_leader_keeps_state(tmp_path):
         assert list(answer.values()) == [E.none]
         # Another writer appended while we were not looking: reload from the log.
         other = make_actor(p)
-        other.leading, other.replica, other.leader_epoch = True, replica, 4
+        other.log.lead(4, replica)
         other._ensure()
         done = asyncio.get_running_loop().create_future()
         other._append_records([offset_commit_record(group, "t", 3, OffsetCommitValue(99))]).add_callback(
@@ -216,24 +186,6 @@ def test_offsets_topic_spec_caps_replication_and_is_compacted():
     assert offsets_topic_spec(config, live_brokers=5)["replication_factor"] == 3
 
 
-class FakePurgatory:
-    """The node purgatory's delay_produce: lets the follower catch up (or not) first."""
-
-    def __init__(self, replica: FakeReplica, follower: int, catch_up: bool):
-        self.replica, self.follower, self.catch_up = replica, follower, catch_up
-        self.calls = []
-        self.delay_produce = _Method(self._delay_produce)
-
-    def _delay_produce(self, required, timeout_ms):
-        self.calls.append((list(required), timeout_ms))
-        p = self.replica.partition
-        if self.catch_up:
-            p.fetch_for_follower(self.follower, p.log.log_end_offset, -1, p.leader_epoch, 1 << 20,
-                                 int(time.time() * 1000))
-        return {(t, part): (0 if p.high_watermark >= offset else int(E.request_timed_out))
-                for t, part, offset in required}
-
-
 def test_appends_wait_for_the_high_watermark(tmp_path):
     """acks=-1: with a follower in the ISR a commit is answered once the HW
     passes it (the purgatory's DelayedProduce), else REQUEST_TIMED_OUT."""
@@ -241,19 +193,16 @@ def test_appends_wait_for_the_high_watermark(tmp_path):
     group = group_on(p)
 
     async def scenario():
-        log = Log(str(tmp_path / f"{OFFSETS_TOPIC}-{p}"), LogConfig(segment_bytes=1 << 20, cleanup_policy="compact"))
-        partition = Partition(OFFSETS_TOPIC, p, BROKER, log)
-        assert partition.make_leader(1, 0, [BROKER, 2], [BROKER, 2]) == 0
-        replica = FakeReplica(partition)
+        replica = FakeReplica(make_partition(tmp_path, OFFSETS_TOPIC, p, isr=(BROKER, 2)))
         actor = make_actor(p)
         await actor.elect(0, replica)
         await wait_active(actor)
-        actor._purgatory = FakePurgatory(replica, 2, catch_up=True)
+        actor.node_calls.purgatory = FakePurgatory(replica, 2, catch_up=True)
         answer = await actor.commit_offsets(group, "", None, -1, {("t", 0): (1, -1, "", None)})
         assert list(answer.values()) == [E.none]
-        [(required, timeout_ms)] = actor._purgatory.calls
+        [(required, timeout_ms)] = actor.node_calls.purgatory.calls
         assert required == [(OFFSETS_TOPIC, p, 1)] and timeout_ms == 5000
-        actor._purgatory = FakePurgatory(replica, 2, catch_up=False)
+        actor.node_calls.purgatory = FakePurgatory(replica, 2, catch_up=False)
         answer = await actor.commit_offsets(group, "", None, -1, {("t", 0): (2, -1, "", None)})
         assert list(answer.values()) == [E.request_timed_out]
         assert (await actor.fetch_offsets(group, [("t", 0)])).partitions[("t", 0)].offset == 1

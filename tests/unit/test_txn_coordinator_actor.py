@@ -12,45 +12,12 @@ from kio.schema.errors import ErrorCode
 
 from actors.transaction_coordinator import (TransactionCoordinatorActor, coordinator_actor_name,
                                             transaction_state_topic_spec)
-from cluster.partition import Partition
 from cluster.transactions.state_manager import TRANSACTION_STATE_TOPIC
 from core.config import BrokerConfig
-from core.txn_messages import ORIGIN_CLIENT
-from storage.log import Log, LogConfig
 from storage.record_batch import HEADER, LOG_OVERHEAD, parse_header
+from tests.unit.coordinator_fakes import BROKER, FakeReplica, make_replica
 
 E = ErrorCode
-BROKER = 1
-
-
-class _Method:
-    def __init__(self, fn):
-        self.fn = fn
-
-    def remote(self, *args):
-        async def run():
-            await asyncio.sleep(0)
-            return self.fn(*args)
-
-        return run()
-
-
-class FakeReplica:
-    def __init__(self, partition: Partition):
-        self.partition = partition
-        self.state = _Method(partition.state)
-        self.read = _Method(partition.read)
-        self.append = _Method(lambda sets, epoch, tail=False, origin=ORIGIN_CLIENT:
-                              partition.append(sets, epoch, int(time.time() * 1000), origin))
-        self.write_txn_markers = _Method(lambda markers, timeout_ms=30000:
-                                         partition.write_txn_markers(list(markers), int(time.time() * 1000)))
-
-
-def make_replica(tmp_path, topic: str, p: int, epoch: int = 0) -> FakeReplica:
-    log = Log(str(tmp_path / f"{topic}-{p}"), LogConfig(segment_bytes=1 << 20, cleanup_policy="compact"))
-    partition = Partition(topic, p, BROKER, log)
-    assert partition.make_leader(1, epoch, [BROKER], [BROKER]) == 0
-    return FakeReplica(partition)
 
 
 def make_actor(data_replicas: dict) -> TransactionCoordinatorActor:

@@ -109,3 +109,18 @@ class FollowerRole:
             except Exception:
                 log.exception("%s-%d follower append failed", self.topic, self.partition_index)
                 await asyncio.sleep(backoff_s)
+
+    async def update_replication_throttle(self, leader_rate: int | None, follower_rate: int | None,
+                                          leader_throttled_replicas: str | None = None,
+                                          follower_throttled_replicas: str | None = None) -> int:
+        """Replication quotas changed: the broker's leader/follower.replication.throttled.rate
+        (None keeps one) and, when given, the topic's two throttled-replica lists
+        (the keyword arguments cluster.log_config.throttled_replicas_for returns).
+        Returns 0, or INVALID_CONFIG for a malformed list (nothing is changed then)."""
+        try:
+            self.replication_throttle.update(leader_rate, follower_rate, leader_throttled_replicas,
+                                             follower_throttled_replicas)
+        except ValueError as exc:
+            log.warning("%s-%d: replication throttle not changed: %s", self.topic, self.partition_index, exc)
+            return 40  # INVALID_CONFIG
+        return 0

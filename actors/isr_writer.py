@@ -41,8 +41,9 @@ class IsrZkWriter:
         zk.add_isr_change_notification([(self.topic, self.partition)])
         return version
 
-    def take_session(self):
-        """The open ZooKeeper client, if any, to close (idle replicas keep no
-        session: kazoo's threads and pings); the next write opens one again."""
+    def close_session(self) -> None:
+        """Close the ZooKeeper session, if open (idle replicas keep none:
+        kazoo's threads and pings); the next write opens one again. Blocking."""
         zk, self._zk = self._zk, None
-        return zk
+        if zk is not None:
+            zk.close()

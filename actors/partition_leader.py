@@ -14,21 +14,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 
 import ray
 
 from actors.follower import FollowerRole
 from actors.isr_writer import IsrZkWriter
 from actors.replica_progress import ProgressReporter
+from actors.replica_timer import IDLE_AFTER_S, ChangeSignal, DutyTimer
+from actors.shared_regions import MappedRegions
 from cluster import replica_schedule as duties
-from cluster.replica_schedule import ReplicaSchedule
-from core import error_codes, idle_priority
+from core import error_codes
 from core.clock import SYSTEM_CLOCK, Clock
-from core.idle_priority import IdlePriority
 from core.local_calls import LocalCallServer
-from core.replica_messages import (CommittedTail, FollowerFetchResult, PartitionProgress, PlacedRecordSet,
-                                   RecordSet, failed_append)
+from core.replica_messages import FollowerFetchResult, PlacedRecordSet, RecordSet, failed_append
 from core.txn_messages import ORIGIN_CLIENT, DescribeProducersResult, TxnMarker, TxnMarkerResult
 from storage.log import LogConfig
 from storage.log_manager import LogManager
@@ -43,16 +41,6 @@ MAX_CONSUMER_WAIT_MS = 60_000
 # Bound on the consecutive reads of one read_run answer (its slices are a few
 # tuples each; the bytes stay in the segment files).
 MAX_READ_RUN = 16
-# A replica with no traffic this long is idle: its timer goes quiet and its
-# process yields the CPU to busy ones (core/idle_priority.py, issue 18).
-IDLE_AFTER_S = 10.0
-# RAYKAFKA_IDLE_PRIORITY=1 moves idle replicas to SCHED_IDLE. Off by default:
-# on a quiet 2-core node with 100 idle replicas, a busy topic produced 214 MB/s
-# with them at SCHED_IDLE and 527 MB/s with them at normal priority, same run
-# (bench.density, 712 MB/s alone; twice, bench/PROFILE.md session 9). Only on
-# a machine loaded by other work did SCHED_IDLE measure ahead.
-IDLE_PRIORITY_ENV = "RAYKAFKA_IDLE_PRIORITY"
-
 # What the edge (and the node's group coordinators) may call over the direct
 # channel: the per-request calls. Leadership, configuration and shutdown stay Ray calls.
 LOCAL_CALL_METHODS = ("append", "write_txn_markers", "describe_producers", "append_shared", "read", "read_run",
@@ -79,24 +67,28 @@ class ReplicaActor(FollowerRole):
         self.log_dir = self.logs.log_dir
         self.partition = self.logs.open_partition(log_config, broker_id, min_insync_replicas)
         self.log = self.logs.log
-        self._data_event: asyncio.Event | None = None
+        # Long-polled calls wait for the next change (actors/replica_timer.py).
+        self._changes = ChangeSignal()
+        self._wake_waiters, self._wait_for_change = self._changes.wake, self._changes.wait
         self._background: list[asyncio.Task] = []
         self._closed = False
         self._isr_writer = None if zk_connect is None else IsrZkWriter(
             zk_connect, topic, partition, broker_id, config.get("zookeeper.session.timeout.ms", 18000))
-        self._isr_lock: asyncio.Lock | None = None
+        self._isr_lock = asyncio.Lock()
         self._progress = ProgressReporter(f"{topic}-{partition}", broker_id, namespace, config["local.calls"],
-                                          self.call_timeout_s, self._progress_now)
-        self._regions: dict = {}
+                                          self.call_timeout_s, self.partition.progress)
+        self._regions = MappedRegions()
         self._local_calls: LocalCallServer | None = None  # for the edge, opened on first ask
         self.counters = {"append_calls": 0, "append_sets": 0, "append_bytes": 0, "follower_fetches": 0}
-        # One timer for every periodic duty (cluster/replica_schedule.py).
-        self._schedule = ReplicaSchedule()
-        self._timer_wake: asyncio.Event | None = None
-        self._idle = IdlePriority(
-            config.get("replica.idle.after.ms", IDLE_AFTER_S * 1000) / 1000,
-            enabled=os.environ.get(IDLE_PRIORITY_ENV, "0") == "1" and idle_priority.supported(),
-            on_busy=self._poke_timer, clock=clock.monotonic)
+        # One timer for every periodic duty, and idleness (actors/replica_timer.py).
+        self._timer = DutyTimer(f"{topic}-{partition}", clock,
+                                config.get("replica.idle.after.ms", IDLE_AFTER_S * 1000) / 1000, self._plan,
+                                self._run_duty, self._became_idle, lambda: self._closed)
+        self._schedule, self._idle = self._timer.schedule, self._timer.idle
+        # Re-plan now: leadership or config changed, traffic after an idle period.
+        self._poke_timer = self._timer.poke
+        # Traffic (hot path): a flag, plus a switch back to normal priority once per idle period.
+        self._traffic = self._idle.touch
         self._init_follower()
 
     @property
@@ -107,76 +99,27 @@ class ReplicaActor(FollowerRole):
         return await asyncio.get_running_loop().run_in_executor(self.logs.io_executor(), job)
 
     # ---- event-loop helpers -------------------------------------------------------------------
-    def _event(self) -> asyncio.Event:
-        if self._data_event is None:
-            self._data_event = asyncio.Event()
-        return self._data_event
-
-    async def _wait_for_change(self, timeout_s: float) -> None:
-        """Until the next append / HW / leadership change, or timeout_s;
-        waiters (DelayedFetch of consumers and followers, DeleteRecords)
-        re-check their own condition after it."""
-        try:
-            await asyncio.wait_for(self._event().wait(), timeout_s)
-        except asyncio.TimeoutError:
-            pass
-
-    def _wake_waiters(self) -> None:
-        # One event per "generation": waiters re-check their condition on wake.
-        if self._data_event is not None:
-            self._data_event.set()
-            self._data_event = None
-
     def _ensure_background(self) -> None:
         if not self._background:
-            self._background = [asyncio.get_running_loop().create_task(self._timer_loop())]
+            self._background = [asyncio.get_running_loop().create_task(self._timer.run())]
 
     @property
     def call_timeout_s(self) -> float:
         return self.replica_config["actor.call.timeout.ms"] / 1000
 
-    def _poke_timer(self) -> None:
-        """Re-plan the timer now (leadership or config changed, traffic after an idle period)."""
-        if self._timer_wake is not None:
-            self._timer_wake.set()
-
-    def _traffic(self) -> None:
-        # Hot path: a flag, plus a switch back to normal priority once per idle period.
-        self._idle.touch()
-
-    def _plan(self, now: float) -> None:
+    def _plan(self, schedule, now: float) -> None:
         """Which duties this replica has right now; cheap, run before every sleep."""
         p = self.partition
-        self.logs.plan(self._schedule, now, self._idle.idle)
+        self.logs.plan(schedule, now, self._idle.idle)
         # Kafka's isr-expiration task; a leader with no other replica has nobody to drop.
-        self._schedule.set(duties.ISR, p.is_leader and len(p.replicas) > 1,
-                           max(0.05, self.replica_config["replica.lag.time.max.ms"] / 2000), now)
+        schedule.set(duties.ISR, p.is_leader and len(p.replicas) > 1,
+                     max(0.05, self.replica_config["replica.lag.time.max.ms"] / 2000), now)
 
-    async def _timer_loop(self) -> None:
-        """Kafka's scheduler for this one replica: sleeps until the earliest due duty."""
-        self._timer_wake = wake = asyncio.Event()
-        while not self._closed:
-            now = self.clock.monotonic()
-            self._plan(now)
-            delay = min(self._schedule.next_delay(now), self._idle.next_tick_in())
-            if delay > 0:
-                try:
-                    await asyncio.wait_for(wake.wait(), None if delay == float("inf") else delay)
-                except asyncio.TimeoutError:
-                    pass
-                wake.clear()
-            if self._closed:  # stopped (or deleted) while this loop slept
-                break
-            was_idle = self._idle.idle
-            if self._idle.tick() and not was_idle and self._isr_writer is not None:
-                zk = self._isr_writer.take_session()
-                if zk is not None:
-                    await asyncio.get_running_loop().run_in_executor(None, zk.close)
-            for duty in self._schedule.take_due(self.clock.monotonic()):
-                try:
-                    await self._run_duty(duty)
-                except Exception:
-                    log.exception("%s of %s-%d failed", duty, self.topic, self.partition_index)
+    async def _became_idle(self) -> None:
+        # An idle replica keeps no ZooKeeper session (kazoo's threads and
+        # pings): the next ISR change opens one again.
+        if self._isr_writer is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self._isr_writer.close_session)
 
     async def _run_duty(self, duty: str) -> None:
         if duty == duties.CHECKPOINT:
@@ -215,9 +158,8 @@ class ReplicaActor(FollowerRole):
         self._poke_timer()  # cleanup.policy decides whether the cleaner is scheduled
 
     async def delete_records(self, offset: int, current_leader_epoch: int, timeout_ms: int = 30000):
-        """DeleteRecords on the leader -> (error, low watermark). Waits (bounded)
-        until every in-sync follower has moved its log start too (Kafka's
-        DelayedDeleteRecords); they learn it from their next fetch."""
+        """DeleteRecords on the leader -> (error, low watermark). Waits (bounded) until every in-sync follower
+        moved its log start too, as learnt from its next fetch (Kafka's DelayedDeleteRecords)."""
         from storage.errors import OffsetOutOfRangeError
 
         self._traffic()
@@ -245,11 +187,6 @@ class ReplicaActor(FollowerRole):
             await self._on_io_thread(self.logs.checkpoint_job())
 
     # ---- progress reports to the node's purgatory ------------------------------------------------
-    def _progress_now(self) -> PartitionProgress:
-        p = self.partition
-        return PartitionProgress((self.topic, self.partition_index), p.high_watermark, p.last_stable_offset,
-                                 len(p.isr), p.min_insync_replicas, p.is_leader, p.leader_epoch)
-
     def _report_progress(self, force: bool = False) -> None:
         self._progress.report(force)
 
@@ -267,8 +204,6 @@ class ReplicaActor(FollowerRole):
     async def _alter_isr(self, new_isr: tuple[int, ...]) -> bool:
         if self._isr_writer is None:
             return False
-        if self._isr_lock is None:
-            self._isr_lock = asyncio.Lock()
         async with self._isr_lock:
             p = self.partition
             if not p.is_leader or tuple(new_isr) == tuple(p.isr):
@@ -337,9 +272,8 @@ class ReplicaActor(FollowerRole):
             self._poke_timer()
             self._stop_fetcher()
             self.logs.close()
-        zk = None if self._isr_writer is None else self._isr_writer.take_session()
-        if zk is not None:
-            zk.close()
+        if self._isr_writer is not None:
+            self._isr_writer.close_session()
 
     async def state(self) -> dict:
         return {**self.partition.state(), **self.counters}
@@ -353,10 +287,8 @@ class ReplicaActor(FollowerRole):
             self._local_calls = None
 
     async def local_call_endpoint(self):
-        """(node id, socket address, token, name, methods) of this replica's
-        direct-call socket for the edge on its node (core/local_channels.py),
-        or None once closed. The calls it serves run exactly as Ray calls of
-        the same methods would, on this actor's event loop."""
+        """(node id, socket address, token, name, methods) of the direct-call socket for the edge on
+        this node (core/local_channels.py; served as Ray calls would be, on this event loop), or None once closed."""
         if self._closed:
             return None
         if self._local_calls is None:
@@ -366,13 +298,9 @@ class ReplicaActor(FollowerRole):
 
     async def append(self, record_sets: list[RecordSet], leader_epoch: int, tail: bool = False,
                      origin: str = ORIGIN_CLIENT):
-        """Append record sets (bytes, acks, timeout) -> one result per set.
-        ``origin`` is Kafka's AppendOrigin: coordinators (group offsets) pass
-        ORIGIN_COORDINATOR, which skips the producer sequence checks.
-        With ``tail`` the answer is ``(results, tail)``: where the data this
-        call committed lies, for the edge to answer tail fetches from
-        (net/fetch_local_tail.py), or None when the high watermark does not
-        cover it yet (followers still to fetch it)."""
+        """Append RecordSets -> an AppendResult per set. ``origin``: Kafka's AppendOrigin (coordinators pass
+        ORIGIN_COORDINATOR: no producer sequence checks). With ``tail``: ``(results, CommittedTail or None)``,
+        for the edge to answer tail fetches from (net/fetch_local_tail.py; None: not all committed yet)."""
         if self._closed:
             results = [failed_append(error_codes.NOT_LEADER_OR_FOLLOWER)] * len(record_sets)
             return (results, None) if tail else results
@@ -390,13 +318,11 @@ class ReplicaActor(FollowerRole):
         hw = self.partition.high_watermark
         if hw != before:
             self._report_progress()
-        return (results, self._committed_tail(leo_before, hw)) if tail else results
+        return (results, self.partition.committed_tail(leo_before)) if tail else results
 
     async def write_txn_markers(self, markers: list[TxnMarker], timeout_ms: int = 30000) -> list[TxnMarkerResult]:
-        """WriteTxnMarkers for this partition (the transaction coordinator's
-        call, or the wire API's): a COMMIT/ABORT control batch per marker,
-        answered once the high watermark has passed it (acks=all), or
-        REQUEST_TIMED_OUT / NOT_LEADER_OR_FOLLOWER."""
+        """WriteTxnMarkers (the transaction coordinator's call, or the wire API's): a COMMIT/ABORT control
+        batch per marker, answered once the HW passed it (acks=all), or REQUEST_TIMED_OUT / NOT_LEADER_OR_FOLLOWER."""
         if self._closed:
             return [TxnMarkerResult(error_codes.NOT_LEADER_OR_FOLLOWER, -1)] * len(markers)
         self._ensure_background()
@@ -412,47 +338,24 @@ class ReplicaActor(FollowerRole):
         deadline = self.clock.monotonic() + max(0, timeout_ms) / 1000
         while p.high_watermark < need:
             remaining = deadline - self.clock.monotonic()
-            if self._closed or not p.is_leader:
-                return [TxnMarkerResult(error_codes.NOT_LEADER_OR_FOLLOWER, -1) if r.error == 0 else r for r in results]
-            if remaining <= 0:
-                return [TxnMarkerResult(error_codes.REQUEST_TIMED_OUT, -1) if r.error == 0 else r for r in results]
+            error = error_codes.NOT_LEADER_OR_FOLLOWER if self._closed or not p.is_leader else \
+                error_codes.REQUEST_TIMED_OUT if remaining <= 0 else 0
+            if error:
+                return [TxnMarkerResult(error, -1) if r.error == 0 else r for r in results]
             await self._wait_for_change(remaining)
         return results
 
     async def describe_producers(self) -> DescribeProducersResult:
         return self.partition.describe_producers()
 
-    def _committed_tail(self, first: int, hw: int):
-        """The CommittedTail of the data from ``first`` on, or None."""
-        p = self.partition
-        # Only when all of it is committed: data still waiting for followers
-        # reaches consumers through the replica, so the edge must not expect
-        # the next offset to come from its own appends.
-        if hw <= first or hw < self.log.log_end_offset or not p.is_leader:
-            return None
-        slices, next_offset = p.file_slices(first, 1 << 31, hw)
-        if not slices:
-            return None
-        return CommittedTail(p.leader_epoch, hw, p.last_stable_offset, self.log.log_start_offset, first,
-                             next_offset, slices, sum(s.length for s in slices))
-
     async def append_shared(self, region_path: str, placed: list[PlacedRecordSet],
                             leader_epoch: int, tail: bool = False):
         """append() with the record sets in the edge's shared-memory region
         (same node): the call carries offsets, not bytes. None if the region
         cannot be mapped here, so the edge falls back to append()."""
-        region = self._regions.get(region_path)
-        if region is None:
-            from core.shared_region import SharedRegion
-
-            try:
-                region = SharedRegion.attach(region_path)
-            except OSError:
-                return None
-            if len(self._regions) >= 64:  # edges come and go; keep a bounded set mapped
-                self._regions.pop(next(iter(self._regions))).close()
-            self._regions[region_path] = region
-        buf = region.buf
+        buf = self._regions.buffer(region_path)
+        if buf is None:
+            return None
         # No copy out of the region: the log stamps offsets and leader epochs
         # into these bytes in place and writes them straight from the mapping.
         # The edge keeps the space reserved until this call answers, and
@@ -462,22 +365,17 @@ class ReplicaActor(FollowerRole):
 
     async def read(self, fetch_offset: int, max_bytes: int, isolation_level: int, current_leader_epoch: int,
                    min_bytes: int = 0, max_wait_ms: int = 0):
-        """A consumer's read: file slices up to the fetchable end. With
-        max_wait_ms > 0 it is a DelayedFetch of one partition held here, at
-        the data: it answers once at least min_bytes are readable (or on an
-        error, a leadership change, or expiry). The edge parks single-partition
-        fetches here rather than in the purgatory, which saves the purgatory's
-        two hops between an append and the consumer's answer."""
+        """A consumer's read: file slices up to the fetchable end. With max_wait_ms > 0 it is a DelayedFetch
+        of one partition held here, at the data, until min_bytes are readable (or an error, a leadership
+        change, expiry): the edge parks single-partition fetches here, saving the purgatory's two hops."""
         result = await self.read_run(fetch_offset, max_bytes, isolation_level, current_leader_epoch, min_bytes,
                                      max_wait_ms, 1)
         return result._replace(slices=result.slices[0].slices if result.slices else [])
 
     async def read_run(self, fetch_offset: int, max_bytes: int, isolation_level: int, current_leader_epoch: int,
                        min_bytes: int = 0, max_wait_ms: int = 0, count: int = 1):
-        """:meth:`read`, answered with up to ``count`` consecutive reads
-        (cluster.partition.Partition.read_run): the edge serves a catching-up
-        consumer's next fetches from the extra ones without a call each
-        (net/fetch_read_ahead.py). Waits as :meth:`read` does, on the first."""
+        """:meth:`read` with up to ``count`` consecutive reads (Partition.read_run), waiting on the first: the
+        edge serves a catching-up consumer's next fetches from them without a call each (net/fetch_read_ahead.py)."""
         p = self.partition
         count = max(1, min(count, MAX_READ_RUN))
         result = p.read_run(fetch_offset, max_bytes, isolation_level, current_leader_epoch, count)
@@ -546,21 +444,6 @@ class ReplicaActor(FollowerRole):
                 await asyncio.sleep(min(remaining, max(0.01, throttle.leader_quota.throttle_time_ms() / 1000)))
                 continue
             await self._wait_for_change(remaining)
-
-    async def update_replication_throttle(self, leader_rate: int | None, follower_rate: int | None,
-                                          leader_throttled_replicas: str | None = None,
-                                          follower_throttled_replicas: str | None = None) -> int:
-        """Replication quotas changed: the broker's leader/follower.replication.throttled.rate
-        (None keeps one) and, when given, the topic's two throttled-replica lists
-        (the keyword arguments cluster.log_config.throttled_replicas_for returns).
-        Returns 0, or INVALID_CONFIG for a malformed list (nothing is changed then)."""
-        try:
-            self.replication_throttle.update(leader_rate, follower_rate, leader_throttled_replicas,
-                                             follower_throttled_replicas)
-        except ValueError as exc:
-            log.warning("%s-%d: replication throttle not changed: %s", self.topic, self.partition_index, exc)
-            return 40  # INVALID_CONFIG
-        return 0
 
 
 ReplicaActorRemote = ray.remote(ReplicaActor)

@@ -8,8 +8,9 @@ import logging
 from typing import Any
 
 from core import error_codes
-from core.replica_messages import (AppendResult, CommittedReadRun, DivergingEpoch, EpochEndOffset, FileSlice,
-                                   FollowerFetchResult, ListOffsetsResult, ReadResult, ReadRun, failed_append)
+from core.replica_messages import (AppendResult, CommittedReadRun, CommittedTail, DivergingEpoch, EpochEndOffset,
+                                   FileSlice, FollowerFetchResult, ListOffsetsResult, PartitionProgress, ReadResult,
+                                   ReadRun, failed_append)
 from core.txn_messages import (ORIGIN_CLIENT, DescribeProducersResult, ProducerStateInfo, TxnMarker,
                                TxnMarkerResult)
 from storage.errors import UnexpectedAppendOffsetError
@@ -401,6 +402,20 @@ class Partition:
             offset = next_offset
         return ReadResult(0, hw, lso, start, runs)
 
+    def committed_tail(self, first: int) -> CommittedTail | None:
+        """Where the data from ``first`` on lies, for the edge to answer tail
+        fetches from, or None. Only when all of it is committed: data still
+        waiting for followers reaches consumers through the replica, so the
+        edge must not expect the next offset to come from its own appends."""
+        hw = self.high_watermark
+        if hw <= first or hw < self.log.log_end_offset or not self.is_leader:
+            return None
+        slices, next_offset = self.file_slices(first, 1 << 31, hw)
+        if not slices:
+            return None
+        return CommittedTail(self.leader_epoch, hw, self.last_stable_offset, self.log.log_start_offset, first,
+                             next_offset, slices, sum(s.length for s in slices))
+
     def file_slices(self, fetch_offset: int, max_bytes: int, end: int):
         """-> (FileSlices, next offset)"""
         found = self.log.read_with_inodes(fetch_offset, max_bytes, end, min_one_batch=True)
@@ -440,6 +455,11 @@ class Partition:
             return self.leader_epoch
         epoch = epoch_of(offset)
         return -1 if epoch is None else epoch
+
+    def progress(self) -> PartitionProgress:
+        """What this replica reports to its node's purgatory."""
+        return PartitionProgress((self.topic, self.partition), self.high_watermark, self.last_stable_offset,
+                                 len(self.isr), self.min_insync_replicas, self.is_leader, self.leader_epoch)
 
     def state(self) -> dict[str, Any]:
         return {

@@ -7,17 +7,19 @@ failures by hand.
 
 from __future__ import annotations
 
-# Kafka protocol error codes (org.apache.kafka.common.protocol.Errors) that
-# the storage layer can produce.
-UNKNOWN_SERVER_ERROR = -1
-OFFSET_OUT_OF_RANGE = 1
-CORRUPT_MESSAGE = 2
-MESSAGE_TOO_LARGE = 10
-RECORD_LIST_TOO_LARGE = 18
-INVALID_TIMESTAMP = 32
-KAFKA_STORAGE_ERROR = 56
-UNSUPPORTED_COMPRESSION_TYPE = 76
-INVALID_RECORD = 87
+from core.error_codes import ErrorCode
+
+# The Kafka error codes the storage layer can produce, under the names that
+# storage, spark and the edge import them by.
+UNKNOWN_SERVER_ERROR = ErrorCode.unknown_server_error
+OFFSET_OUT_OF_RANGE = ErrorCode.offset_out_of_range
+CORRUPT_MESSAGE = ErrorCode.corrupt_message
+MESSAGE_TOO_LARGE = ErrorCode.message_too_large
+RECORD_LIST_TOO_LARGE = ErrorCode.record_list_too_large
+INVALID_TIMESTAMP = ErrorCode.invalid_timestamp
+KAFKA_STORAGE_ERROR = ErrorCode.kafka_storage_error
+UNSUPPORTED_COMPRESSION_TYPE = ErrorCode.unsupported_compression_type
+INVALID_RECORD = ErrorCode.invalid_record
 
 
 class StorageError(Exception):

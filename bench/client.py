@@ -19,6 +19,7 @@ import os
 import random
 import sys
 import time
+from dataclasses import dataclass
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -67,6 +68,99 @@ def emit(result: dict) -> None:
 
 def base_conf(a) -> dict:
     return {"bootstrap.servers": a.bootstrap, "client.id": "raykafka-bench"}
+
+
+def batching_conf(a, acks, linger_ms: float = 5) -> dict:
+    """The producer settings every bench workload shares: lz4, linger.ms,
+    batch.size=1000000, errors-only delivery reports, a.timeout as
+    message.timeout.ms."""
+    return base_conf(a) | {
+        "acks": acks,
+        "compression.type": "lz4",
+        "linger.ms": linger_ms,
+        "batch.size": 1000000,
+        # No Python callback per record in the hot path: flush() returning 0
+        # means every record got a delivery report, and with this setting
+        # every failed one reaches on_delivery (DeliveryErrors).
+        "delivery.report.only.error": True,
+        # A broker that stops answering turns into delivery errors (FAIL)
+        # after this long instead of librdkafka's default 5 minutes.
+        "message.timeout.ms": int(a.timeout * 1000),
+    }
+
+
+class DeliveryErrors:
+    """A producer's on_delivery callback: counts the failed deliveries and
+    keeps the first one's error."""
+
+    def __init__(self):
+        self.count = 0
+        self.first: str | None = None
+
+    def __call__(self, err, msg) -> None:
+        if err is not None:
+            self.count += 1
+            if self.first is None:
+                self.first = str(err)
+
+    def verdict(self, res: dict, remaining: int, n: int, timeout: float) -> dict:
+        """res marked ok, or not ok with why: records flush() left
+        undelivered, or records that failed delivery."""
+        if remaining:
+            res.update(ok=False, error=f"{remaining} records still undelivered after "
+                       f"flush({timeout:.0f}s)")
+        elif self.count:
+            res.update(ok=False, error=f"{self.count}/{n} records failed delivery "
+                       f"(first: {self.first})")
+        else:
+            res["ok"] = True
+        return res
+
+
+def partitions_seen(client, topic: str) -> int | None:
+    """Partitions of `topic` in a Metadata response, None if unknown. Called
+    before the clock starts, it also connects (the same for every target);
+    with auto-create this request may create the topic."""
+    try:
+        tmd = client.list_topics(topic, timeout=30).topics.get(topic)
+    except KafkaException as e:
+        print(f"metadata before produce failed: {e}", file=sys.stderr)
+        return None
+    return len(tmd.partitions) if tmd and not tmd.error else None
+
+
+def produce_keyed(p: Producer, topic: str, pool: list[bytes], keys: list[bytes],
+                  part: int, start: int, stop: int) -> None:
+    """produce() records start..stop-1: record i has key keys[i] and value
+    pool[i % POOL_SIZE]. part -1 lets librdkafka's partitioner hash the key;
+    >= 0 sends every record to that partition."""
+    produce, poll = p.produce, p.poll
+    mask = POOL_SIZE - 1
+    for i in range(start, stop):
+        try:
+            produce(topic, pool[i & mask], keys[i], part)
+        except BufferError:  # local queue full: let deliveries drain
+            while True:
+                poll(0.005)
+                try:
+                    produce(topic, pool[i & mask], keys[i], part)
+                    break
+                except BufferError:
+                    pass
+        if not i & 1023:
+            poll(0)
+
+
+def run_main(phases: dict, a, label: str) -> int:
+    """Run phase a.phase, print its result as the last stdout line (named
+    `label`); exit status 0 only if it is ok."""
+    try:
+        res = phases[a.phase](a)
+    except Exception as e:  # report, never crash without a result line
+        res = {"ok": False, "error": f"{type(e).__name__}: {e}"}
+    res["phase"] = label
+    emit(res)
+    return 0 if res.get("ok") else 1
 
 
 # --------------------------------------------------------------------------
@@ -168,60 +262,15 @@ def make_keys(n: int) -> list[bytes]:
 def phase_produce(a) -> dict:
     pool = make_payloads(a.record_size)
     keys = make_keys(a.records)
-    conf = base_conf(a) | {
-        "acks": a.acks,
-        "compression.type": "lz4",
-        "linger.ms": 5,
-        "batch.size": 1000000,
-        # No Python callback per record in the hot path: flush() returning 0
-        # means every record got a delivery report, and with this setting
-        # every failed one reaches on_delivery below.
-        "delivery.report.only.error": True,
-        # A broker that stops answering turns into delivery errors (FAIL)
-        # after this long instead of librdkafka's default 5 minutes.
-        "message.timeout.ms": int(a.timeout * 1000),
-    }
-    errors = {"count": 0, "first": None}
-
-    def on_delivery(err, msg):
-        if err is not None:
-            errors["count"] += 1
-            if errors["first"] is None:
-                errors["first"] = str(err)
-
-    p = Producer(conf | {"on_delivery": on_delivery})
-
-    # Connect and fetch metadata before the clock starts (same for every
-    # target). With auto-create this metadata request may create the topic.
-    try:
-        md = p.list_topics(a.topic, timeout=30)
-        tmd = md.topics.get(a.topic)
-        partitions_seen = len(tmd.partitions) if tmd and not tmd.error else None
-    except KafkaException as e:
-        print(f"metadata before produce failed: {e}", file=sys.stderr)
-        partitions_seen = None
-
-    n, topic, produce, poll = a.records, a.topic, p.produce, p.poll
-    mask = POOL_SIZE - 1
-    # -1 lets librdkafka's partitioner hash the key; >= 0 sends every record
-    # to that partition (the mock cannot create a one-partition topic).
-    # Passed on every call either way, so the loop is the same for all.
-    part = a.partition
+    errors = DeliveryErrors()
+    p = Producer(batching_conf(a, a.acks) | {"on_delivery": errors})
+    seen = partitions_seen(p, a.topic)
+    n = a.records
+    # a.partition is passed on every call (-1: by key hash; the mock cannot
+    # create a one-partition topic), so the loop is the same for all.
     cpu = CpuWindow(a.broker_pid).start()
     t0 = time.perf_counter()
-    for i in range(n):
-        try:
-            produce(topic, pool[i & mask], keys[i], part)
-        except BufferError:  # local queue full: let deliveries drain
-            while True:
-                poll(0.005)
-                try:
-                    produce(topic, pool[i & mask], keys[i], part)
-                    break
-                except BufferError:
-                    pass
-        if not i & 1023:
-            poll(0)
+    produce_keyed(p, a.topic, pool, keys, a.partition, 0, n)
     remaining = p.flush(a.timeout)
     t1 = time.perf_counter()
     cpu = cpu.stop()
@@ -230,20 +279,12 @@ def phase_produce(a) -> dict:
         "elapsed_s": t1 - t0,
         "records": n,
         "bytes": n * a.record_size,
-        "errors": errors["count"],
-        "partitions_seen": partitions_seen,
+        "errors": errors.count,
+        "partitions_seen": seen,
         "lz4_pool_ratio": lz4_ratio(pool),
         "cpu": cpu,
     }
-    if remaining:
-        res.update(ok=False, error=f"{remaining} records still undelivered after "
-                   f"flush({a.timeout:.0f}s)")
-    elif errors["count"]:
-        res.update(ok=False, error=f"{errors['count']}/{n} records failed delivery "
-                   f"(first: {errors['first']})")
-    else:
-        res["ok"] = True
-    return res
+    return errors.verdict(res, remaining, n, a.timeout)
 
 
 # --------------------------------------------------------------------------
@@ -262,10 +303,11 @@ def fetch_totals(stats_json: str | None) -> dict | None:
             "partial_message_sets": sum(b.get("rxpartial", 0) for b in real)}
 
 
-def phase_consume(a) -> dict:
-    last_stats: list[str | None] = [None]
-    c = Consumer(base_conf(a) | {
-        "group.id": f"raykafka-bench-{os.getpid()}-{time.time_ns()}",
+def consumer_conf(a, group_prefix: str, last_stats: list) -> dict:
+    """A consumer of a fresh group that reads from the beginning and keeps
+    its latest statistics document in last_stats[0]."""
+    return base_conf(a) | {
+        "group.id": f"{group_prefix}-{os.getpid()}-{time.time_ns()}",
         "enable.auto.commit": False,
         "auto.offset.reset": "earliest",
         # librdkafka stops fetching for fetch.queue.backoff.ms (default 1 s)
@@ -277,20 +319,106 @@ def phase_consume(a) -> dict:
         # Statistics (fetch counts) come with consume() calls, at most every 500 ms.
         "statistics.interval.ms": 500,
         "stats_cb": lambda doc: last_stats.__setitem__(0, doc),
-    })
-    try:
-        md = c.list_topics(a.topic, timeout=30)
-        tmd = md.topics.get(a.topic)
-        if tmd is None or tmd.error is not None or not tmd.partitions:
-            return {"ok": False, "error": f"topic {a.topic} not found in metadata "
+    }
+
+
+def topic_partitions(c: Consumer, topic: str) -> tuple[list[int], dict | None]:
+    """The sorted partition ids of `topic` from Metadata, or no ids and a
+    failed result saying why."""
+    tmd = c.list_topics(topic, timeout=30).topics.get(topic)
+    if tmd is None or tmd.error is not None or not tmd.partitions:
+        return [], {"ok": False, "error": f"topic {topic} not found in metadata "
                     f"({tmd.error if tmd else 'absent'})"}
-        parts = sorted(tmd.partitions)
+    return sorted(tmd.partitions), None
+
+
+def watermark_totals(c: Consumer, topic: str, parts: list[int]) -> tuple[int, int]:
+    """(records the broker says it holds, sum of the log start offsets) over
+    `parts`, by ListOffsets."""
+    held = start = 0
+    for pid in parts:
+        lo, hi = c.get_watermark_offsets(TopicPartition(topic, pid), timeout=30)
+        held += hi - lo
+        start += lo
+    return held, start
+
+
+@dataclass
+class KeyedRead:
+    """What a timed read of records keyed by sequence number (0..n-1) saw."""
+    got: int = 0  # records received
+    nbytes: int = 0  # their value bytes
+    bad_key: int = 0  # records whose key is no sequence number below n
+    distinct: int = 0  # sequence numbers received at least once
+    elapsed_s: float = 0.0  # until the last record arrived
+    cpu: dict | None = None
+    fetches: dict | None = None  # fetch_totals of the last statistics
+    # High watermarks (read_committed: last stable offsets) the fetches
+    # reported, summed; None if a partition reported none.
+    end_offsets: int | None = None
+    error: str | None = None  # a consume error that ended the read
+
+
+def read_keyed(c: Consumer, topic: str, parts: list[int], n: int, expect: int,
+               idle_timeout: float, broker_pid: int, last_stats: list) -> KeyedRead:
+    """Assign `parts` from the beginning and read until `expect` records
+    arrived or none came for idle_timeout seconds, timed."""
+    r = KeyedRead()
+    got = nbytes = bad_key = 0
+    seen = bytearray(n)  # seen[seq] = 1 once record seq has arrived
+    last_progress = time.perf_counter()
+    consume = c.consume
+    cpu = CpuWindow(broker_pid).start()
+    t0 = time.perf_counter()
+    c.assign([TopicPartition(topic, pid, OFFSET_BEGINNING) for pid in parts])
+    while got < expect:
+        # consume() returns only once it has num_messages or the timeout
+        # passed: never ask for more than are still to come, or the last
+        # call idles out its full second inside the timed window.
+        msgs = consume(num_messages=min(10000, expect - got), timeout=1.0)
+        now = time.perf_counter()
+        if not msgs:
+            if now - last_progress > idle_timeout:
+                break
+            continue
+        last_progress = now
+        for m in msgs:
+            err = m.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    continue
+                r.got, r.error = got, f"consume error: {err}"
+                return r
+            got += 1
+            nbytes += len(m.value())
+            try:
+                seen[int(m.key())] = 1
+            except (IndexError, TypeError, ValueError):
+                bad_key += 1
+    r.elapsed_s = last_progress - t0  # until the last record arrived
+    r.cpu = cpu.stop()
+    # The stats document may be up to 500 ms old; one more short consume
+    # lets the latest one through (outside the timed window).
+    consume(num_messages=1, timeout=0.6)
+    r.fetches = fetch_totals(last_stats[0])
+    r.got, r.nbytes, r.bad_key, r.distinct = got, nbytes, bad_key, n - seen.count(0)
+    end = 0
+    for pid in parts:
+        _, hi = c.get_watermark_offsets(TopicPartition(topic, pid), cached=True)
+        end = None if end is None or hi < 0 else end + hi
+    r.end_offsets = end
+    return r
+
+
+def phase_consume(a) -> dict:
+    last_stats: list[str | None] = [None]
+    c = Consumer(consumer_conf(a, "raykafka-bench", last_stats))
+    try:
+        parts, failed = topic_partitions(c, a.topic)
+        if failed:
+            return failed
         # How many records does the broker say the topic holds?
-        held = start = 0
-        for pid in parts:
-            lo, hi = c.get_watermark_offsets(TopicPartition(a.topic, pid), timeout=30)
-            held += hi - lo
-            start += lo
+        held, start = watermark_totals(c, a.topic, parts)
         n = a.records
         # Records this consumer must see: all n, unless the broker already
         # deleted the oldest ones (below).
@@ -309,60 +437,22 @@ def phase_consume(a) -> dict:
             # --tolerate-retention (the mock only): check the tail it kept,
             # exactly once, and that its high watermarks still count all n.
             expect = held
-        got = nbytes = 0
-        seen = bytearray(n)  # seen[seq] = 1 once record seq has arrived
-        bad_seq = 0
-        last_progress = time.perf_counter()
-        consume = c.consume
-        cpu = CpuWindow(a.broker_pid).start()
-        t0 = time.perf_counter()
-        c.assign([TopicPartition(a.topic, pid, OFFSET_BEGINNING) for pid in parts])
-        while got < expect:
-            # consume() returns only once it has num_messages or the timeout
-            # passed: never ask for more than are still to come, or the last
-            # call idles out its full second inside the timed window.
-            msgs = consume(num_messages=min(10000, expect - got), timeout=1.0)
-            now = time.perf_counter()
-            if not msgs:
-                if now - last_progress > a.idle_timeout:
-                    break
-                continue
-            last_progress = now
-            for m in msgs:
-                err = m.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        continue
-                    return {"ok": False, "error": f"consume error: {err}",
-                            "consumed": got}
-                got += 1
-                nbytes += len(m.value())
-                try:
-                    seen[int(m.key())] = 1
-                except (IndexError, TypeError, ValueError):
-                    bad_seq += 1
-        t1 = last_progress  # time the last record arrived
-        cpu = cpu.stop()
-        # The stats document may be up to 500 ms old; one more short consume
-        # lets the latest one through (outside the timed window).
-        consume(num_messages=1, timeout=0.6)
-        fetches = fetch_totals(last_stats[0])
-        distinct = n - seen.count(0)
+        r = read_keyed(c, a.topic, parts, n, expect, a.idle_timeout, a.broker_pid, last_stats)
+        if r.error:
+            return {"ok": False, "error": r.error, "consumed": r.got}
+        got, distinct, nbytes, bad_seq = r.got, r.distinct, r.nbytes, r.bad_key
         # High watermarks seen in Fetch responses (what the broker really holds)
-        fetched_hwm = 0
-        for pid in parts:
-            _, hi = c.get_watermark_offsets(TopicPartition(a.topic, pid), cached=True)
-            fetched_hwm = None if fetched_hwm is None or hi < 0 else fetched_hwm + hi
+        fetched_hwm = r.end_offsets
         res = {
-            "elapsed_s": t1 - t0,
+            "elapsed_s": r.elapsed_s,
             "records": got,
             "distinct_records": distinct,
             "bytes": nbytes,
             "partitions": len(parts),
             "list_offsets_records": held,
             "fetch_high_watermark_records": fetched_hwm,
-            "cpu": cpu,
-            "fetches": fetches,
+            "cpu": r.cpu,
+            "fetches": r.fetches,
             "warnings": [],
         }
         if start > 0:
@@ -417,15 +507,9 @@ def main(argv=None) -> int:
                          "(log start offset > 0), verify the ones it kept instead of "
                          "failing (for librdkafka's mock, which keeps 5 MiB per partition)")
     a = ap.parse_args(argv)
-    try:
-        res = {"create": phase_create, "produce": phase_produce,
-               "consume": phase_consume, "delete": phase_delete,
-               "warmup": phase_warmup}[a.phase](a)
-    except Exception as e:  # report, never crash without a result line
-        res = {"ok": False, "error": f"{type(e).__name__}: {e}"}
-    res["phase"] = a.phase
-    emit(res)
-    return 0 if res.get("ok") else 1
+    return run_main({"create": phase_create, "produce": phase_produce,
+                     "consume": phase_consume, "delete": phase_delete,
+                     "warmup": phase_warmup}, a, a.phase)
 
 
 if __name__ == "__main__":

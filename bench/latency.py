@@ -30,7 +30,15 @@ import sys
 import time
 from array import array
 
-from bench.client import POOL_SIZE, base_conf, emit, make_payloads
+from bench.client import (
+    POOL_SIZE,
+    DeliveryErrors,
+    base_conf,
+    batching_conf,
+    make_payloads,
+    partitions_seen,
+    run_main,
+)
 
 STAMP = struct.Struct(">q")
 TICK_NS = 1_000_000  # the producer sleeps at least this long between bursts
@@ -81,29 +89,16 @@ def latency_summary(latencies_ns) -> dict:
 
 # ------------------------------------------------------------------ produce
 def phase_produce(a) -> dict:
-    from confluent_kafka import KafkaException, Producer
+    from confluent_kafka import Producer
 
     _, n = window_bounds(a.rate, a.warmup_s, a.window_s)
     tails = [v[STAMP.size:] for v in make_payloads(a.record_size)]
     mask = POOL_SIZE - 1
-    errors = {"count": 0, "first": None}
-
-    def on_delivery(err, msg):
-        if err is not None:
-            errors["count"] += 1
-            if errors["first"] is None:
-                errors["first"] = str(err)
-
+    errors = DeliveryErrors()
     # The throughput rows' producer settings: what a user tuned for
     # throughput would run, linger.ms=5 included.
-    p = Producer(base_conf(a) | {
-        "acks": a.acks, "compression.type": "lz4", "linger.ms": a.linger_ms,
-        "batch.size": 1000000, "delivery.report.only.error": True,
-        "message.timeout.ms": int(a.timeout * 1000), "on_delivery": on_delivery})
-    try:
-        p.list_topics(a.topic, timeout=30)  # connect before the schedule starts
-    except KafkaException as e:
-        print(f"metadata before produce failed: {e}", file=sys.stderr)
+    p = Producer(batching_conf(a, a.acks, a.linger_ms) | {"on_delivery": errors})
+    partitions_seen(p, a.topic)  # connects before the schedule starts
     produce, poll, now_ns, pack = p.produce, p.poll, time.monotonic_ns, STAMP.pack
     part = a.partition
     period_ns = 1e9 / a.rate
@@ -135,16 +130,8 @@ def phase_produce(a) -> dict:
            "send_s": round((t_sent - t0) / 1e9, 3),
            "schedule_lag_p99_ms": round(percentile(lags, 99) / 1e6, 3) if lags else None,
            "schedule_lag_max_ms": round(lags[-1] / 1e6, 3) if lags else None,
-           "errors": errors["count"]}
-    if remaining:
-        res.update(ok=False, error=f"{remaining} records still undelivered after "
-                   f"flush({a.timeout:.0f}s)")
-    elif errors["count"]:
-        res.update(ok=False, error=f"{errors['count']}/{n} records failed delivery "
-                   f"(first: {errors['first']})")
-    else:
-        res["ok"] = True
-    return res
+           "errors": errors.count}
+    return errors.verdict(res, remaining, n, a.timeout)
 
 
 def latency_timeline(seqs, latencies_ns, rate: float, first_seq: int) -> list[dict]:
@@ -287,13 +274,8 @@ def main(argv=None) -> int:
         ap.error("--rate must be positive and --record-size at least 8")
     if a.phase == "consume" and not a.ready_file:
         ap.error("consume needs --ready-file")
-    try:
-        res = {"produce": phase_produce, "consume": phase_consume}[a.phase](a)
-    except Exception as e:  # report, never crash without a result line
-        res = {"ok": False, "error": f"{type(e).__name__}: {e}"}
-    res["phase"] = "latency-" + a.phase
-    emit(res)
-    return 0 if res.get("ok") else 1
+    return run_main({"produce": phase_produce, "consume": phase_consume}, a,
+                    "latency-" + a.phase)
 
 
 if __name__ == "__main__":

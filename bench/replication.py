@@ -30,9 +30,7 @@ import argparse
 import json
 import os
 import re
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -44,13 +42,17 @@ from bench.run import (
     REPO,
     RESULTS,
     RaykafkaTarget,
+    StopsEverything,
     TansuTarget,
     TargetError,
-    kill_tree,
-    machine_info,
+    begin_run,
+    config_of,
+    finish_client,
+    print_table_head,
+    save_results,
+    start_client,
+    warn_if_loaded,
 )
-
-_children: set[subprocess.Popen] = set()
 
 
 class RaykafkaClusterTarget(RaykafkaTarget):
@@ -104,29 +106,9 @@ def run_client(t, bootstrap: str, topic: str, rf: int, min_insync: int, acks: st
                ["--replica-dirs", json.dumps(replica_dirs),
                 "--replica-timeout", str(a.replica_timeout)] if replica_dirs else [])
     err_log = t.workdir / f"{topic}-{tag}.stderr"
-    with open(err_log, "w") as err:
-        p = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=err,
-                             stdin=subprocess.DEVNULL, start_new_session=True)
-        _children.add(p)
-        limit = a.phase_timeout + 180  # create + ready + produce + HW wait
-        try:
-            out, _ = p.communicate(timeout=limit)
-        except subprocess.TimeoutExpired:
-            kill_tree(p, grace=2)
-            return {"ok": False, "error": f"client still running after {limit:.0f}s; killed"}
-        except BaseException:
-            kill_tree(p, grace=2)
-            raise
-        finally:
-            if p.poll() is not None:
-                _children.discard(p)
-    lines = out.decode(errors="replace").strip().splitlines()
-    try:
-        return json.loads(lines[-1])
-    except (IndexError, json.JSONDecodeError):
-        tail = err_log.read_text(errors="replace")[-2000:]
-        return {"ok": False, "error": f"client exited {p.returncode} without a result; "
-                                      f"stderr:\n{tail}"}
+    limit = a.phase_timeout + 180  # create + ready + produce + HW wait
+    # "phase" of the result is replaced by the phase's description (run_round).
+    return finish_client(start_client(cmd, err_log), err_log, limit, tag)
 
 
 def phases_for(name: str, a) -> list[dict]:
@@ -287,8 +269,7 @@ def print_report(summary: dict, rat: list[dict], a, machine: dict, notes: list[s
     hdr = (f"{'target':9s} {'RF':>2s} {'acks':>4s} {'mode':>7s} {'MB/s':>7s} {'records/s':>9s} "
            f"{'p50 ms':>8s} {'p99 ms':>8s} {'p99.9':>8s} {'CPU%cli':>7s} {'brk':>5s} "
            f"{'other':>5s}  runs MB/s")
-    print(hdr)
-    print("-" * len(hdr))
+    print_table_head(hdr)
     f0 = lambda v: f"{v:.0f}" if isinstance(v, (int, float)) else "?"
     for k, s in summary.items():
         ph = s["phase"]
@@ -358,24 +339,13 @@ def parse_args(argv=None):
     return a
 
 
-def _on_signal(signum, frame):
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 def main(argv=None) -> int:
     a = parse_args(argv)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, _on_signal)
-    signal.signal(signal.SIGHUP, _on_signal)
-    machine = machine_info()
-    run_id = time.strftime("%Y%m%d-%H%M%S")
-    load = os.getloadavg()
-    machine["loadavg_at_start"] = [round(x, 2) for x in load]
+    machine, run_id = begin_run()
     print(f"raykafka replication bench {run_id}: targets={','.join(a.targets)}; "
-          f"{machine['cpus_usable']} cores shared; load average {load[0]:.2f}", flush=True)
-    if load[0] > 0.5:
-        print(f"warning: 1-minute load average is {load[0]:.2f} before the run: other work "
-              f"shares these cores, figures will be noisy", flush=True)
+          f"{machine['cpus_usable']} cores shared; load average "
+          f"{machine['loadavg_at_start'][0]:.2f}", flush=True)
+    warn_if_loaded(machine)
     workroot = Path(tempfile.mkdtemp(prefix=f"raykafka-repl-bench-{run_id}-"))
     targets = []
     for name in a.targets:
@@ -387,9 +357,8 @@ def main(argv=None) -> int:
             targets.append(TansuTarget(workroot / name, a.start_timeout))
     results: list[dict] = []
     errors: dict[str, str] = {}
-    interrupted = False
     started = time.monotonic()
-    try:
+    with StopsEverything(targets) as run:
         for r in range(a.repeat):
             print(f"[round {r + 1}/{a.repeat}]", flush=True)
             for t in targets:
@@ -400,16 +369,7 @@ def main(argv=None) -> int:
                 except TargetError as e:
                     print(f"  {t.name}: FAIL: {e}", flush=True)
                     errors[t.name] = str(e)
-    except KeyboardInterrupt:
-        interrupted = True
-        print("\ninterrupted; stopping brokers and clients", file=sys.stderr)
-    finally:
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            signal.signal(sig, signal.SIG_IGN)
-        for p in list(_children):
-            kill_tree(p, grace=2)
-        for t in targets:
-            t.stop()
+    interrupted = run.interrupted
 
     summary = summarize(results)
     for name, err in errors.items():  # a target that never came up: every phase FAILs
@@ -425,13 +385,12 @@ def main(argv=None) -> int:
         print(f"warning: other processes used up to {busy:.0f}% of a core during timed windows; "
               f"ratios are unreliable, rerun when the machine is quiet and/or with --repeat 3")
     doc = {"run_id": run_id, "interrupted": interrupted, "machine": machine,
-           "config": {k: str(v) if isinstance(v, Path) else v for k, v in vars(a).items()},
+           "config": config_of(a),
            "summary": summary, "ratios": rat, "results": results, "target_errors": errors,
            "notes": notes, "wall_s": round(time.monotonic() - started, 1),
            "workdir": str(workroot)}
     path = a.output or RESULTS / f"replication-{run_id}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(doc, indent=2, default=str))
+    save_results(doc, path, indent=2)
     print(f"\nresults: {path}  (broker/client logs: {workroot}; {doc['wall_s']}s)")
     failed = interrupted or bool(errors) or any(not s["ok"] for s in summary.values())
     return 1 if failed else 0

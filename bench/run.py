@@ -393,11 +393,52 @@ def run_phase(phase: str, bootstrap: str, topic: str, wl: Workload, a, log_dir: 
            "--acks", str(wl.acks), "--timeout", str(a.phase_timeout),
            "--idle-timeout", str(a.idle_timeout), *extra]
     err_log = log_dir / f"{topic}-{phase}.stderr"
-    res = finish_client(start_client(cmd, err_log), err_log, a.phase_timeout + 60, phase)
+    return with_throughput(finish_client(start_client(cmd, err_log), err_log,
+                                         a.phase_timeout + 60, phase))
+
+
+def with_throughput(res: dict) -> dict:
+    """A client result with mb_s and records_s added if it is good."""
     if res.get("ok") and res.get("elapsed_s", 0) > 0:
         res["mb_s"] = res["bytes"] / res["elapsed_s"] / 1e6
         res["records_s"] = res["records"] / res["elapsed_s"]
     return res
+
+
+def warm_up_groups(t: Target, topic: str, a) -> dict:
+    """The first group.id a broker sees may make it set up its group
+    coordinator (raykafka: __consumer_offsets and its coordinator actors):
+    an OffsetFetch does that here, untimed, so it lands in no timed window."""
+    w = run_phase("warmup", t.bootstrap, topic, Workload(1, 1024, 1, "1"), a, t.workdir)
+    if not w.get("ok"):
+        t.note(f"group coordinator warm-up failed: {w.get('error')}", key="warmup")
+    return w
+
+
+def create_topic(t: Target, topic: str, wl: Workload, a, case: dict) -> bool:
+    """The create phase, into case["create"]: True if the topic has the
+    partitions asked for (where the target can make them)."""
+    c = case["create"] = run_phase("create", t.bootstrap, topic, wl, a, t.workdir)
+    if c.get("ok") and t.fixed_partitions is None and not c.get("created"):
+        # An auto-created topic would have the broker's default partition
+        # count, not the one asked for.
+        c.update(ok=False, error=f"CreateTopics failed: {c.get('note')}")
+    return bool(c.get("ok"))
+
+
+def one_partition_args(t: Target, partitions: int) -> tuple[str, ...]:
+    """A produce's arguments that keep a one-partition case on one partition
+    of a target whose topics have more (the mock's have 4)."""
+    return ("--partition", "0") if t.fixed_partitions is not None and partitions == 1 else ()
+
+
+def delete_topic(t: Target, topic: str, wl: Workload, a, case: dict) -> None:
+    """The delete phase, into case["delete"], where the target can delete."""
+    if t.deletes_topics:
+        d = case["delete"] = run_phase("delete", t.bootstrap, topic, wl, a, t.workdir)
+        if not d.get("ok"):
+            t.note(f"topics could not be deleted, they pile up in the broker "
+                   f"({d.get('error')})", key="delete")
 
 
 def run_round(t: Target, r: int, a, run_id: str) -> dict:
@@ -412,12 +453,8 @@ def run_round(t: Target, r: int, a, run_id: str) -> dict:
         print(f"  {t.name} #{r}: up on {bootstrap} in {run['startup_s']}s", flush=True)
         topic = run["topic"] = f"bench-{run_id}-{t.name}-{r}"
         wl = Workload(a.records, a.record_size, a.partitions, a.acks)
-        # The consume phase uses a group: whatever a broker sets up for its
-        # first group (raykafka: __consumer_offsets and its coordinator
-        # actors) happens here, untimed, as in the matrix's sessions.
-        w = run["warmup"] = run_phase("warmup", bootstrap, f"{topic}-warmup", wl, a, t.workdir)
-        if not w.get("ok"):
-            t.note(f"group coordinator warm-up failed: {w.get('error')}", key="warmup")
+        # The consume phase uses a group, as in the matrix's sessions.
+        run["warmup"] = warm_up_groups(t, f"{topic}-warmup", a)
         c = run["create"] = run_phase("create", bootstrap, topic, wl, a, t.workdir)
         if c.get("note"):
             t.note(c["note"])
@@ -502,8 +539,7 @@ def print_report(summary: dict, ratios: dict, a, machine: dict) -> None:
     print()
     hdr = (f"{'target':10s} {'phase':8s} {'parts':>5s} {'MB/s':>9s} {'records/s':>11s} "
            f"{'time s':>7s} {'CPU%cli':>7s} {'brk':>5s} {'other':>5s}  runs MB/s")
-    print(hdr)
-    print("-" * len(hdr))
+    print_table_head(hdr)
     for name, s in summary.items():
         for phase in ("produce", "consume"):
             r = s[phase]
@@ -787,28 +823,15 @@ def run_case(t: Target, wl: Workload, a, topic: str) -> dict:
     exactly-once check of the produce), delete."""
     case: dict = {"topic": topic, "records": wl.records}
     pid = t.proc.pid if t.proc else None
-    c = case["create"] = run_phase("create", t.bootstrap, topic, wl, a, t.workdir)
-    if not c.get("ok"):
+    if not create_topic(t, topic, wl, a, case):
         return case
-    if t.fixed_partitions is None and not c.get("created"):
-        # An auto-created topic would have the broker's default partition
-        # count, not the row's.
-        c.update(ok=False, error=f"CreateTopics failed: {c.get('note')}")
-        return case
-    produce_extra: tuple[str, ...] = ()
-    if t.fixed_partitions is not None and wl.partitions == 1:
-        produce_extra = ("--partition", "0")
     case["produce"] = run_phase("produce", t.bootstrap, topic, wl, a, t.workdir, pid,
-                                produce_extra)
+                                one_partition_args(t, wl.partitions))
     if case["produce"].get("ok"):
         consume_extra = ("--tolerate-retention",) if t.keeps_mib_per_partition else ()
         case["consume"] = run_phase("consume", t.bootstrap, topic, wl, a, t.workdir, pid,
                                     consume_extra)
-    if t.deletes_topics:
-        d = case["delete"] = run_phase("delete", t.bootstrap, topic, wl, a, t.workdir)
-        if not d.get("ok"):
-            t.note(f"topics could not be deleted, they pile up in the broker "
-                   f"({d.get('error')})", key="delete")
+    delete_topic(t, topic, wl, a, case)
     return case
 
 
@@ -821,32 +844,44 @@ def _client_kernel_note(cpu: dict) -> str:
     return f" (kernel {cpu['client_kernel_cpu_pct']:.0f}%, {faults_k:.0f}k faults)"
 
 
-def _fmt_case(case: dict) -> str:
+def case_line(case: dict, phases: tuple[str, ...], mb_s_format: str, details,
+              first_error) -> str:
+    """The progress line of one topic: per phase that ran its MB/s and
+    details(phase, result), or FAIL and why; FAIL and first_error(case) if
+    none ran."""
     parts = []
-    for phase in ("produce", "consume"):
+    for phase in phases:
         r = case.get(phase)
         if r is None:
             continue
         if r.get("ok"):
-            parts.append(f"{phase} {r['mb_s']:7.1f} MB/s")
-            if phase == "consume":
-                cpu = r.get("cpu") or {}
-                disk = cpu.get("disk_read_mb") or 0
-                if disk >= 1:
-                    # page-cache reads that went to the disk (see procstat)
-                    parts[-1] += f" ({disk:.0f} MB from disk)"
-                parts[-1] += _client_kernel_note(cpu)
-                f = r.get("fetches")
-                if f and f.get("fetch_requests"):
-                    # how the bytes came: a slow round with more, smaller
-                    # fetches differs from one with the same fetches, slower
-                    parts[-1] += (f" [{f['fetch_requests']} fetches, "
-                                  f"{f['rx_bytes'] / f['fetch_requests'] / 1e3:.0f} kB each]")
+            parts.append(f"{phase} {r['mb_s']:{mb_s_format}} MB/s{details(phase, r)}")
         else:
             parts.append(f"{phase} FAIL: {(r.get('error') or '').splitlines()[0][:120]}")
     if not parts:
-        parts.append(f"FAIL: {_first_error(case)[:140]}")
+        parts.append(f"FAIL: {first_error(case)[:140]}")
     return "; ".join(parts)
+
+
+def _consume_details(phase: str, r: dict) -> str:
+    if phase != "consume":
+        return ""
+    cpu = r.get("cpu") or {}
+    disk = cpu.get("disk_read_mb") or 0
+    # page-cache reads that went to the disk (see procstat)
+    out = f" ({disk:.0f} MB from disk)" if disk >= 1 else ""
+    out += _client_kernel_note(cpu)
+    f = r.get("fetches")
+    if f and f.get("fetch_requests"):
+        # how the bytes came: a slow round with more, smaller
+        # fetches differs from one with the same fetches, slower
+        out += (f" [{f['fetch_requests']} fetches, "
+                f"{f['rx_bytes'] / f['fetch_requests'] / 1e3:.0f} kB each]")
+    return out
+
+
+def _fmt_case(case: dict) -> str:
+    return case_line(case, ("produce", "consume"), "7.1f", _consume_details, _first_error)
 
 
 def run_session(t: Target, r: int, workloads: list[Workload], a, run_id: str) -> dict:
@@ -861,13 +896,7 @@ def run_session(t: Target, r: int, workloads: list[Workload], a, run_id: str) ->
         session["startup_s"] = round(time.monotonic() - t0, 2)
         print(f"  {t.name}: up on {bootstrap} in {session['startup_s']}s", flush=True)
         root = t.proc.pid if t.proc else None
-        # The first group.id a broker sees may make it set up its group
-        # coordinator (raykafka: __consumer_offsets, six actors); do that
-        # before the rows so it lands in no timed window.
-        w = session["warmup"] = run_phase("warmup", bootstrap, f"bench-{run_id}-warmup",
-                                          Workload(1, 1024, 1, "1"), a, t.workdir)
-        if not w.get("ok"):
-            t.note(f"group coordinator warm-up failed: {w.get('error')}", key="warmup")
+        session["warmup"] = warm_up_groups(t, f"bench-{run_id}-warmup", a)
         if root:
             session["memory"] = {"after_start": tree_memory(root)}
             sampler = RssSampler(root).start()
@@ -1047,14 +1076,38 @@ def _f(v, fmt: str, width: int) -> str:
     return f"{v:{width}{fmt}}" if isinstance(v, (int, float)) else f"{'n/a':>{width}s}"
 
 
+def cpu_and_runs(cell: dict) -> str:
+    """A summary cell's last columns: client, broker and other CPU %, then
+    every round's MB/s."""
+    return (f"{_f(cell['client_cpu_pct'], '.0f', 5)} {_f(cell['broker_cpu_pct'], '.0f', 5)} "
+            f"{_f(cell['other_cpu_pct'], '.0f', 5)}  {cell['all_mb_s']}")
+
+
+def print_table_head(hdr: str) -> None:
+    print(hdr)
+    print("-" * len(hdr))
+
+
+def print_cell(head: str, cell: dict, figures, cut: int) -> None:
+    """A table line of one summary cell: head (row, target, partitions),
+    then figures(cell) if it has figures, else n/a or FAIL and why (its
+    first `cut` characters)."""
+    if cell.get("status") == "ok":
+        print(f"{head} {figures(cell)}")
+    elif cell.get("status") == "na":
+        print(f"{head} {'n/a':>8s}  {cell['reason'][:cut]}")
+    else:
+        err = (cell.get("error") or "not run").splitlines()[0][:cut]
+        print(f"{head} {'FAIL':>8s}  {err}")
+
+
 def print_rows(doc: dict) -> None:
     """The throughput table: one line per (row, target)."""
     targets, summary = doc["config"]["targets"], doc["summary"]
     print()
     hdr = (f"{'row':24s} {'target':9s} {'parts':>5s} {'MB/s':>8s} {'records/s':>10s} "
            f"{'/' + BASELINE:>7s} {'best':>5s} {'cli%':>5s} {'brk%':>5s} {'oth%':>5s}  runs MB/s")
-    print(hdr)
-    print("-" * len(hdr))
+    print_table_head(hdr)
     footnotes = set()
     for row in doc["rows"]:
         label = row["row"]
@@ -1065,17 +1118,9 @@ def print_rows(doc: dict) -> None:
             if name == "mock" and cell.get("status") == "ok":
                 ptxt += "*"
                 footnotes.add("mock")
-            if cell.get("status") == "ok":
-                print(f"{label:24s} {name:9s} {ptxt:>5s} {cell['mb_s']:8.1f} "
-                      f"{cell['records_s']:10.0f} {_f(cell['ratio'], '.2f', 7)} "
-                      f"{_f(cell['best_ratio'], '.2f', 5)} {_f(cell['client_cpu_pct'], '.0f', 5)} "
-                      f"{_f(cell['broker_cpu_pct'], '.0f', 5)} {_f(cell['other_cpu_pct'], '.0f', 5)}"
-                      f"  {cell['all_mb_s']}")
-            elif cell.get("status") == "na":
-                print(f"{label:24s} {name:9s} {ptxt:>5s} {'n/a':>8s}  {cell['reason'][:90]}")
-            else:
-                err = (cell.get("error") or "not run").splitlines()[0][:90]
-                print(f"{label:24s} {name:9s} {ptxt:>5s} {'FAIL':>8s}  {err}")
+            print_cell(f"{label:24s} {name:9s} {ptxt:>5s}", cell, lambda c: (
+                f"{c['mb_s']:8.1f} {c['records_s']:10.0f} {_f(c['ratio'], '.2f', 7)} "
+                f"{_f(c['best_ratio'], '.2f', 5)} {cpu_and_runs(c)}"), 90)
             label = ""
     print("parts = partitions the topic had; cli/brk/oth% = CPU during the timed window in % "
           "of ONE core: client process, broker process tree, everything else.")
@@ -1180,11 +1225,9 @@ def main_matrix(a, machine: dict, run_id: str, targets: list[Target], workroot: 
     sessions: dict[str, list[dict]] = {t.name: [] for t in targets}
     latency_sessions: dict[str, list[dict]] = {t.name: [] for t in targets}
     doc: dict = {"run_id": run_id, "mode": "matrix", "machine": machine,
-                 "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items()},
-                 "rows": rows, "workdir": str(workroot)}
-    interrupted = False
+                 "config": config_of(a), "rows": rows, "workdir": str(workroot)}
     rate, rate_source = None, None
-    try:
+    with StopsEverything(targets) as run:
         for r in range(0 if a.latency_only else a.repeat):
             print(f"[round {r + 1}/{a.repeat}]", flush=True)
             for t in rotated(targets, r):
@@ -1198,12 +1241,7 @@ def main_matrix(a, machine: dict, run_id: str, targets: list[Target], workroot: 
                     latency_sessions[t.name].append(run_latency_session(
                         t, lr, rate, a, run_id,
                         measure_idle=(t.name == "raykafka" and lr == 0 and a.idle_partitions > 0)))
-    except KeyboardInterrupt:
-        interrupted = True
-        print("\ninterrupted; stopping brokers and clients", file=sys.stderr)
-    finally:
-        _cleanup(targets)
-
+    interrupted = run.interrupted
     machine["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
     summary = summarize_matrix(rows, sessions)
     if rate is None:
@@ -1223,23 +1261,11 @@ def main_matrix(a, machine: dict, run_id: str, targets: list[Target], workroot: 
                notes={t.name: t.notes for t in targets},
                broker_logs={t.name: t.logs for t in targets})
     path = a.output or RESULTS / f"matrix-{run_id}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(doc, indent=1, default=str))
+    save_results(doc, path, indent=1)
     print_matrix_report(doc)
-    if interrupted:
-        print("INTERRUPTED: only what completed before the interrupt is shown")
-    for t in targets:
-        for note in t.notes:
-            print(f"note [{t.name}]: {note}")
-    disturbed = [(label, n, c.get("other_cpu_pct")) for label, cells in summary.items()
-                 for n, c in cells.items() if c.get("status") == "ok"
-                 and (c.get("other_cpu_pct") or 0) > OTHER_CPU_WARN]
-    if disturbed:
-        worst = max(disturbed, key=lambda x: x[2])
-        print(f"warning: other processes used up to {worst[2]:.0f}% of a core during timed "
-              f"windows ({worst[1]}, {worst[0]}); {len(disturbed)} cell(s) above "
-              f"{OTHER_CPU_WARN:.0f}%: ratios are noisy, prefer the best-round column or rerun.")
-    print(f"\nresults: {path}  (broker/client logs: {workroot})")
+    end_report(interrupted, targets, summary,
+               "{cells} cell(s) above " + f"{OTHER_CPU_WARN:.0f}%: ratios are noisy, prefer "
+               "the best-round column or rerun.", path, workroot)
     failed = interrupted or (not a.latency_only and any(
         c["status"] == "fail" for cells in summary.values() for c in cells.values()))
     failed |= any(s.get("ok") is False for s in doc["latency"].get("summary", {}).values())
@@ -1304,10 +1330,7 @@ def parse_args(argv=None):
                     help="consume gives up (FAIL) after this long without a record")
     ap.add_argument("--output", type=Path, help="JSON result path (default bench/results/<ts>.json)")
     a = ap.parse_args(argv)
-    a.targets = [t.strip() for t in a.targets.split(",") if t.strip()]
-    bad = [t for t in a.targets if t not in ALL_TARGETS]
-    if bad or not a.targets:
-        ap.error(f"unknown target(s) {bad}; choose from {','.join(ALL_TARGETS)}")
+    a.targets = parse_targets(ap, a.targets)
     quick = a.matrix and a.quick
     for key, full, small in (("repeat", 3, 1), ("row_mib", 192.0, 16.0),
                              ("latency_warmup_s", 5.0, 2.0), ("latency_window_s", 15.0, 5.0),
@@ -1327,8 +1350,111 @@ def parse_args(argv=None):
     return a
 
 
+def parse_targets(ap: argparse.ArgumentParser, text: str) -> list[str]:
+    """The targets of a comma-separated --targets (an argparse error if one is unknown)."""
+    targets = [t.strip() for t in text.split(",") if t.strip()]
+    bad = [t for t in targets if t not in ALL_TARGETS]
+    if bad or not targets:
+        ap.error(f"unknown target(s) {bad}; choose from {','.join(ALL_TARGETS)}")
+    return targets
+
+
 def _on_sigterm(signum, frame):
     raise KeyboardInterrupt(f"signal {signum}")
+
+
+def begin_run() -> tuple[dict, str]:
+    """Ctrl-C, SIGTERM and SIGHUP made KeyboardInterrupt (a run then stops
+    what it started); returns the machine (with its load average now) and
+    the run id."""
+    # Explicit: a shell that starts us in the background ignores SIGINT, and
+    # Python then never installs its KeyboardInterrupt handler.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    signal.signal(signal.SIGHUP, _on_sigterm)
+    machine = machine_info()
+    machine["loadavg_at_start"] = [round(x, 2) for x in os.getloadavg()]
+    return machine, time.strftime("%Y%m%d-%H%M%S")
+
+
+def warn_if_loaded(machine: dict) -> None:
+    load = machine["loadavg_at_start"][0]
+    if load > 0.5:
+        print(f"warning: 1-minute load average is {load:.2f} before the run: other "
+              f"work shares these cores, figures will be noisy", flush=True)
+
+
+def standard_targets(a) -> dict:
+    """name -> (workdir -> Target) of the three targets."""
+    return {
+        "raykafka": lambda wd: RaykafkaTarget(wd, a.start_timeout,
+                                              a.raykafka_bootstrap, a.raykafka_cmd),
+        "tansu": lambda wd: TansuTarget(wd, a.start_timeout),
+        "mock": lambda wd: MockTarget(wd, a.start_timeout),
+    }
+
+
+def make_targets(names: list[str], workroot: Path, makers: dict) -> list[Target]:
+    """The targets named, each with its own work directory under workroot."""
+    targets = []
+    for name in names:
+        (workroot / name).mkdir()
+        targets.append(makers[name](workroot / name))
+    return targets
+
+
+class StopsEverything:
+    """``with StopsEverything(targets) as run:`` a KeyboardInterrupt (Ctrl-C,
+    SIGTERM, SIGHUP) ends the block and sets run.interrupted; either way every
+    client process and broker this run started is stopped after it."""
+
+    def __init__(self, targets: list[Target]):
+        self.targets = targets
+        self.interrupted = False
+
+    def __enter__(self) -> "StopsEverything":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if exc_type is not None and issubclass(exc_type, KeyboardInterrupt):
+            self.interrupted = True
+            print("\ninterrupted; stopping brokers and clients", file=sys.stderr)
+        _cleanup(self.targets)
+        return self.interrupted
+
+
+def config_of(a) -> dict:
+    """The run's options as JSON values."""
+    return {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items()}
+
+
+def save_results(doc: dict, path: Path, indent: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=indent, default=str))
+
+
+def print_notes(targets: list[Target]) -> None:
+    for t in targets:
+        for note in t.notes:
+            print(f"note [{t.name}]: {note}")
+
+
+def end_report(interrupted: bool, targets: list[Target], summary: dict, advice: str,
+               path: Path, workroot: Path) -> None:
+    """What follows a run's table: whether it was interrupted, the targets'
+    notes, a warning if other processes disturbed timed windows (then
+    `advice`, where {cells} is how many cells), where the results are."""
+    if interrupted:
+        print("INTERRUPTED: only what completed before the interrupt is shown")
+    print_notes(targets)
+    disturbed = [(label, n, c.get("other_cpu_pct")) for label, cells in summary.items()
+                 for n, c in cells.items() if c.get("status") == "ok"
+                 and (c.get("other_cpu_pct") or 0) > OTHER_CPU_WARN]
+    if disturbed:
+        worst = max(disturbed, key=lambda x: x[2])
+        print(f"warning: other processes used up to {worst[2]:.0f}% of a core during timed "
+              f"windows ({worst[1]}, {worst[0]}); " + advice.format(cells=len(disturbed)))
+    print(f"\nresults: {path}  (broker/client logs: {workroot})")
 
 
 def _cleanup(targets: list[Target]) -> None:
@@ -1344,42 +1470,22 @@ def _cleanup(targets: list[Target]) -> None:
 
 def main(argv=None) -> int:
     a = parse_args(argv)
-    # Explicit: a shell that starts us in the background ignores SIGINT, and
-    # Python then never installs its KeyboardInterrupt handler.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, _on_sigterm)
-    signal.signal(signal.SIGHUP, _on_sigterm)
-    machine = machine_info()
-    run_id = time.strftime("%Y%m%d-%H%M%S")
+    machine, run_id = begin_run()
     print(f"raykafka bench {run_id}: targets={','.join(a.targets)}; "
           f"{machine['cpus']} cores ({machine['cpus_usable']} usable) shared by "
           f"client and broker", flush=True)
-    load = os.getloadavg()
-    machine["loadavg_at_start"] = [round(x, 2) for x in load]
-    if load[0] > 0.5:
-        print(f"warning: 1-minute load average is {load[0]:.2f} before the run: other "
-              f"work shares these cores, figures will be noisy", flush=True)
+    warn_if_loaded(machine)
     if a.matrix:
         print(f"matrix: {a.row_mib:g} MiB per row, {a.repeat} round(s), latency "
               f"{a.latency_warmup_s:g}+{a.latency_window_s:g} s x {a.latency_rounds}, "
               f"{a.idle_partitions} idle partitions", flush=True)
     workroot = Path(tempfile.mkdtemp(prefix=f"raykafka-bench-{run_id}-"))
-    makers = {
-        "raykafka": lambda wd: RaykafkaTarget(wd, a.start_timeout,
-                                              a.raykafka_bootstrap, a.raykafka_cmd),
-        "tansu": lambda wd: TansuTarget(wd, a.start_timeout),
-        "mock": lambda wd: MockTarget(wd, a.start_timeout),
-    }
-    targets: list[Target] = []
-    for name in a.targets:
-        (workroot / name).mkdir()
-        targets.append(makers[name](workroot / name))
+    targets = make_targets(a.targets, workroot, standard_targets(a))
     if a.matrix:
         return main_matrix(a, machine, run_id, targets, workroot)
     results: dict[str, dict] = {t.name: {"target": t.name, "runs": [], "notes": t.notes,
                                          "broker_logs": t.logs} for t in targets}
-    interrupted = False
-    try:
+    with StopsEverything(targets) as run:
         # Rounds are interleaved (round r runs every target once, one broker at
         # a time) so drifting background load hits all targets alike.
         for r in range(a.repeat):
@@ -1393,11 +1499,7 @@ def main(argv=None) -> int:
                 except TargetError as e:
                     print(f"  {t.name}: FAIL: {e}", flush=True)
                     res["error"] = str(e)
-    except KeyboardInterrupt:
-        interrupted = True
-        print("\ninterrupted; stopping brokers and clients", file=sys.stderr)
-    finally:
-        _cleanup(targets)
+    interrupted = run.interrupted
 
     summary = {n: summarize(r) for n, r in results.items()}
     ratios = {}
@@ -1414,9 +1516,7 @@ def main(argv=None) -> int:
     print_report(summary, ratios, a, machine)
     if interrupted:
         print("INTERRUPTED: only the rounds completed before the interrupt are shown")
-    for n, r in results.items():
-        for note in r.get("notes", []):
-            print(f"note [{n}]: {note}")
+    print_notes(targets)
     busy = [(n, p, s[p].get("other_cpu_pct")) for n, s in summary.items()
             for p in ("produce", "consume") if s[p].get("ok")]
     busy = [(n, p, v) for n, p, v in busy if v is not None and v > OTHER_CPU_WARN]
@@ -1428,12 +1528,10 @@ def main(argv=None) -> int:
               f"rerun when the machine is quiet and/or with a larger --repeat.")
 
     doc = {"run_id": run_id, "interrupted": interrupted, "machine": machine,
-           "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items()},
-           "summary": summary, "ratios": ratios, "targets": results,
+           "config": config_of(a), "summary": summary, "ratios": ratios, "targets": results,
            "workdir": str(workroot)}
     path = a.output or RESULTS / f"{run_id}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(doc, indent=2, default=str))
+    save_results(doc, path, indent=2)
     print(f"\nresults: {path}  (broker/client logs: {workroot})")
     failed = interrupted or any(not s[p]["ok"] for s in summary.values()
                                 for p in ("produce", "consume"))

@@ -38,9 +38,7 @@ the exit status is 1 only if a cell FAILed or the run was interrupted.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import signal
 import statistics
 import sys
 import tempfile
@@ -48,30 +46,40 @@ import time
 from pathlib import Path
 
 from bench.run import (
-    ALL_TARGETS,
     MIB,
-    OTHER_CPU_WARN,
     PYTHON,
     RESULTS,
     MockTarget,
     RaykafkaTarget,
-    TansuTarget,
+    StopsEverything,
     Target,
     TargetError,
     Workload,
-    _cleanup,
-    _on_sigterm,
+    _f,
+    begin_run,
+    case_line,
+    cpu_and_runs,
+    config_of,
+    create_topic,
+    delete_topic,
+    end_report,
     finish_client,
-    machine_info,
+    make_targets,
+    one_partition_args,
+    parse_targets,
+    print_cell,
+    print_table_head,
     ratio,
     rotated,
-    run_phase,
+    save_results,
+    standard_targets,
     start_client,
     summarize_cell,
+    warm_up_groups,
+    with_throughput,
 )
+from bench.txn_client import ISOLATIONS, MODES
 
-MODES = ("plain", "idempotent", "transactional")
-ISOLATIONS = ("read_uncommitted", "read_committed")
 BASELINE = "tansu"
 VARIANT = "raykafka_v"  # --raykafka-variant's target (a legal topic-name part)
 # (row label, phase, topic mode, isolation of the read it comes from)
@@ -144,11 +152,7 @@ def run_txn_phase(t: Target, phase: str, topic: str, records: int, a,
     # the warm-up waits up to start_timeout (passed as its --timeout).
     limit = {"produce": a.phase_timeout * 3, "warmup": a.start_timeout}.get(
         phase, a.phase_timeout) + 60
-    res = finish_client(start_client(cmd, err_log), err_log, limit, phase)
-    if res.get("ok") and res.get("elapsed_s", 0) > 0:
-        res["mb_s"] = res["bytes"] / res["elapsed_s"] / 1e6
-        res["records_s"] = res["records"] / res["elapsed_s"]
-    return res
+    return with_throughput(finish_client(start_client(cmd, err_log), err_log, limit, phase))
 
 
 def run_topic(t: Target, mode: str, r: int, records: int, a, topic: str) -> dict:
@@ -156,42 +160,27 @@ def run_topic(t: Target, mode: str, r: int, records: int, a, topic: str) -> dict
     transactional topic, the order alternating by round), delete."""
     case: dict = {"topic": topic, "mode": mode, "records": records}
     wl = Workload(records, a.record_size, a.partitions, "all")
-    c = case["create"] = run_phase("create", t.bootstrap, topic, wl, a, t.workdir)
-    if c.get("ok") and t.fixed_partitions is None and not c.get("created"):
-        c.update(ok=False, error=f"CreateTopics failed: {c.get('note')}")
-    if not c.get("ok"):
+    if not create_topic(t, topic, wl, a, case):
         return case
-    part = ["--partition", "0"] if t.fixed_partitions is not None and a.partitions == 1 else []
-    case["produce"] = run_txn_phase(t, "produce", topic, records, a, ["--mode", mode, *part])
+    case["produce"] = run_txn_phase(t, "produce", topic, records, a,
+                                    ["--mode", mode, *one_partition_args(t, a.partitions)])
     if case["produce"].get("ok"):
         reads = rotated(list(ISOLATIONS), r) if mode == "transactional" else ["read_uncommitted"]
         for iso in reads:
             case[iso] = run_txn_phase(t, "consume", topic, records, a, ["--isolation", iso])
-    if t.deletes_topics:
-        d = case["delete"] = run_phase("delete", t.bootstrap, topic, wl, a, t.workdir)
-        if not d.get("ok"):
-            t.note(f"topics could not be deleted, they pile up in the broker "
-                   f"({d.get('error')})", key="delete")
+    delete_topic(t, topic, wl, a, case)
     return case
 
 
+def _transactions_details(phase: str, res: dict) -> str:
+    if phase == "produce" and res.get("transactions"):
+        return (f" ({res['transactions'] / res['elapsed_s']:.1f} txn/s, commit "
+                f"p50 {res['commit'].get('p50_ms')} ms)")
+    return ""
+
+
 def _line(case: dict) -> str:
-    out = []
-    for key in ("produce", *ISOLATIONS):
-        res = case.get(key)
-        if res is None:
-            continue
-        label = "produce" if key == "produce" else key
-        if res.get("ok"):
-            out.append(f"{label} {res['mb_s']:.1f} MB/s")
-            if key == "produce" and res.get("transactions"):
-                out[-1] += (f" ({res['transactions'] / res['elapsed_s']:.1f} txn/s, commit "
-                            f"p50 {res['commit'].get('p50_ms')} ms)")
-        else:
-            out.append(f"{label} FAIL: {(res.get('error') or '').splitlines()[0][:120]}")
-    if not out:
-        out.append(f"FAIL: {first_error(case)[:140]}")
-    return "; ".join(out)
+    return case_line(case, ("produce", *ISOLATIONS), ".1f", _transactions_details, first_error)
 
 
 def run_session(t: Target, r: int, a, run_id: str) -> dict:
@@ -203,10 +192,7 @@ def run_session(t: Target, r: int, a, run_id: str) -> dict:
         bootstrap = t.start()
         session.update(bootstrap=bootstrap, startup_s=round(time.monotonic() - t0, 2))
         print(f"  {t.name}: up on {bootstrap} in {session['startup_s']}s", flush=True)
-        w = session["warmup"] = run_phase("warmup", bootstrap, f"txn-{run_id}-warmup",
-                                          Workload(1, 1024, 1, "1"), a, t.workdir)
-        if not w.get("ok"):
-            t.note(f"group coordinator warm-up failed: {w.get('error')}", key="warmup")
+        session["warmup"] = warm_up_groups(t, f"txn-{run_id}-warmup", a)
         # The first transactional id a broker sees may make it set up its
         # transaction coordinators (raykafka: __transaction_state, 50
         # partitions by default, a replica actor each): untimed, here, before
@@ -373,10 +359,6 @@ def goal(pairs: dict) -> dict:
 
 
 # ------------------------------------------------------------------ report
-def _f(v, fmt: str, width: int) -> str:
-    return f"{v:{width}{fmt}}" if isinstance(v, (int, float)) else f"{'n/a':>{width}s}"
-
-
 def print_report(doc: dict) -> None:
     cfg, summary, pairs = doc["config"], doc["summary"], doc["pairs"]
     targets = cfg["targets"]
@@ -397,25 +379,16 @@ def print_report(doc: dict) -> None:
     print()
     hdr = (f"{'row':25s} {'target':10s} {'parts':>5s} {'MB/s':>8s} {'records/s':>10s} "
            f"{'txn/s':>7s} {'/' + BASELINE:>7s} {'cli%':>5s} {'brk%':>5s} {'oth%':>5s}  runs MB/s")
-    print(hdr)
-    print("-" * len(hdr))
+    print_table_head(hdr)
     for label, *_ in ROWS:
         first = label
         for name in targets:
             cell = summary[label].get(name, {})
             parts = cell.get("partitions")
             ptxt = str(parts) if parts is not None else "-"
-            if cell.get("status") == "ok":
-                print(f"{first:25s} {name:10s} {ptxt:>5s} {cell['mb_s']:8.1f} "
-                      f"{cell['records_s']:10.0f} {_f(cell.get('txn_s'), '.1f', 7)} "
-                      f"{_f(cell.get('ratio'), '.2f', 7)} {_f(cell['client_cpu_pct'], '.0f', 5)} "
-                      f"{_f(cell['broker_cpu_pct'], '.0f', 5)} {_f(cell['other_cpu_pct'], '.0f', 5)}"
-                      f"  {cell['all_mb_s']}")
-            elif cell.get("status") == "na":
-                print(f"{first:25s} {name:10s} {ptxt:>5s} {'n/a':>8s}  {cell['reason'][:100]}")
-            else:
-                err = (cell.get("error") or "not run").splitlines()[0][:100]
-                print(f"{first:25s} {name:10s} {ptxt:>5s} {'FAIL':>8s}  {err}")
+            print_cell(f"{first:25s} {name:10s} {ptxt:>5s}", cell, lambda c: (
+                f"{c['mb_s']:8.1f} {c['records_s']:10.0f} {_f(c.get('txn_s'), '.1f', 7)} "
+                f"{_f(c.get('ratio'), '.2f', 7)} {cpu_and_runs(c)}"), 100)
             first = ""
     txn = summary["produce transactional"]
     lat = [f"{n} p50 {c['commit_p50_ms']:.1f} / p99 {c['commit_p99_ms']:.1f} ms"
@@ -500,10 +473,7 @@ def parse_args(argv=None):
     ap.add_argument("--output", type=Path,
                     help="JSON result path (default bench/results/txn-<run id>.json)")
     a = ap.parse_args(argv)
-    a.targets = [t.strip() for t in a.targets.split(",") if t.strip()]
-    bad = [t for t in a.targets if t not in ALL_TARGETS]
-    if bad or not a.targets:
-        ap.error(f"unknown target(s) {bad}; choose from {','.join(ALL_TARGETS)}")
+    a.targets = parse_targets(ap, a.targets)
     if a.records is None:
         a.records = 20000 if a.quick else 200000
     if a.repeat is None:
@@ -525,12 +495,7 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     a = parse_args(argv)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, _on_sigterm)
-    signal.signal(signal.SIGHUP, _on_sigterm)
-    machine = machine_info()
-    run_id = time.strftime("%Y%m%d-%H%M%S")
-    machine["loadavg_at_start"] = [round(x, 2) for x in os.getloadavg()]
+    machine, run_id = begin_run()
     print(f"raykafka txn bench {run_id}: targets={','.join(a.targets)}; {a.records} records "
           f"(mock {a.mock_records}) x {a.record_size} B, {a.repeat} round(s); load average "
           f"{machine['loadavg_at_start'][0]:.2f}", flush=True)
@@ -540,56 +505,28 @@ def main(argv=None) -> int:
         key, value = kv.split("=", 1)
         os.environ[override_env(key)] = value
     workroot = Path(tempfile.mkdtemp(prefix=f"raykafka-bench-{run_id}-txn-"))
-    makers = {
-        "raykafka": lambda wd: RaykafkaTarget(wd, a.start_timeout, a.raykafka_bootstrap,
-                                              a.raykafka_cmd),
-        "tansu": lambda wd: TansuTarget(wd, a.start_timeout),
-        "mock": lambda wd: MockTarget(wd, a.start_timeout),
+    targets = make_targets(a.targets, workroot, standard_targets(a) | {
         VARIANT: lambda wd: RaykafkaVariant(wd, a.start_timeout, a.raykafka_variant,
-                                            a.raykafka_cmd),
-    }
-    targets: list[Target] = []
-    for name in a.targets:
-        (workroot / name).mkdir()
-        targets.append(makers[name](workroot / name))
+                                            a.raykafka_cmd)})
     sessions: dict[str, list[dict]] = {t.name: [] for t in targets}
-    interrupted = False
-    try:
+    with StopsEverything(targets) as run:
         for r in range(a.repeat):
             print(f"[round {r + 1}/{a.repeat}]", flush=True)
             for t in rotated(targets, r):
                 sessions[t.name].append(run_session(t, r, a, run_id))
-    except KeyboardInterrupt:
-        interrupted = True
-        print("\ninterrupted; stopping brokers and clients", file=sys.stderr)
-    finally:
-        _cleanup(targets)
+    interrupted = run.interrupted
     machine["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
     summary = summarize_rows(sessions)
     pairs = pair_ratios(sessions, summary)
     doc = {"run_id": run_id, "mode": "transactions", "machine": machine,
-           "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items()},
-           "summary": summary, "pairs": pairs, "goal": goal(pairs), "interrupted": interrupted,
+           "config": config_of(a), "summary": summary, "pairs": pairs, "goal": goal(pairs), "interrupted": interrupted,
            "setup": setup_times(sessions),
            "sessions": sessions, "notes": {t.name: t.notes for t in targets},
            "broker_logs": {t.name: t.logs for t in targets}, "workdir": str(workroot)}
     path = a.output or RESULTS / f"txn-{run_id}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(doc, indent=1, default=str))
+    save_results(doc, path, indent=1)
     print_report(doc)
-    if interrupted:
-        print("INTERRUPTED: only what completed before the interrupt is shown")
-    for t in targets:
-        for note in t.notes:
-            print(f"note [{t.name}]: {note}")
-    busy = [(label, n, c.get("other_cpu_pct")) for label, cells in summary.items()
-            for n, c in cells.items() if c.get("status") == "ok"
-            and (c.get("other_cpu_pct") or 0) > OTHER_CPU_WARN]
-    if busy:
-        worst = max(busy, key=lambda x: x[2])
-        print(f"warning: other processes used up to {worst[2]:.0f}% of a core during timed "
-              f"windows ({worst[1]}, {worst[0]}); prefer the paired ratios or rerun.")
-    print(f"\nresults: {path}  (broker/client logs: {workroot})")
+    end_report(interrupted, targets, summary, "prefer the paired ratios or rerun.", path, workroot)
     failed = interrupted or any(c["status"] == "fail" for cells in summary.values()
                                 for c in cells.values())
     return 1 if failed else 0

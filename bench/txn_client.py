@@ -35,23 +35,22 @@ import os
 import sys
 import time
 
-from confluent_kafka import (
-    OFFSET_BEGINNING,
-    Consumer,
-    KafkaError,
-    KafkaException,
-    Producer,
-    TopicPartition,
-)
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 
 from bench.client import (
-    POOL_SIZE,
+    DeliveryErrors,
     base_conf,
-    emit,
-    fetch_totals,
+    batching_conf,
+    consumer_conf,
     lz4_ratio,
     make_keys,
     make_payloads,
+    partitions_seen,
+    produce_keyed,
+    read_keyed,
+    run_main,
+    topic_partitions,
+    watermark_totals,
 )
 from bench.latency import percentile
 from bench.procstat import CpuWindow
@@ -64,15 +63,7 @@ def producer_conf(a, mode: str) -> dict:
     """Settings of one produce mode: the same batching and compression as
     bench.client, acks=all in all three, so only idempotence/transactions
     differ between them."""
-    conf = base_conf(a) | {
-        "acks": "all",
-        "compression.type": "lz4",
-        "linger.ms": 5,
-        "batch.size": 1000000,
-        "delivery.report.only.error": True,
-        "message.timeout.ms": int(a.timeout * 1000),
-        "enable.idempotence": mode != "plain",
-    }
+    conf = batching_conf(a, "all") | {"enable.idempotence": mode != "plain"}
     if mode == "transactional":
         conf["transactional.id"] = f"raykafka-bench-{os.getpid()}-{time.time_ns()}"
         # The broker's transaction.max.timeout.ms (Kafka: 15 min) must allow it.
@@ -111,29 +102,15 @@ def wait_idempotence(p: Producer, last_stats: list, timeout: float) -> str | Non
 def phase_produce(a) -> dict:
     pool = make_payloads(a.record_size)
     keys = make_keys(a.records)
-    errors = {"count": 0, "first": None}
-
-    def on_delivery(err, msg):
-        if err is not None:
-            errors["count"] += 1
-            if errors["first"] is None:
-                errors["first"] = str(err)
-
+    errors = DeliveryErrors()
     conf = producer_conf(a, a.mode)
     last_stats: list[str | None] = [None]
     # Statistics only to see the producer id arrive (idempotent mode, below);
     # the callback just keeps the document, at most once a second.
-    p = Producer(conf | {"on_delivery": on_delivery, "statistics.interval.ms": 1000,
+    p = Producer(conf | {"on_delivery": errors, "statistics.interval.ms": 1000,
                          "stats_cb": lambda doc: last_stats.__setitem__(0, doc)})
     res: dict = {"mode": a.mode, "records": a.records, "bytes": a.records * a.record_size,
-                 "lz4_pool_ratio": lz4_ratio(pool)}
-    try:
-        md = p.list_topics(a.topic, timeout=30)
-        tmd = md.topics.get(a.topic)
-        res["partitions_seen"] = len(tmd.partitions) if tmd and not tmd.error else None
-    except KafkaException as e:
-        print(f"metadata before produce failed: {e}", file=sys.stderr)
-        res["partitions_seen"] = None
+                 "lz4_pool_ratio": lz4_ratio(pool), "partitions_seen": partitions_seen(p, a.topic)}
     if a.mode == "idempotent":
         # An idempotent producer gets its id (InitProducerId) once connected
         # and holds its records until then: wait for it before the clock, as
@@ -156,8 +133,7 @@ def phase_produce(a) -> dict:
             return res
         res["init_transactions_s"] = round(time.perf_counter() - t, 4)
 
-    n, topic, produce, poll, part = a.records, a.topic, p.produce, p.poll, a.partition
-    mask = POOL_SIZE - 1
+    n = a.records
     per_txn = a.txn_records if a.mode == "transactional" else n
     commits: list[float] = []
     cpu = CpuWindow(a.broker_pid).start()
@@ -167,19 +143,7 @@ def phase_produce(a) -> dict:
         for start in range(0, n, per_txn):
             if a.mode == "transactional":
                 p.begin_transaction()
-            for i in range(start, min(n, start + per_txn)):
-                try:
-                    produce(topic, pool[i & mask], keys[i], part)
-                except BufferError:  # local queue full: let deliveries drain
-                    while True:
-                        poll(0.005)
-                        try:
-                            produce(topic, pool[i & mask], keys[i], part)
-                            break
-                        except BufferError:
-                            pass
-                if not i & 1023:
-                    poll(0)
+            produce_keyed(p, a.topic, pool, keys, a.partition, start, min(n, start + per_txn))
             if a.mode == "transactional":
                 tc = time.perf_counter()
                 # flushes the transaction's records, then EndTxn(commit)
@@ -198,19 +162,11 @@ def phase_produce(a) -> dict:
                 pass
         return res
     t1 = time.perf_counter()
-    res.update(elapsed_s=t1 - t0, errors=errors["count"], cpu=cpu.stop())
+    res.update(elapsed_s=t1 - t0, errors=errors.count, cpu=cpu.stop())
     if a.mode == "transactional":
         res.update(transactions=len(commits), txn_records=per_txn,
                    commit=percentiles_ms(commits))
-    if remaining:
-        res.update(ok=False, error=f"{remaining} records still undelivered after "
-                   f"flush({a.timeout:.0f}s)")
-    elif errors["count"]:
-        res.update(ok=False, error=f"{errors['count']}/{n} records failed delivery "
-                   f"(first: {errors['first']})")
-    else:
-        res["ok"] = True
-    return res
+    return errors.verdict(res, remaining, n, a.timeout)
 
 
 def phase_warmup(a) -> dict:
@@ -249,27 +205,13 @@ def consume_verdict(n: int, record_size: int, got: int, distinct: int, bad_key: 
 
 def phase_consume(a) -> dict:
     last_stats: list[str | None] = [None]
-    c = Consumer(base_conf(a) | {
-        "group.id": f"raykafka-bench-txn-{os.getpid()}-{time.time_ns()}",
-        "enable.auto.commit": False,
-        "auto.offset.reset": "earliest",
-        "isolation.level": a.isolation,
-        "fetch.queue.backoff.ms": 10,  # as bench.client: never idle a second
-        "statistics.interval.ms": 500,
-        "stats_cb": lambda doc: last_stats.__setitem__(0, doc),
-    })
+    c = Consumer(consumer_conf(a, "raykafka-bench-txn", last_stats)
+                 | {"isolation.level": a.isolation})
     try:
-        md = c.list_topics(a.topic, timeout=30)
-        tmd = md.topics.get(a.topic)
-        if tmd is None or tmd.error is not None or not tmd.partitions:
-            return {"ok": False, "error": f"topic {a.topic} not found in metadata "
-                    f"({tmd.error if tmd else 'absent'})"}
-        parts = sorted(tmd.partitions)
-        held = start = 0
-        for pid in parts:
-            lo, hi = c.get_watermark_offsets(TopicPartition(a.topic, pid), timeout=30)
-            held += hi - lo
-            start += lo
+        parts, failed = topic_partitions(c, a.topic)
+        if failed:
+            return failed
+        held, start = watermark_totals(c, a.topic, parts)
         n = a.records
         base = {"isolation": a.isolation, "partitions": len(parts),
                 "list_offsets_offsets": held, "log_start_offsets": start}
@@ -281,50 +223,17 @@ def phase_consume(a) -> dict:
                            "error": f"broker deleted records before they were read: log "
                                     f"start offsets sum to {start} (retention limit; use "
                                     f"fewer records)"}
-        got = nbytes = bad_key = 0
-        seen = bytearray(n)
-        last_progress = time.perf_counter()
-        consume = c.consume
-        cpu = CpuWindow(a.broker_pid).start()
-        t0 = time.perf_counter()
-        c.assign([TopicPartition(a.topic, pid, OFFSET_BEGINNING) for pid in parts])
-        while got < n:
-            msgs = consume(num_messages=min(10000, n - got), timeout=1.0)
-            now = time.perf_counter()
-            if not msgs:
-                if now - last_progress > a.idle_timeout:
-                    break
-                continue
-            last_progress = now
-            for m in msgs:
-                err = m.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        continue
-                    return base | {"ok": False, "error": f"consume error: {err}",
-                                   "consumed": got}
-                got += 1
-                nbytes += len(m.value())
-                try:
-                    seen[int(m.key())] = 1
-                except (IndexError, TypeError, ValueError):
-                    bad_key += 1
-        t1 = last_progress
-        cpu = cpu.stop()
-        consume(num_messages=1, timeout=0.6)  # lets the latest stats through
-        fetches = fetch_totals(last_stats[0])
-        distinct = n - seen.count(0)
+        r = read_keyed(c, a.topic, parts, n, n, a.idle_timeout, a.broker_pid, last_stats)
+        if r.error:
+            return base | {"ok": False, "error": r.error, "consumed": r.got}
         # End offsets the fetches reported: high watermarks, or for
         # read_committed the last stable offsets (librdkafka keeps those).
-        end = 0
-        for pid in parts:
-            _, hi = c.get_watermark_offsets(TopicPartition(a.topic, pid), cached=True)
-            end = None if end is None or hi < 0 else end + hi
-        res = base | {"elapsed_s": t1 - t0, "records": got, "distinct_records": distinct,
-                      "bytes": nbytes, "fetch_end_offsets": end,
+        end = r.end_offsets
+        res = base | {"elapsed_s": r.elapsed_s, "records": r.got, "distinct_records": r.distinct,
+                      "bytes": r.nbytes, "fetch_end_offsets": end,
                       "control_offsets": (end - n) if end is not None else None,
-                      "cpu": cpu, "fetches": fetches}
-        why = consume_verdict(n, a.record_size, got, distinct, bad_key, nbytes, end,
+                      "cpu": r.cpu, "fetches": r.fetches}
+        why = consume_verdict(n, a.record_size, r.got, r.distinct, r.bad_key, r.nbytes, end,
                               a.idle_timeout)
         res.update(ok=why is None, **({"error": why} if why else {}))
         return res
@@ -353,14 +262,8 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if a.records <= 0 or a.txn_records <= 0:
         ap.error("--records and --txn-records must be positive")
-    try:
-        res = {"produce": phase_produce, "consume": phase_consume,
-               "warmup": phase_warmup}[a.phase](a)
-    except Exception as e:  # report, never crash without a result line
-        res = {"ok": False, "error": f"{type(e).__name__}: {e}"}
-    res["phase"] = a.phase
-    emit(res)
-    return 0 if res.get("ok") else 1
+    return run_main({"produce": phase_produce, "consume": phase_consume,
+                     "warmup": phase_warmup}, a, a.phase)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ import ray
 from core import error_codes
 from core.local_calls import LocalCallServer
 from core.naming import replica_actor_name
+from core.replica_messages import PartitionOffset, PartitionProgress
 from delayed import AsyncTimerDriver, DelayedOperation, DelayedOperationPurgatory, SystemTimer
 
 log = logging.getLogger("raykafka.purgatory")
@@ -50,19 +51,6 @@ LOCAL_CALL_METHODS = ("delay_produce", "delay_fetch", "progress")
 MAX_LOCAL_CONNECTIONS = 10_000
 # Bound on looking up the leaders asked to report (Ray's GCS).
 ASK_TIMEOUT_S = 10.0
-
-
-class PartitionProgress:
-    __slots__ = ("high_watermark", "last_stable_offset", "isr_size", "min_insync_replicas", "is_leader",
-                 "leader_epoch")
-
-    def __init__(self, high_watermark, last_stable_offset, isr_size, min_insync_replicas, is_leader, leader_epoch):
-        self.high_watermark = high_watermark
-        self.last_stable_offset = last_stable_offset
-        self.isr_size = isr_size
-        self.min_insync_replicas = min_insync_replicas
-        self.is_leader = is_leader
-        self.leader_epoch = leader_epoch
 
 
 class DelayedProduce(DelayedOperation):
@@ -184,21 +172,23 @@ class PurgatoryService:
     def watched(self, key: PartitionKey) -> bool:
         return bool(self.produce.watched_operations(key) or self.fetch.watched_operations(key))
 
-    def report(self, updates: list[tuple]) -> list[PartitionKey]:
+    def report(self, updates: list[PartitionProgress]) -> list[PartitionKey]:
         """Apply progress; returns the keys nothing waits on (their leaders may go quiet)."""
-        completed = 0
-        for key, hw, lso, isr_size, min_isr, is_leader, leader_epoch in updates:
-            key = tuple(key)
+        keys = []
+        for raw in updates:
+            update = PartitionProgress._make(raw)  # a plain tuple (an older sender's) reads the same
+            key = tuple(update.partition)
+            keys.append(key)
             current = self.progress.get(key)
-            if current is not None and leader_epoch < current.leader_epoch:
+            if current is not None and update.leader_epoch < current.leader_epoch:
                 continue  # a stale report from a deposed leader
-            self.progress[key] = PartitionProgress(hw, lso, isr_size, min_isr, is_leader, leader_epoch)
+            self.progress[key] = update
             self.asked_unknown.discard(key)
-            completed += self.produce.check_and_complete(key)
-            completed += self.fetch.check_and_complete(key)
+            self.produce.check_and_complete(key)
+            self.fetch.check_and_complete(key)
         self.produce.purge_completed()
         self.fetch.purge_completed()
-        unwatched = [tuple(u[0]) for u in updates if not self.watched(tuple(u[0]))]
+        unwatched = [key for key in keys if not self.watched(key)]
         self.quiet.update(unwatched)
         return unwatched
 
@@ -247,16 +237,16 @@ class PurgatoryActor:
         for leader in leaders:
             leader.report_progress.remote()
 
-    async def delay_produce(self, required: list[tuple[str, int, int]], timeout_ms: int) -> dict:
+    async def delay_produce(self, required: list[PartitionOffset], timeout_ms: int) -> dict:
         """Wait until each (topic, partition)'s HW reaches its offset; -> {(t, p): error}."""
         return await self._svc().delay_produce({(t, p): o for t, p, o in required}, timeout_ms)
 
-    async def delay_fetch(self, known_ends: list[tuple[str, int, int]], isolation_level: int,
+    async def delay_fetch(self, known_ends: list[PartitionOffset], isolation_level: int,
                           timeout_ms: int) -> bool:
         """Wait until some partition's fetchable end passes what was read; False on timeout."""
         return await self._svc().delay_fetch({(t, p): e for t, p, e in known_ends}, isolation_level, timeout_ms)
 
-    async def progress(self, updates: list[tuple]) -> list:
+    async def progress(self, updates: list[PartitionProgress]) -> list:
         return self._svc().report(updates)
 
     async def forget(self, keys: list[tuple[str, int]]) -> None:

@@ -143,3 +143,12 @@ class FollowerFetchResult(NamedTuple):
     diverging: DivergingEpoch | None = None
     expand_isr: tuple[int, ...] | None = None
     hw_moved: bool = False
+
+
+class PartitionOffset(NamedTuple):
+    """An offset of one partition, as the edge parks operations in the
+    purgatory: the offset a produce waits for the HW to pass (delay_produce),
+    or the fetchable end a fetch last read (delay_fetch)."""
+    topic: str
+    partition: int
+    offset: int

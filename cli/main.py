@@ -409,7 +409,7 @@ class BrokerProcess:
         from actors.purgatory import PurgatoryActorRemote
         from core.config import parse_listener
         from core.naming import controller_actor_name, edge_actor_name, edge_sibling_actor_name, purgatory_actor_name
-        from net.edge import EdgeActorRemote
+        from actors.edge import EdgeActorRemote
 
         namespace = self.config["raykafka.namespace"]
         here = NodeAffinitySchedulingStrategy(node_id, soft=False)
@@ -548,7 +548,7 @@ class BrokerProcess:
 
         from core.config import parse_listener
         from core.naming import edge_actor_name
-        from net.edge import EdgeActorRemote
+        from actors.edge import EdgeActorRemote
 
         broker_id, namespace = node["broker_id"], self.config["raykafka.namespace"]
         dead = node["_edge"]
@@ -578,7 +578,7 @@ class BrokerProcess:
         import ray
 
         from core.naming import edge_sibling_actor_name
-        from net.edge import EdgeActorRemote
+        from actors.edge import EdgeActorRemote
 
         broker_id, namespace = node["broker_id"], self.config["raykafka.namespace"]
         sibling = _create_named(EdgeActorRemote, edge_sibling_actor_name(broker_id, k), namespace,

@@ -8,6 +8,9 @@ from __future__ import annotations
 import re
 
 TOPIC_NAME_MAX = 249
+# Kafka's internal topics: group offsets and transaction state.
+OFFSETS_TOPIC = "__consumer_offsets"
+TRANSACTION_STATE_TOPIC = "__transaction_state"
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 
 
@@ -33,6 +36,18 @@ def controller_actor_name(broker_id: int) -> str:
 
 def purgatory_actor_name(broker_id: int) -> str:
     return f"purgatory@{broker_id}"
+
+
+def group_coordinator_actor_name(partition: int, broker_id: int) -> str:
+    """The group coordinator of __consumer_offsets partition `partition`
+    on the broker that leads it."""
+    return f"group-coordinator-{partition}@{broker_id}"
+
+
+def transaction_coordinator_actor_name(partition: int, broker_id: int) -> str:
+    """The transaction coordinator of __transaction_state partition
+    `partition` on the broker that leads it."""
+    return f"txn-coordinator-{partition}@{broker_id}"
 
 
 def topic_name_error(name: str) -> str | None:

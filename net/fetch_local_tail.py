@@ -19,7 +19,7 @@ What an answer holds is what the replica said right after that append:
 committed slices and its high watermark, last stable offset and log start
 offset. Entries live at most ``ttl_s`` and all are dropped on a metadata
 update (a leadership change). The slices are checked on use like any
-others (file inode and first batch's base offset): a segment deleted or
+others (storage/slice_reader.py: file inode and first batch's base offset): a segment deleted or
 replaced since turns the hit into a call. Only the appends of this edge are
 seen: with several edges per node, another edge's appends reach this
 edge's consumers through the replica, after the short local wait, so the
@@ -32,17 +32,17 @@ import collections
 import time
 from typing import Callable
 
-__all__ = ["LocalTail"]
+from core.replica_messages import CommittedTail
 
-# An append's answer: (leader_epoch, high_watermark, last_stable_offset,
-# log_start_offset, first_offset, next_offset, slices, length)
+__all__ = ["LocalTail"]
 
 
 class _PartitionTail:
     __slots__ = ("entries", "next_offset", "leader_epoch", "published", "event")
 
     def __init__(self) -> None:
-        self.entries: collections.OrderedDict[int, tuple] = collections.OrderedDict()  # first offset -> entry
+        # first offset -> (expires, CommittedTail)
+        self.entries: collections.OrderedDict[int, tuple] = collections.OrderedDict()
         self.next_offset = -1
         self.leader_epoch = -1
         self.published = 0.0
@@ -65,11 +65,9 @@ class LocalTail:
         self.waits = 0
         self.wait_misses = 0
 
-    def publish(self, topic: str, partition: int, leader_epoch: int, high_watermark: int,
-                last_stable_offset: int, log_start_offset: int, first_offset: int, next_offset: int,
-                slices: list, length: int) -> None:
-        """Record committed data [first_offset, next_offset) from an append's answer."""
-        if not slices or next_offset <= first_offset or self.max_partitions <= 0:
+    def publish(self, topic: str, partition: int, committed: CommittedTail) -> None:
+        """Record the committed data [first_offset, next_offset) an append's answer names."""
+        if not committed.slices or committed.next_offset <= committed.first_offset or self.max_partitions <= 0:
             return
         key = (topic, partition)
         tail = self._tails.get(key)
@@ -80,11 +78,11 @@ class LocalTail:
                 self._wake(dropped)
         else:
             self._tails.move_to_end(key)
+        leader_epoch, next_offset = committed.leader_epoch, committed.next_offset
         if leader_epoch != tail.leader_epoch:
             tail.entries.clear()
         now = self._clock()
-        tail.entries[first_offset] = (now + self.ttl_s, leader_epoch, high_watermark, last_stable_offset,
-                                      log_start_offset, next_offset, slices, length)
+        tail.entries[committed.first_offset] = (now + self.ttl_s, committed)
         while len(tail.entries) > self.entries_per_partition:
             tail.entries.popitem(last=False)
         tail.next_offset = max(tail.next_offset, next_offset) if leader_epoch == tail.leader_epoch else next_offset
@@ -112,12 +110,14 @@ class LocalTail:
         entry = tail.entries.get(offset) if tail is not None else None
         if entry is None:
             return None
-        expires, epoch, hw, lso, start, next_offset, slices, length = entry
-        if (expires < self._clock() or (leader_epoch >= 0 and leader_epoch != epoch) or length > max_bytes
-                or length < min_bytes or (isolation == 1 and lso < next_offset)):
+        expires, committed = entry
+        length = committed.length
+        if (expires < self._clock() or (leader_epoch >= 0 and leader_epoch != committed.leader_epoch)
+                or length > max_bytes or length < min_bytes
+                or (isolation == 1 and committed.last_stable_offset < committed.next_offset)):
             return None
         self.hits += 1
-        return hw, lso, start, slices
+        return committed.high_watermark, committed.last_stable_offset, committed.log_start_offset, committed.slices
 
     def expects(self, topic: str, partition: int, offset: int, leader_epoch: int) -> bool:
         """Is ``offset`` where this edge's last append to the partition ended,

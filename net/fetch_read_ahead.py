@@ -15,7 +15,7 @@ watermark, last stable offset and log start offset of that moment. Entries
 live at most ``ttl_s``, so those figures are at most that stale, and every
 entry is dropped on a metadata update (a leadership change). The slices
 themselves are checked on use like any others (the file's inode and the
-first batch's base offset, net/edge_service.py): a segment deleted or
+first batch's base offset, storage/slice_reader.py): a segment deleted or
 replaced since simply turns the hit into a call. A read_committed run ends
 at the last stable offset of its moment, as a read then would have; the
 replica reports no aborted transactions yet (there are no transactions), and
@@ -41,7 +41,7 @@ class FetchReadAhead:
         self.ttl_s = ttl_s
         self._clock = clock
         # (topic, partition, offset) -> (expires, (max_bytes, leader_epoch, isolation), hw, lso, log_start, runs)
-        # where runs[0] = (offset, slices) answers a fetch at offset.
+        # where runs[0] (a ReadRun) answers a fetch at its offset.
         self._entries: collections.OrderedDict[tuple[str, int, int], tuple] = collections.OrderedDict()
         self.hits = 0
         self.misses = 0
@@ -51,10 +51,10 @@ class FetchReadAhead:
 
     def put(self, topic: str, partition: int, max_bytes: int, leader_epoch: int, isolation: int,
             high_watermark: int, last_stable_offset: int, log_start_offset: int, runs: list) -> None:
-        """Keep ``runs`` ([(offset, slices), ...], consecutive) for later fetches."""
+        """Keep ``runs`` (core.replica_messages.ReadRun, consecutive) for later fetches."""
         if not runs or self.max_entries <= 0:
             return
-        key = (topic, partition, runs[0][0])
+        key = (topic, partition, runs[0].offset)
         self._entries[key] = (self._clock() + self.ttl_s, (max_bytes, leader_epoch, isolation),
                               high_watermark, last_stable_offset, log_start_offset, runs)
         self._entries.move_to_end(key)
@@ -75,8 +75,8 @@ class FetchReadAhead:
         self.hits += 1
         rest = runs[1:]
         if rest:
-            self._entries[(topic, partition, rest[0][0])] = (expires, asked, hw, lso, start, rest)
-        return hw, lso, start, runs[0][1]
+            self._entries[(topic, partition, rest[0].offset)] = (expires, asked, hw, lso, start, rest)
+        return hw, lso, start, runs[0].slices
 
     def forget(self, topic: str, partition: int | None = None) -> None:
         """Drop what is kept for one partition, or for every partition of ``topic``."""

@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 from kio.schema.errors import ErrorCode
 
-from net.edge_service import ActorCallFailed
+from net.actor_calls import ActorCallFailed
 
 
 async def call_leader(edge, topic: str, partition: int, method: str, *args: Any,

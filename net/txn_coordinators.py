@@ -10,7 +10,8 @@ finding / calling the transaction coordinator of a transactional id.
   ``__transaction_state`` partition ``abs(hash(id)) % partitions``; its actor
   (actors/transaction_coordinator.py) lives on that leader's node. Requests
   for an id whose partition this broker does not lead get NOT_COORDINATOR,
-  as Kafka answers, and the client asks FindCoordinator again.
+  as Kafka answers, and the client asks FindCoordinator again. Failed calls
+  are mapped to error codes as group calls are (net/coordinator_router.py).
 * The first FindCoordinator(TRANSACTION) creates ``__transaction_state``
   through the controller, as the first group lookup creates
   ``__consumer_offsets``.
@@ -19,13 +20,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Optional
+from typing import Any, Awaitable, Optional
 
 from kio.schema.errors import ErrorCode
 
+from core.naming import TRANSACTION_STATE_TOPIC, transaction_coordinator_actor_name
+from net.coordinator_router import coordinator_answer, find_actor
+
 log = logging.getLogger("raykafka.edge.transactions")
 
-TRANSACTION_STATE_TOPIC = "__transaction_state"
+__all__ = ["TransactionRouting", "TRANSACTION_STATE_TOPIC"]
 
 
 class TransactionRouting:
@@ -34,7 +38,6 @@ class TransactionRouting:
         self._producer_ids = None
         self._zk = None
         self._handles: dict[int, Any] = {}
-        self._topic_creation: Optional[asyncio.Future] = None
 
     # ---- producer ids ------------------------------------------------------------------------------
     def _zk_client(self):
@@ -74,31 +77,10 @@ class TransactionRouting:
             return None
         return partition_for_transactional_id(transactional_id, len(info.partitions))
 
-    async def ensure_topic(self) -> Optional[ErrorCode]:
+    def ensure_topic(self) -> Awaitable[Optional[ErrorCode]]:
         """Ask the controller to create __transaction_state (once; concurrent callers
         share the request). None once it exists."""
-        if TRANSACTION_STATE_TOPIC in self.edge.metadata.topics:
-            return None
-        if self._topic_creation is None or self._topic_creation.done():
-            self._topic_creation = asyncio.ensure_future(self._create_topic())
-        return await asyncio.shield(self._topic_creation)
-
-    async def _create_topic(self) -> Optional[ErrorCode]:
-        from net.edge_service import ActorCallFailed
-
-        try:
-            code, message = await self.edge.controller_call("ensure_transaction_state_topic",
-                                                            timeout_s=2 * self.edge.call_timeout_s)
-        except ActorCallFailed as exc:
-            log.warning("creating %s failed: %s", TRANSACTION_STATE_TOPIC, exc)
-            return ErrorCode.coordinator_not_available
-        except AttributeError:
-            log.warning("the controller cannot create %s", TRANSACTION_STATE_TOPIC)
-            return ErrorCode.coordinator_not_available
-        if code not in (0, int(ErrorCode.topic_already_exists)):
-            log.warning("creating %s failed: %s (%s)", TRANSACTION_STATE_TOPIC, ErrorCode(code).name, message)
-            return ErrorCode.coordinator_not_available
-        return None
+        return self.edge.coordinators.ensure_topic(TRANSACTION_STATE_TOPIC, "ensure_transaction_state_topic")
 
     async def find(self, transactional_id: str) -> tuple[ErrorCode, int, str, int]:
         """FindCoordinator(TRANSACTION) -> (error, node id, host, port)."""
@@ -118,24 +100,9 @@ class TransactionRouting:
             return None
         handle = self._handles.get(partition)
         if handle is None:
-            from actors.transaction_coordinator import coordinator_actor_name
-
-            name = coordinator_actor_name(partition, self.edge.broker_id)
-            namespace = self.edge.config["raykafka.namespace"]
-
-            def lookup():
-                import ray
-
-                try:
-                    return ray.get_actor(name, namespace=namespace)
-                except ValueError:
-                    return None
-
-            try:
-                handle = await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(None, lookup),
-                                                self.edge.call_timeout_s)
-            except asyncio.TimeoutError:
-                handle = None
+            edge = self.edge
+            handle = await find_actor(transaction_coordinator_actor_name(partition, edge.broker_id),
+                                      edge.config["raykafka.namespace"], edge.call_timeout_s)
             if handle is None:
                 return None
             self._handles[partition] = handle
@@ -154,16 +121,6 @@ class TransactionRouting:
         handle = None if partition is None else await self._handle(partition)
         if handle is None:
             return ErrorCode.not_coordinator, None
-        try:
-            return None, await asyncio.wait_for(getattr(handle, method).remote(*args),
-                                                timeout_s or self.edge.call_timeout_s)
-        except asyncio.TimeoutError:
-            return ErrorCode.request_timed_out, None
-        except Exception as exc:  # noqa: BLE001
-            if type(exc).__name__.startswith("RayTaskError"):
-                log.error("transaction coordinator %s failed: %s", method, str(exc).splitlines()[-1][:300])
-                return ErrorCode.unknown_server_error, None
-            if not type(exc).__module__.startswith("ray"):
-                raise
-            self._handles.pop(partition, None)  # gone (node died, or it moved): rediscover
-            return ErrorCode.not_coordinator, None
+        pending = asyncio.wait_for(getattr(handle, method).remote(*args), timeout_s or self.edge.call_timeout_s)
+        return await coordinator_answer(self._handles, partition, "transaction", method, pending,
+                                        ErrorCode.request_timed_out)

@@ -4,6 +4,7 @@ import asyncio
 
 from kio.schema.errors import ErrorCode
 
+from core.replica_messages import failed_append
 from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, has_field, millis_to_datetime, nested, \
     response_schema_for, timedelta_ms
@@ -23,7 +24,7 @@ def _single_batch_error(records: bytes) -> str | None:
 
 def _immediate(code: ErrorCode, message: str | None = None):
     future = asyncio.get_running_loop().create_future()
-    future.set_result((int(code), -1, -1, -1, message, -1, -1))
+    future.set_result(failed_append(int(code), message=message))
     return future
 
 
@@ -68,25 +69,29 @@ async def handle_produce(ctx, request):
     for topic, name, futures in pending:
         parts = []
         for index, fut in futures:
-            parts.append((index, list(await fut)))
+            parts.append((index, await fut))
         results.append((topic, name, parts))
 
     if acks == -1:
         # DelayedProduce: wait in the purgatory until each partition's HW has
         # passed what we appended (unless it already has, e.g. a sole replica).
         waiting = {(name, index): result for _, name, parts in results for index, result in parts
-                   if result[0] == 0 and result[6] < result[5] + 1}
+                   if result.error == 0 and result.high_watermark < result.last_offset + 1}
         if waiting:
-            statuses = await edge.delay_produce([(t, p, r[5] + 1) for (t, p), r in waiting.items()], timeout_ms)
-            for key, result in waiting.items():
-                result[0] = statuses.get(key, int(ErrorCode.request_timed_out))
+            statuses = await edge.delay_produce([(t, p, r.last_offset + 1) for (t, p), r in waiting.items()],
+                                                timeout_ms)
+            for _, name, parts in results:
+                for i, (index, result) in enumerate(parts):
+                    if (name, index) in waiting:
+                        parts[i] = (index, result._replace(
+                            error=statuses.get((name, index), int(ErrorCode.request_timed_out))))
 
     if acks == 0:
         # No response; Kafka signals a failed acks=0 produce by closing the connection.
         for _, _, parts in results:
-            for index, (error, *_rest) in parts:
-                if error != 0:
-                    raise CloseConnection(f"acks=0 produce failed with error {error}")
+            for _index, result in parts:
+                if result.error != 0:
+                    raise CloseConnection(f"acks=0 produce failed with error {result.error}")
         return None
 
     schema = response_schema_for(request)
@@ -96,10 +101,10 @@ async def handle_produce(ctx, request):
     responses = []
     for topic, _, parts in results:
         partition_responses = tuple(
-            build(part_cls, index=index, error_code=ErrorCode(error), base_offset=base_offset,
-                  log_append_time=millis_to_datetime(append_time), log_start_offset=log_start,
-                  record_errors=(), error_message=message if error else None)
-            for index, (error, base_offset, append_time, log_start, message, _last, _hw) in parts
+            build(part_cls, index=index, error_code=ErrorCode(r.error), base_offset=r.base_offset,
+                  log_append_time=millis_to_datetime(r.log_append_time), log_start_offset=r.log_start_offset,
+                  record_errors=(), error_message=r.error_message if r.error else None)
+            for index, r in parts
         )
         responses.append(build(topic_cls, name=getattr(topic, "name", None),
                                topic_id=getattr(topic, "topic_id", None),

@@ -12,7 +12,7 @@ import time
 
 from kio.schema.errors import ErrorCode
 
-from net.edge_service import ActorCallFailed
+from net.actor_calls import ActorCallFailed
 from net.file_region import FileRecords, SplicedResponse, release
 from net.fetch_session import FINAL_EPOCH, FetchSessionCache, FetchSessionError, SessionPartition
 from net.registry import api
@@ -97,18 +97,20 @@ async def _read(edge, want: _Wanted, isolation: int, zero_copy: bool, min_bytes:
             return
     for _attempt in range(3):
         try:
-            error, hw, lso, log_start, read = await edge.node_call(
+            answer = await edge.node_call(
                 handle, "read_run", want.offset, want.max_bytes, isolation, want.leader_epoch, min_bytes,
                 wait_ms, 1 + runs, timeout_s=wait_ms / 1000 + edge.call_timeout_s)
         except ActorCallFailed as exc:
             want.error = exc.error
             return
+        read = answer.slices  # the runs: ReadRun, or CommittedReadRun with read_committed
+        hw, lso, log_start = answer.high_watermark, answer.last_stable_offset, answer.log_start_offset
         if isolation == 1:
-            want.aborted = read[0][2] if read else ()
+            want.aborted = read[0].aborted if read else ()
         elif len(read) > 1:
             edge.read_ahead.put(want.topic, want.partition, want.max_bytes, want.leader_epoch, isolation,
                                 hw, lso, log_start, read[1:])
-        if _serve(edge, want, isolation, zero_copy, error, hw, lso, log_start, read[0][1] if read else []):
+        if _serve(edge, want, isolation, zero_copy, answer.error, hw, lso, log_start, read[0].slices if read else []):
             return
     want.error = ErrorCode.unknown_server_error
 

@@ -4,6 +4,7 @@ import asyncio
 
 from kio.schema.errors import ErrorCode
 
+from core.replica_messages import ListOffsetsResult
 from net.leader_calls import call_leader
 from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for
@@ -11,7 +12,7 @@ from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for
 
 async def _one(edge, topic, partition, timestamp, isolation, leader_epoch):
     return await call_leader(edge, topic, partition, "list_offsets", timestamp, isolation, leader_epoch,
-                             failure=lambda code: (code, -1, -1, -1))
+                             failure=lambda code: ListOffsetsResult(code, -1, -1, -1))
 
 
 @api(2, 1, 11, tests=("tests/integration/test_clients.py::test_list_offsets_by_timestamp",))
@@ -31,9 +32,9 @@ async def handle_list_offsets(ctx, request):
     for topic in request.topics:
         parts = []
         for part in topic.partitions:
-            error, offset, timestamp, epoch = next(answers)
-            parts.append(build(part_cls, partition_index=part.partition_index, error_code=ErrorCode(error),
-                               timestamp=timestamp, offset=offset, leader_epoch=epoch,
-                               old_style_offsets=(offset,) if offset >= 0 else ()))
+            found = next(answers)
+            parts.append(build(part_cls, partition_index=part.partition_index, error_code=ErrorCode(found.error),
+                               timestamp=found.timestamp, offset=found.offset, leader_epoch=found.leader_epoch,
+                               old_style_offsets=(found.offset,) if found.offset >= 0 else ()))
         topics.append(build(topic_cls, name=topic.name, partitions=tuple(parts)))
     return build(schema, throttle_time=ZERO_THROTTLE, topics=tuple(topics))

@@ -3,7 +3,7 @@ are auto-created through the controller when the client and the broker allow it.
 from kio.schema.errors import ErrorCode
 
 from core.naming import topic_name_error
-from net.edge_service import ActorCallFailed
+from net.actor_calls import ActorCallFailed
 from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, has_field, nested, response_schema_for
 

@@ -32,8 +32,6 @@ async def _fetch_group(edge, group_id: str, topics, by_id: bool, require_stable:
             if name is not None:
                 wanted.extend((name, p) for p in t.partition_indexes)
     result_error, answer = await edge.group_call(group_id, "fetch_offsets", group_id, wanted, require_stable)
-    if result_error == ErrorCode.request_timed_out:
-        return ErrorCode.coordinator_not_available, []
     if result_error is not None:
         return result_error, []
     if answer.error != ErrorCode.none:

@@ -25,7 +25,7 @@ _MESSAGES = {
 
 async def find_group_coordinator(edge, group_id: str) -> tuple[ErrorCode, int, str, int]:
     """-> (error, node id, host, port) of the coordinator of ``group_id``."""
-    from actors.group_coordinator import OFFSETS_TOPIC
+    from core.naming import OFFSETS_TOPIC
 
     failure = await edge.ensure_offsets_topic()
     if failure is not None:

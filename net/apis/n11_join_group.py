@@ -30,8 +30,6 @@ async def handle_join_group(ctx, request):
             [(p.name, bytes(p.metadata)) for p in request.protocols], ctx.api_version,
             getattr(request, "reason", None),
             timeout_s=max(rebalance_ms, session_ms) / 1000 + edge.call_timeout_s)
-        if error == ErrorCode.request_timed_out:
-            error = ErrorCode.rebalance_in_progress  # rejoin
     if result is None:
         return build(schema, throttle_time=ZERO_THROTTLE, error_code=error, generation_id=-1,
                      protocol_type=None, protocol_name=None if ctx.api_version >= 7 else "", leader="",

@@ -14,6 +14,4 @@ async def handle_heartbeat(ctx, request):
                                                   getattr(request, "group_instance_id", None), request.generation_id)
         if error is None:
             error = ErrorCode(answer)
-        elif error == ErrorCode.request_timed_out:
-            error = ErrorCode.coordinator_not_available
     return build(response_schema_for(request), throttle_time=ZERO_THROTTLE, error_code=error)

@@ -18,8 +18,6 @@ async def handle_leave_group(ctx, request):
     error, result = ErrorCode.invalid_group_id, None
     if request.group_id:
         error, result = await ctx.edge.group_call(request.group_id, "leave_group", request.group_id, leaving)
-        if error == ErrorCode.request_timed_out:
-            error = ErrorCode.coordinator_not_available
     if result is not None:
         error = result.error
     if not batched:

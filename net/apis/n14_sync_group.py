@@ -22,8 +22,6 @@ async def handle_sync_group(ctx, request):
             getattr(request, "protocol_name", None),
             {a.member_id: bytes(a.assignment) for a in request.assignments},
             timeout_s=SYNC_WAIT_S + edge.call_timeout_s)
-        if error == ErrorCode.request_timed_out:
-            error = ErrorCode.rebalance_in_progress
     if result is None:
         return build(schema, throttle_time=ZERO_THROTTLE, error_code=error, protocol_type=None,
                      protocol_name=None, assignment=b"")

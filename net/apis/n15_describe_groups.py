@@ -15,8 +15,6 @@ OPERATIONS_OMITTED = -(2**31)
 async def _describe(edge, group_id: str):
     error, answer = await edge.group_call(group_id, "describe_groups", [group_id])
     if error is not None:
-        if error == ErrorCode.request_timed_out:
-            error = ErrorCode.coordinator_not_available
         return error, None
     return answer[0].error, answer[0]
 

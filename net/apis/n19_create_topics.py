@@ -2,7 +2,7 @@
 answers once leaders are elected and every edge has the new metadata."""
 from kio.schema.errors import ErrorCode
 
-from net.edge_service import ActorCallFailed
+from net.actor_calls import ActorCallFailed
 from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for, timedelta_ms
 

@@ -2,7 +2,7 @@
 the topic's znodes and pushes the new metadata before answering."""
 from kio.schema.errors import ErrorCode
 
-from net.edge_service import ActorCallFailed
+from net.actor_calls import ActorCallFailed
 from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, has_field, nested, response_schema_for, timedelta_ms
 

@@ -6,6 +6,7 @@ import asyncio
 
 from kio.schema.errors import ErrorCode
 
+from core.replica_messages import EpochEndOffset
 from net.leader_calls import call_leader
 from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for
@@ -13,7 +14,7 @@ from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for
 
 async def _one(edge, topic, partition, current_leader_epoch, leader_epoch):
     return await call_leader(edge, topic, partition, "offset_for_leader_epoch", current_leader_epoch, leader_epoch,
-                             failure=lambda code: (code, -1, -1))
+                             failure=lambda code: EpochEndOffset(code, -1, -1))
 
 
 @api(23, 2, 4, tests=("tests/integration/test_protocol_edge.py::test_offset_for_leader_epoch",))
@@ -28,8 +29,8 @@ async def handle_offset_for_leader_epoch(ctx, request):
     for t in request.topics:
         parts = []
         for p in t.partitions:
-            error, epoch, end = next(answers)
-            parts.append(build(part_cls, error_code=ErrorCode(error), partition=p.partition, leader_epoch=epoch,
-                               end_offset=end))
+            found = next(answers)
+            parts.append(build(part_cls, error_code=ErrorCode(found.error), partition=p.partition,
+                               leader_epoch=found.leader_epoch, end_offset=found.end_offset))
         topics.append(build(topic_cls, topic=t.topic, partitions=tuple(parts)))
     return build(schema, throttle_time=ZERO_THROTTLE, topics=tuple(topics))

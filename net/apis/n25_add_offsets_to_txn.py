@@ -14,7 +14,7 @@ E = ErrorCode
 
 @api(25, 0, 4, tests=("tests/integration/test_transactions_coordinator.py::test_send_offsets_to_transaction",))
 async def handle_add_offsets_to_txn(ctx, request):
-    from actors.group_coordinator import OFFSETS_TOPIC
+    from core.naming import OFFSETS_TOPIC
 
     schema = response_schema_for(request)
     edge = ctx.edge

@@ -19,7 +19,7 @@ MARKER_TIMEOUT_MS = 30000
 
 
 async def _write(edge, topic: str, partition: int, markers: list[TxnMarker]) -> list[ErrorCode]:
-    from actors.group_coordinator import OFFSETS_TOPIC
+    from core.naming import OFFSETS_TOPIC
 
     info = edge.metadata.partition(topic, partition)
     if info is None:
@@ -35,7 +35,7 @@ async def _write(edge, topic: str, partition: int, markers: list[TxnMarker]) -> 
     except Exception as exc:  # noqa: BLE001 - the leader is gone or moving
         log.info("WriteTxnMarkers to %s-%d failed: %s", topic, partition, str(exc).splitlines()[0][:200])
         return [E.not_leader_or_follower] * len(markers)
-    errors = [E(r[0]) for r in results]
+    errors = [E(r.error) for r in results]
     if topic == OFFSETS_TOPIC:
         handle = await edge.coordinator_handle(partition)
         for marker, error in zip(markers, errors):

@@ -2,7 +2,7 @@
 override > static broker config > default), and the broker's static configs."""
 from kio.schema.errors import ErrorCode
 
-from net.edge_service import ActorCallFailed
+from net.actor_calls import ActorCallFailed
 from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for
 

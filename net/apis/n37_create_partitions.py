@@ -4,7 +4,7 @@ the new partitions and answers once they have leaders. The edge only refuses
 what Kafka refuses before the controller sees it: a topic named twice."""
 from kio.schema.errors import ErrorCode
 
-from net.edge_service import ActorCallFailed
+from net.actor_calls import ActorCallFailed
 from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for, timedelta_ms
 

@@ -11,7 +11,7 @@ from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for
 async def _delete(edge, group_id: str) -> ErrorCode:
     error, answer = await edge.group_call(group_id, "delete_groups", [group_id])
     if error is not None:
-        return ErrorCode.coordinator_not_available if error == ErrorCode.request_timed_out else error
+        return error
     return ErrorCode(answer[group_id])
 
 

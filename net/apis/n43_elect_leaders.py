@@ -3,7 +3,7 @@ election per partition and answers per partition, ELECTION_NOT_NEEDED where
 the wanted leader already leads. v0 has no election type: it means preferred."""
 from kio.schema.errors import ErrorCode
 
-from net.edge_service import ActorCallFailed
+from net.actor_calls import ActorCallFailed
 from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, has_field, nested, response_schema_for, timedelta_ms
 

@@ -3,7 +3,7 @@ topic configs, validated (INVALID_CONFIG naming the key) and applied by the
 controller; running replicas take the change without a restart."""
 from kio.schema.errors import ErrorCode
 
-from net.edge_service import ActorCallFailed
+from net.actor_calls import ActorCallFailed
 from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for
 

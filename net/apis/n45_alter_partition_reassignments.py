@@ -4,7 +4,7 @@ the copying itself goes on after the answer. A partition named twice in one
 request is refused here with INVALID_REQUEST and never reaches the controller."""
 from kio.schema.errors import ErrorCode
 
-from net.edge_service import ActorCallFailed
+from net.actor_calls import ActorCallFailed
 from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for, timedelta_ms
 

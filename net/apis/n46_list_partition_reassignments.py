@@ -4,7 +4,7 @@ or for every partition when the topic list is null; partitions not being
 moved, and unknown topics, are left out of the answer."""
 from kio.schema.errors import ErrorCode
 
-from net.edge_service import ActorCallFailed
+from net.actor_calls import ActorCallFailed
 from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for, timedelta_ms
 

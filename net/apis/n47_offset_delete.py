@@ -26,8 +26,6 @@ async def handle_offset_delete(ctx, request):
         error, by_partition = answer
         error = ErrorCode(error)
         errors.update({tuple(tp): ErrorCode(e) for tp, e in by_partition.items()})
-    elif error == ErrorCode.request_timed_out:
-        error = ErrorCode.coordinator_not_available
     if error != ErrorCode.none:
         return build(schema, error_code=error, throttle_time=ZERO_THROTTLE, topics=())
     return build(schema, error_code=ErrorCode.none, throttle_time=ZERO_THROTTLE, topics=tuple(

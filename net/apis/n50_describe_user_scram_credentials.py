@@ -46,7 +46,7 @@ async def handle_describe_user_scram_credentials(ctx, request):
         for name in names:
             (duplicates if name in seen else seen).add(name)
         names = [n for n in dict.fromkeys(names) if n not in duplicates]
-    store = getattr(ctx.edge, "scram_store", None)  # set by the edge actor (net/edge.py)
+    store = getattr(ctx.edge, "scram_store", None)  # set by the edge actor (actors/edge.py)
     found = await asyncio.get_running_loop().run_in_executor(None, _describe, store, names)
     results = [build(result_cls, user=user, error_code=error, error_message=message,
                      credential_infos=tuple(build(info_cls, mechanism=kind, iterations=iterations)

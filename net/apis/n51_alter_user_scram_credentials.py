@@ -70,7 +70,7 @@ async def handle_alter_user_scram_credentials(ctx, request):
     result_cls = nested(schema, "AlterUserScramCredentialsResult")
     errors, valid = validate(request.deletions, request.upsertions)
     loop = asyncio.get_running_loop()
-    store = getattr(ctx.edge, "scram_store", None)  # set by the edge actor (net/edge.py)
+    store = getattr(ctx.edge, "scram_store", None)  # set by the edge actor (actors/edge.py)
     answers = dict(errors)
     for user, items in valid.items():
         try:

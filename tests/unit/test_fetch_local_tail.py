@@ -5,6 +5,7 @@ consumer, waiting at the tail, is answered by the next append through the
 edge without a read call to the replica."""
 import asyncio
 
+from core.replica_messages import AppendResult, CommittedTail, FileSlice
 from net.fetch_local_tail import LocalTail
 from storage.record_batch import iter_headers
 from storage.records import SimpleRecord, build_batch
@@ -24,7 +25,7 @@ def _tail(clock=None, **kw):
 
 def test_take_answers_the_offset_an_append_started_at_for_every_reader():
     tail = _tail()
-    tail.publish("t", 0, 5, 13, 13, 0, 10, 13, SLICES, 100)
+    tail.publish("t", 0, CommittedTail(5, 13, 13, 0, 10, 13, SLICES, 100))
     assert tail.take("t", 0, 10, 1 << 20, 5, 0) == (13, 13, 0, SLICES)
     assert tail.take("t", 0, 10, 1 << 20, -1, 0) == (13, 13, 0, SLICES)  # another consumer, no epoch given
     assert tail.take("t", 0, 11, 1 << 20, 5, 0) is None  # mid-append offsets go to the replica
@@ -34,7 +35,7 @@ def test_take_answers_the_offset_an_append_started_at_for_every_reader():
 
 def test_take_refuses_other_epochs_small_budgets_min_bytes_and_uncommitted_reads():
     tail = _tail()
-    tail.publish("t", 0, 5, 13, 12, 0, 10, 13, SLICES, 100)
+    tail.publish("t", 0, CommittedTail(5, 13, 12, 0, 10, 13, SLICES, 100))
     assert tail.take("t", 0, 10, 1 << 20, 4, 0) is None  # fenced epoch: the replica answers that
     assert tail.take("t", 0, 10, 99, 5, 0) is None  # the replica would cut at a batch boundary
     assert tail.take("t", 0, 10, 1 << 20, 5, 0, min_bytes=101) is None
@@ -46,15 +47,15 @@ def test_entries_expire_are_bounded_and_a_new_epoch_drops_the_old_ones():
     clock = _Clock()
     tail = _tail(clock, ttl_s=0.5, entries_per_partition=2, max_partitions=2)
     for first in (0, 3, 6):
-        tail.publish("t", 0, 1, first + 3, first + 3, 0, first, first + 3, SLICES, 100)
+        tail.publish("t", 0, CommittedTail(1, first + 3, first + 3, 0, first, first + 3, SLICES, 100))
     assert tail.take("t", 0, 0, 1 << 20, 1, 0) is None  # pushed out by newer ones
     assert tail.take("t", 0, 3, 1 << 20, 1, 0) is not None
-    tail.publish("t", 0, 2, 10, 10, 0, 9, 10, SLICES, 100)
+    tail.publish("t", 0, CommittedTail(2, 10, 10, 0, 9, 10, SLICES, 100))
     assert tail.take("t", 0, 6, 1 << 20, -1, 0) is None  # epoch 1's entries are gone
     clock.now += 0.6
     assert tail.take("t", 0, 9, 1 << 20, 2, 0) is None  # expired
-    tail.publish("t", 1, 1, 3, 3, 0, 0, 3, SLICES, 100)
-    tail.publish("t", 2, 1, 3, 3, 0, 0, 3, SLICES, 100)
+    tail.publish("t", 1, CommittedTail(1, 3, 3, 0, 0, 3, SLICES, 100))
+    tail.publish("t", 2, CommittedTail(1, 3, 3, 0, 0, 3, SLICES, 100))
     assert len(tail._tails) == 2 and ("t", 0) not in tail._tails  # least recently published goes
 
 
@@ -62,24 +63,24 @@ def test_expects_only_the_offset_the_last_local_append_ended_at_recently():
     clock = _Clock()
     tail = _tail(clock, wait_s=0.05, ttl_s=0.5)
     assert not tail.expects("t", 0, 13, 5)
-    tail.publish("t", 0, 5, 13, 13, 0, 10, 13, SLICES, 100)
+    tail.publish("t", 0, CommittedTail(5, 13, 13, 0, 10, 13, SLICES, 100))
     assert tail.expects("t", 0, 13, 5) and tail.expects("t", 0, 13, -1)
     assert not tail.expects("t", 0, 10, 5) and not tail.expects("t", 0, 13, 6)
     clock.now += 0.6
     assert not tail.expects("t", 0, 13, 5)
     off = _tail(wait_s=0.0)
-    off.publish("t", 0, 5, 13, 13, 0, 10, 13, SLICES, 100)
+    off.publish("t", 0, CommittedTail(5, 13, 13, 0, 10, 13, SLICES, 100))
     assert not off.expects("t", 0, 13, 5)  # several edges per node: no local wait
 
 
 def test_wait_wakes_on_publish_and_times_out_without_one():
     async def run():
         tail = LocalTail(wait_s=0.05)
-        tail.publish("t", 0, 5, 13, 13, 0, 10, 13, SLICES, 100)
+        tail.publish("t", 0, CommittedTail(5, 13, 13, 0, 10, 13, SLICES, 100))
         waiter = asyncio.ensure_future(tail.wait("t", 0, 5.0))
         await asyncio.sleep(0.01)
         assert not waiter.done()
-        tail.publish("t", 0, 5, 16, 16, 0, 13, 16, SLICES, 100)
+        tail.publish("t", 0, CommittedTail(5, 16, 16, 0, 13, 16, SLICES, 100))
         await asyncio.wait_for(waiter, 1.0)
         await tail.wait("t", 0, 0.01)  # nobody publishes
         forgotten = asyncio.ensure_future(tail.wait("t", 0, 5.0))
@@ -154,11 +155,11 @@ class _TailLeader:
             results = []
             for records, _acks, _timeout in sets:
                 info = self.log.append_as_leader(records, leader_epoch)
-                results.append((0, info.first_offset, -1, 0, None, -1, -1))
+                results.append(AppendResult(0, info.first_offset, -1, 0, None, -1, -1))
             end = self.log.log_end_offset
             found = self.log.read_with_inodes(first, 1 << 31, end, min_one_batch=True)
-            slices = [(s.path, s.position, s.length, s.base_offset, ino) for s, ino in found]
-            committed = (0, end, end, 0, first, end, slices, sum(s[2] for s in slices))
+            slices = [FileSlice(s.path, s.position, s.length, s.base_offset, ino) for s, ino in found]
+            committed = CommittedTail(0, end, end, 0, first, end, slices, sum(s.length for s in slices))
             return (results, committed) if tail else results
         return answer()
 
@@ -176,7 +177,7 @@ def test_edge_answers_a_waiting_tail_fetch_from_its_next_append(tmp_path):
     async def go():
         service, server, logs = make_edge(tmp_path, partitions=1, batches_per_partition=2, value_size=100)
         log = logs[0]
-        leader = service._leader_handles[(TOPIC, 0)] = _TailLeader(log)
+        leader = service.replicas.leader_handles[(TOPIC, 0)] = _TailLeader(log)
         port = await server.start("127.0.0.1", 0)
         appender = service.appender(TOPIC, 0)
         assert (await appender.append(_batch(), 1, 1000, 0))[0] == 0  # the edge's first local append

@@ -4,6 +4,7 @@ server answering a consumer's consecutive fetches with fewer replica calls."""
 import asyncio
 
 from core import error_codes
+from core.replica_messages import FileSlice, ReadRun
 from net.fetch_read_ahead import FetchReadAhead
 from storage.record_batch import iter_headers
 from storage.records import SimpleRecord, build_batch
@@ -52,7 +53,7 @@ class _Clock:
 
 
 def _runs(*offsets):
-    return [(o, [("/seg", o * 10, 10, o, 7)]) for o in offsets]
+    return [ReadRun(o, [FileSlice("/seg", o * 10, 10, o, 7)]) for o in offsets]
 
 
 def test_cache_answers_consecutive_offsets_once_each():
@@ -105,7 +106,7 @@ def test_edge_serves_a_catching_up_consumer_with_one_call_per_run(tmp_path):
 
     async def go():
         service, server, logs = make_edge(tmp_path, partitions=1, batches_per_partition=16, value_size=4096)
-        leader = service._leader_handles[(TOPIC, 0)]
+        leader = service.replicas.leader_handles[(TOPIC, 0)]
         port = await server.start("127.0.0.1", 0)
         per_fetch = 2 * len(logs[0].read_bytes(0, 1, None, True))  # two batches per fetch
         offset, got, correlation_id = 0, [], 0
@@ -138,7 +139,7 @@ def test_a_kept_answer_whose_file_changed_is_read_again(tmp_path):
 
     async def go():
         service, server, logs = make_edge(tmp_path, partitions=1, batches_per_partition=8, value_size=4096)
-        leader = service._leader_handles[(TOPIC, 0)]
+        leader = service.replicas.leader_handles[(TOPIC, 0)]
         port = await server.start("127.0.0.1", 0)
         one_batch = len(logs[0].read_bytes(0, 1, None, True))
         (frame,) = await exchange(port, fetch_request(16, 1, 1, partition_max_bytes=one_batch), 1)
@@ -148,7 +149,7 @@ def test_a_kept_answer_whose_file_changed_is_read_again(tmp_path):
         # Make every kept slice name another inode, as if the segment had been replaced.
         entries = service.read_ahead._entries
         for key, entry in list(entries.items()):
-            runs = [(o, [s[:4] + (s[4] + 1,) for s in slices]) for o, slices in entry[5]]
+            runs = [ReadRun(o, [s._replace(inode=s.inode + 1) for s in slices]) for o, slices in entry[5]]
             entries[key] = entry[:5] + (runs,)
         (frame,) = await exchange(port, fetch_request(16, 1, 2, partition_max_bytes=one_batch,
                                                       fetch_offset=next_offset), 1)

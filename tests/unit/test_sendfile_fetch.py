@@ -13,6 +13,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from core.config import BrokerConfig
+from core.replica_messages import FileSlice, ReadResult, ReadRun
 from net.codec import decode_response, encode_request, encode_response, request_schema, response_schema
 from net.edge_service import EdgeService
 from net.file_region import FileRecords, FileRegion, ResponseFrame, SplicedResponse, compact_length
@@ -95,7 +96,7 @@ def test_region_from_a_swapped_file_is_refused_and_a_checked_region_survives_evi
     original = batch_at(580, 70000) + batch_at(590, 70000)
     path.write_bytes(original)
     inode = os.stat(path).st_ino
-    records = edge.read_records([(str(path), 0, len(original), 580, inode)], zero_copy=True)
+    records = edge.read_records([FileSlice(str(path), 0, len(original), 580, inode)], zero_copy=True)
     assert type(records) is FileRecords and len(records) == len(original)
     assert edge.region_fds.held == 1
 
@@ -108,10 +109,10 @@ def test_region_from_a_swapped_file_is_refused_and_a_checked_region_survives_evi
     assert records.to_bytes() == original and records.pieces[0].intact()
     # ...and a fresh read of the old inode is refused: the caller asks the leader again.
     with pytest.raises(FileNotFoundError):
-        edge.read_records([(str(path), 0, len(original), 580, inode)], zero_copy=True)
+        edge.read_records([FileSlice(str(path), 0, len(original), 580, inode)], zero_copy=True)
     new_inode = os.stat(path).st_ino
     with pytest.raises(FileNotFoundError):  # not the batch the leader named
-        edge.read_records([(str(path), 70000, 9, 999, new_inode)], zero_copy=True)
+        edge.read_records([FileSlice(str(path), 70000, 9, 999, new_inode)], zero_copy=True)
     records.close()
     assert edge.region_fds.held == 0
     edge.close()
@@ -123,7 +124,7 @@ def test_small_slices_and_an_exhausted_fd_budget_give_bytes(tmp_path):
     data = batch_at(0, 100) + batch_at(1, 200000)
     path.write_bytes(data)
     inode = os.stat(path).st_ino
-    slices = [(str(path), 0, 100, 0, inode), (str(path), 100, 200000, 1, inode)]
+    slices = [FileSlice(str(path), 0, 100, 0, inode), FileSlice(str(path), 100, 200000, 1, inode)]
     mixed = edge.read_records(slices, zero_copy=True)
     assert [type(p) for p in mixed.pieces] == [bytes, FileRegion] and mixed.to_bytes() == data
     edge.region_fds.limit = 1
@@ -155,9 +156,10 @@ class FakeLeader:
             runs, offset = [], fetch_offset
             while len(runs) < count and offset < end:
                 found = self.log.read_with_inodes(offset, max_bytes, end, min_one_batch=True)
-                runs.append((offset, [(s.path, s.position, s.length, s.base_offset, ino) for s, ino in found]))
+                runs.append(ReadRun(offset, [FileSlice(s.path, s.position, s.length, s.base_offset, ino)
+                                             for s, ino in found]))
                 offset = found[-1][0].next_offset
-            return 0, end, end, 0, runs
+            return ReadResult(0, end, end, 0, runs)
         return answer()
 
 
@@ -175,7 +177,7 @@ def make_edge(tmp_path, partitions: int, batches_per_partition: int, value_size:
             values = [SimpleRecord(key=b"%d" % i, value=bytes([p, b]) * (value_size // 2)) for i in range(20)]
             log.append_as_leader(build_batch(values, 0), 0)
         logs.append(log)
-    service._leader_handles = {(TOPIC, p): FakeLeader(log) for p, log in enumerate(logs)}
+    service.replicas.leader_handles = {(TOPIC, p): FakeLeader(log) for p, log in enumerate(logs)}
     limits = ConnectionLimits(max_request_bytes=1 << 20, max_inflight_requests=8, max_inflight_bytes=1 << 22,
                               max_connections=4, idle_timeout_s=30)
     return service, KafkaServer(service.dispatch, limits), logs

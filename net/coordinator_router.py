@@ -1,0 +1,178 @@
+"""The edge's way to the group and transaction coordinators of its node.
+
+The coordinator of a group is the leader of its __consumer_offsets
+partition (Kafka's partitionFor); its actor (a GroupCoordinatorActor, named
+core.naming.group_coordinator_actor_name) lives on that leader's node, and
+the edge finds it by name on first use. Transaction coordinators are found
+the same way (net/txn_coordinators.py).
+
+A failed coordinator call means the same to every handler, so it is mapped
+to a Kafka error code here, once (``coordinator_failure``): the coordinator
+gone (its node died, or the partition moved) is NOT_COORDINATOR and its
+handle is forgotten, a bug in it UNKNOWN_SERVER_ERROR, and a timeout what
+Kafka answers for that request (``GROUP_TIMEOUT_ERRORS``).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Awaitable
+
+from kio.schema.errors import ErrorCode
+
+from core.local_calls import LocalCallFailed, LocalCallLost
+from core.naming import OFFSETS_TOPIC, group_coordinator_actor_name
+from net.actor_calls import ActorCallFailed
+
+log = logging.getLogger("raykafka.edge")
+E = ErrorCode
+
+# What a group request that timed out in its coordinator answers. A member
+# joining or syncing retries on REBALANCE_IN_PROGRESS; a commit reports its
+# timeout as Kafka's DelayedProduce would; the others ask the client to find
+# the coordinator again.
+GROUP_TIMEOUT_ERRORS: dict[str, ErrorCode] = {
+    "join_group": E.rebalance_in_progress,
+    "sync_group": E.rebalance_in_progress,
+    "commit_offsets": E.request_timed_out,
+    "txn_commit_offsets": E.request_timed_out,
+}
+GROUP_TIMEOUT_DEFAULT = E.coordinator_not_available
+
+
+def coordinator_failure(exc: BaseException, kind: str, method: str, timed_out: ErrorCode) -> ErrorCode | None:
+    """The Kafka error of a failed call to a coordinator, or None for an
+    error of the edge's own (re-raised). NOT_COORDINATOR means the caller
+    must forget the coordinator's handle."""
+    if isinstance(exc, asyncio.TimeoutError):
+        return timed_out
+    if isinstance(exc, LocalCallFailed) or type(exc).__name__.startswith("RayTaskError"):
+        # a bug in the coordinator, not a move
+        log.error("%s coordinator %s failed: %s", kind, method, str(exc).splitlines()[-1][:300] if str(exc) else
+                  type(exc).__name__)
+        return E.unknown_server_error
+    if isinstance(exc, LocalCallLost) or type(exc).__module__.startswith("ray"):
+        return E.not_coordinator  # gone (its node died, or it moved): rediscover
+    return None
+
+
+async def coordinator_answer(handles: dict, partition: int, kind: str, method: str, pending: Awaitable,
+                             timed_out: ErrorCode) -> tuple[ErrorCode | None, Any]:
+    """-> (None, the answer of ``pending``), or (its failure's error, None)."""
+    try:
+        return None, await pending
+    except Exception as exc:
+        error = coordinator_failure(exc, kind, method, timed_out)
+        if error is None:
+            raise
+        if error == E.not_coordinator:
+            handles.pop(partition, None)
+        return error, None
+
+
+async def find_actor(name: str, namespace: str, timeout_s: float):
+    """The handle of the Ray actor ``name``, or None (absent, or the lookup
+    slow); looked up off the event loop."""
+    def lookup():
+        import ray
+
+        try:
+            return ray.get_actor(name, namespace=namespace)
+        except ValueError:
+            return None
+
+    try:
+        return await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(None, lookup), timeout_s)
+    except asyncio.TimeoutError:
+        return None
+
+
+class CoordinatorRouter:
+    """Group coordinators of the offsets partitions this broker leads, and
+    the creation of Kafka's internal topics through the controller."""
+
+    def __init__(self, edge: Any):
+        self.edge = edge  # metadata, broker_id, config, call_timeout_s, local_channels, controller_call
+        self.handles: dict[int, Any] = {}  # __consumer_offsets partition -> group coordinator actor
+        self._topic_creations: dict[str, asyncio.Future] = {}
+
+    # ---- which coordinator ----------------------------------------------------------------
+    def group_partition(self, group_id: str) -> int | None:
+        """The __consumer_offsets partition owning a group; None before the topic exists."""
+        from cluster.groups import partition_for_group
+
+        info = self.edge.metadata.topics.get(OFFSETS_TOPIC)
+        return partition_for_group(group_id, len(info.partitions)) if info and info.partitions else None
+
+    def leads_offsets_partition(self, partition: int) -> bool:
+        info = self.edge.metadata.partition(OFFSETS_TOPIC, partition)
+        return info is not None and info.leader == self.edge.broker_id
+
+    async def coordinator_handle(self, partition: int):
+        """This node's coordinator actor of an offsets partition this broker leads, else None."""
+        if not self.leads_offsets_partition(partition):
+            return None
+        handle = self.handles.get(partition)
+        if handle is None:
+            edge = self.edge
+            handle = await find_actor(group_coordinator_actor_name(partition, edge.broker_id),
+                                      edge.config["raykafka.namespace"], edge.call_timeout_s)
+            if handle is None:
+                return None
+            self.handles[partition] = handle
+        return handle
+
+    async def local_coordinators(self) -> list:
+        """(partition, handle) of every coordinator of an offsets partition this broker leads."""
+        info = self.edge.metadata.topics.get(OFFSETS_TOPIC)
+        broker_id = self.edge.broker_id
+        partitions = sorted(p for p, s in info.partitions.items() if s.leader == broker_id) if info else []
+        handles = await asyncio.gather(*(self.coordinator_handle(p) for p in partitions))
+        return [(p, h) for p, h in zip(partitions, handles) if h is not None]
+
+    # ---- calls ------------------------------------------------------------------------------
+    async def group_call(self, group_id: str, method: str, *args, timeout_s: float | None = None):
+        """Call the coordinator of a group on this node -> (error or None, answer).
+        NOT_COORDINATOR when this broker does not lead the group's offsets
+        partition (or its coordinator is gone); a timeout as GROUP_TIMEOUT_ERRORS says."""
+        partition = self.group_partition(group_id)
+        handle = None if partition is None else await self.coordinator_handle(partition)
+        if handle is None:
+            return E.not_coordinator, None
+        edge = self.edge
+        pending = edge.local_channels.call(handle, method, args, timeout_s or edge.call_timeout_s)
+        return await coordinator_answer(self.handles, partition, "group", method, pending,
+                                        GROUP_TIMEOUT_ERRORS.get(method, GROUP_TIMEOUT_DEFAULT))
+
+    # ---- internal topics ------------------------------------------------------------------------
+    def ensure_offsets_topic(self) -> Awaitable[ErrorCode | None]:
+        """Ask the controller to create __consumer_offsets (once; concurrent
+        callers share the request). None once it exists."""
+        return self.ensure_topic(OFFSETS_TOPIC, "ensure_offsets_topic")
+
+    async def ensure_topic(self, topic: str, controller_method: str) -> ErrorCode | None:
+        """Have the controller create the internal ``topic`` with its
+        ``controller_method`` (once; concurrent callers share the request).
+        None once it exists, else COORDINATOR_NOT_AVAILABLE."""
+        if topic in self.edge.metadata.topics:
+            return None
+        creation = self._topic_creations.get(topic)
+        if creation is None or creation.done():
+            creation = self._topic_creations[topic] = asyncio.ensure_future(
+                self._create_topic(topic, controller_method))
+        return await asyncio.shield(creation)
+
+    async def _create_topic(self, topic: str, controller_method: str) -> ErrorCode | None:
+        edge = self.edge
+        try:
+            code, message = await edge.controller_call(controller_method, timeout_s=2 * edge.call_timeout_s)
+        except ActorCallFailed as exc:
+            log.warning("creating %s failed: %s", topic, exc)
+            return E.coordinator_not_available
+        except AttributeError:
+            log.warning("the controller cannot create %s", topic)
+            return E.coordinator_not_available
+        if code not in (0, int(E.topic_already_exists)):
+            log.warning("creating %s failed: %s (%s)", topic, E(code).name, message)
+            return E.coordinator_not_available
+        return None

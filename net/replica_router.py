@@ -1,0 +1,228 @@
+"""The edge's way to the replicas of its node: which leader replica serves a
+partition (from the controller's UpdateMetadata), calls to it and to the
+node's purgatory over the direct channel when there is one (core/local_channels.py)
+or through Ray, and the produce appender that coalesces a partition's record
+sets into few calls, placing their bytes in shared memory when it can.
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import os
+import time
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from core.local_channels import LocalChannels
+from core.replica_messages import failed_append
+from core.shared_region import SharedRegion
+from net.actor_calls import ActorCallFailed, call, call_failure
+from net.edge_metrics import CURRENT as CURRENT_REQUEST
+from net.fetch_local_tail import LocalTail
+
+log = logging.getLogger("raykafka.edge")
+
+
+class PartitionAppender:
+    """Coalesces appends for one partition: while one append call is in flight,
+    later record sets queue up and go to the replica together in the next call.
+
+    This keeps per-partition order (one call at a time, FIFO) and turns many
+    small produce requests into few actor calls (~1.5 ms each).
+
+    Bound on added latency: none is added on purpose (no linger). A record set
+    waits only while the previous append call for its partition is in flight,
+    i.e. at most one append round trip (measured ~1-3 ms here; bounded by the
+    actor call timeout), and one call carries at most MAX_SETS_PER_CALL sets /
+    MAX_BYTES_PER_CALL bytes, so the wait cannot grow with load.
+    """
+
+    MAX_SETS_PER_CALL = 256
+    MAX_BYTES_PER_CALL = 16 * 1024 * 1024
+
+    def __init__(self, router: "ReplicaRouter", topic: str, partition: int):
+        self.router = router
+        self.topic = topic
+        self.partition = partition
+        self.queue: collections.deque = collections.deque()
+        self.inflight = False
+        # Zero-copy path to the leader on this node; None until first used,
+        # False once the leader could not use it (then bytes go through Ray).
+        self.region: SharedRegion | None | bool = None
+
+    def _shared_region(self) -> SharedRegion | None:
+        if self.region is None:
+            name = f"raykafka-{os.getpid()}-{self.router.broker_id}-{self.topic}-{self.partition}"
+            try:
+                self.region = SharedRegion.create(name, self.MAX_BYTES_PER_CALL)
+            except OSError as exc:
+                log.warning("no shared memory for %s-%d (%s): sending bytes through Ray", self.topic,
+                            self.partition, exc)
+                self.region = False
+        return self.region or None
+
+    def close(self, disable: bool = True) -> None:
+        if self.region:
+            self.region.close()
+        self.region = False if disable else None
+
+    def append(self, records: bytes, acks: int, timeout_ms: int, leader_epoch: int) -> asyncio.Future:
+        """-> a future of the set's core.replica_messages.AppendResult."""
+        future = asyncio.get_running_loop().create_future()
+        self.queue.append((records, acks, timeout_ms, leader_epoch, future))
+        if not self.inflight:
+            self._send_next()
+        return future
+
+    def _send_next(self) -> None:
+        batch = []
+        size = 0
+        epoch = self.queue[0][3]
+        while self.queue and len(batch) < self.MAX_SETS_PER_CALL and self.queue[0][3] == epoch:
+            if batch and size + len(self.queue[0][0]) > self.MAX_BYTES_PER_CALL:
+                break
+            item = self.queue.popleft()
+            size += len(item[0])
+            batch.append(item)
+        self.inflight = True
+        asyncio.ensure_future(self._run(batch, epoch))
+
+    async def _run(self, batch: list, leader_epoch: int) -> None:
+        router = self.router
+        try:
+            handle = router.leader_handle(self.topic, self.partition)
+            if handle is None:
+                results = [failed_append(int(ErrorCode.not_leader_or_follower))] * len(batch)
+            else:
+                timeout_ms = max(item[2] for item in batch)
+                timeout_s = timeout_ms / 1000 + router.call_timeout_s
+                region = self._shared_region()
+                size = sum(len(item[0]) for item in batch)
+                results = None
+                local_tail = router.local_tail
+                want_tail = local_tail is not None
+                if region is not None and size <= region.size:
+                    offset, placed = 0, []
+                    for records, acks, set_timeout, _epoch, _future in batch:
+                        region.write(offset, records)
+                        placed.append((offset, len(records), acks, set_timeout))
+                        offset += len(records)
+                    results = await router.node_call(handle, "append_shared", region.path, placed,
+                                                     leader_epoch, want_tail, timeout_s=timeout_s)
+                    if results is None:  # the leader cannot map it (another node?): stop trying
+                        self.close()
+                if results is None:
+                    sets = [(item[0], item[1], item[2]) for item in batch]
+                    results = await router.call(handle.append.remote(sets, leader_epoch, want_tail),
+                                                timeout_s=timeout_s)
+                if want_tail:
+                    # append(..., tail=True) answers (results, CommittedTail or None)
+                    results, committed = results
+                    if committed is not None:
+                        local_tail.publish(self.topic, self.partition, committed)
+        except ActorCallFailed as exc:
+            # The leader may still be reading the region: never reuse it.
+            self.close(disable=False)
+            results = [failed_append(int(exc.error), message=str(exc))] * len(batch)
+        except Exception as exc:  # never leave a producer without an answer
+            log.exception("append to %s-%d failed", self.topic, self.partition)
+            results = [failed_append(int(ErrorCode.unknown_server_error), message=str(exc))] * len(batch)
+        finally:
+            self.inflight = False
+        for item, result in zip(batch, results):
+            if not item[4].done():
+                item[4].set_result(result)
+        if self.queue:
+            self._send_next()
+
+
+class ReplicaRouter:
+    """Leader replicas of this node by partition, and the calls to them and
+    to the node's purgatory. Failures of those calls are ActorCallFailed
+    (net/actor_calls.py)."""
+
+    def __init__(self, broker_id: int, call_timeout_s: float, local_channels: LocalChannels,
+                 local_tail: LocalTail | None):
+        self.broker_id = broker_id
+        self.call_timeout_s = call_timeout_s
+        self.local_channels = local_channels
+        # Tail fetches answered from this edge's own appends (net/fetch_local_tail.py); None: off.
+        self.local_tail = local_tail
+        # (topic, partition) -> handle of its leader replica, when this broker leads it
+        self.leader_handles: dict[tuple[str, int], Any] = {}
+        self._appenders: dict[tuple[str, int], PartitionAppender] = {}
+        self.purgatory: Any = None  # this node's purgatory actor
+
+    def set_leaders(self, leader_handles: dict) -> None:
+        """The leader replicas of the latest UpdateMetadata; appenders of
+        partitions no longer led here close once idle."""
+        self.leader_handles = dict(leader_handles)
+        for key in list(self._appenders):
+            if key not in self.leader_handles and not self._appenders[key].inflight:
+                self._appenders.pop(key).close()
+
+    def leader_handle(self, topic: str, partition: int):
+        return self.leader_handles.get((topic, partition))
+
+    def appender(self, topic: str, partition: int) -> PartitionAppender:
+        key = (topic, partition)
+        appender = self._appenders.get(key)
+        if appender is None:
+            appender = self._appenders[key] = PartitionAppender(self, topic, partition)
+        return appender
+
+    def call(self, ref, timeout_s: float | None = None):
+        """Await a Ray call's ref, bounded; failures as ActorCallFailed
+        (net/actor_calls.call, returned to be awaited: no frame of its own)."""
+        return call(ref, timeout_s or self.call_timeout_s)
+
+    async def node_call(self, handle, method: str, *args, timeout_s: float | None = None):
+        """A call to a replica or the purgatory of this node: over its direct
+        channel when the edge has one, else through Ray; failures as in call()."""
+        try:
+            return await self.local_channels.call(handle, method, args, timeout_s or self.call_timeout_s)
+        except Exception as exc:
+            failure = call_failure(exc)
+            if failure is None:
+                raise
+            raise failure from None
+
+    async def delay_produce(self, required: list[tuple[str, int, int]], timeout_ms: int) -> dict:
+        """Park a DelayedProduce; -> {(topic, partition): error code}."""
+        if self.purgatory is None:
+            return {(t, p): int(ErrorCode.request_timed_out) for t, p, _ in required}
+        parked = time.perf_counter()
+        try:
+            return await self.node_call(self.purgatory, "delay_produce", required, timeout_ms,
+                                        timeout_s=timeout_ms / 1000 + self.call_timeout_s)
+        except ActorCallFailed as exc:
+            return {(t, p): int(exc.error) for t, p, _ in required}
+        finally:
+            _add_remote_time(parked)
+
+    async def delay_fetch(self, known_ends: list[tuple[str, int, int]], isolation_level: int,
+                          timeout_ms: int) -> bool:
+        """Park a DelayedFetch until a partition's fetchable end moves; False on timeout."""
+        if self.purgatory is None or timeout_ms <= 0:
+            return False
+        parked = time.perf_counter()
+        try:
+            return await self.node_call(self.purgatory, "delay_fetch", known_ends, isolation_level, timeout_ms,
+                                        timeout_s=timeout_ms / 1000 + self.call_timeout_s)
+        except ActorCallFailed:
+            return False
+        finally:
+            _add_remote_time(parked)
+
+    def close(self) -> None:
+        for appender in self._appenders.values():
+            appender.close()
+
+
+def _add_remote_time(since: float) -> None:
+    """Time a request spent parked in the purgatory (Kafka's RemoteTimeMs)."""
+    times = CURRENT_REQUEST.get()
+    if times is not None:
+        times.remote += time.perf_counter() - since

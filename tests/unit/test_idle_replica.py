@@ -12,6 +12,7 @@ from actors.partition_leader import ReplicaActor
 from cluster import replica_schedule as duties
 from cluster.replica_schedule import ReplicaSchedule
 from core import idle_priority
+from core.clock import ManualClock
 from core.idle_priority import IdlePriority
 from storage.records import SimpleRecord, build_batch
 
@@ -103,31 +104,47 @@ def _batch():
     return build_batch([SimpleRecord(key=b"k", value=b"v" * 100)], compression=0)
 
 
+async def settle(condition, required: bool = True) -> None:
+    """Let the replica's timer task run until ``condition`` holds (no real
+    time passes: the replica reads a ManualClock)."""
+    for _ in range(200):
+        if condition():
+            return
+        await asyncio.sleep(0)
+    assert condition() or not required
+
+
 def test_idle_leader_schedules_only_retention_and_wakes_on_an_append(tmp_path, monkeypatch):
     monkeypatch.setenv("RAYKAFKA_IDLE_PRIORITY", "0")  # the switch itself is tested above
+    clock = ManualClock()
     replica = ReplicaActor("t", 0, BROKER, [str(tmp_path)], {"segment_bytes": 1 << 20},
-                           replica_config={"replica.idle.after.ms": 200})
+                           replica_config={"replica.idle.after.ms": 200}, clock=clock)
     replica._report_progress = lambda force=False: None
 
     async def run():
         assert await replica.become_leader(1, 0, [BROKER], [BROKER]) == 0
-        await asyncio.sleep(0.05)
+        await settle(lambda: replica._schedule.scheduled())
         busy_plan = replica._schedule.scheduled()
         # No other replica: no ISR check; not compacted: no cleaner.
         assert busy_plan == {duties.CHECKPOINT, duties.RETENTION}
         results = await replica.append([(_batch(), 1, 1000)], 0)
         assert results[0][0] == 0
         await replica._run_duty(duties.CHECKPOINT)  # as the timer would after 5 s
-        await asyncio.sleep(0.6)
+        # The first tick notes the append, the next one the quiet period after it.
+        for _ in range(2):
+            clock.advance(0.3)
+            replica._poke_timer()  # the timer's sleep would have ended by now
+            await settle(lambda: replica._idle.idle and replica._schedule.scheduled() == {duties.RETENTION},
+                         required=False)
         assert replica._idle.idle
         # Checkpoints current: the idle replica's timer holds retention only.
         assert replica._schedule.scheduled() == {duties.RETENTION}
         await replica.append([(_batch(), 1, 1000)], 0)
         assert not replica._idle.idle
-        await asyncio.sleep(0.05)
+        await settle(lambda: duties.CHECKPOINT in replica._schedule.scheduled())
         assert duties.CHECKPOINT in replica._schedule.scheduled()
         await replica.close()
-        await asyncio.sleep(0.05)
+        await settle(lambda: all(t.done() for t in replica._background))
         assert all(t.done() for t in replica._background)  # the timer ends with the replica
 
     asyncio.run(run())
@@ -135,12 +152,12 @@ def test_idle_leader_schedules_only_retention_and_wakes_on_an_append(tmp_path, m
 
 def test_leader_with_followers_checks_its_isr(tmp_path, monkeypatch):
     monkeypatch.setenv("RAYKAFKA_IDLE_PRIORITY", "0")
-    replica = ReplicaActor("t", 0, BROKER, [str(tmp_path)], {"segment_bytes": 1 << 20})
+    replica = ReplicaActor("t", 0, BROKER, [str(tmp_path)], {"segment_bytes": 1 << 20}, clock=ManualClock())
     replica._report_progress = lambda force=False: None
 
     async def run():
         assert await replica.become_leader(1, 0, [BROKER, 2], [BROKER, 2]) == 0
-        await asyncio.sleep(0.05)
+        await settle(lambda: duties.ISR in replica._schedule.scheduled())
         plan = replica._schedule.scheduled()
         await replica.close()
         return plan

@@ -8,6 +8,7 @@ import threading
 import time
 
 from actors.partition_leader import ReplicaActor
+from core.clock import ManualClock
 from storage.records import SimpleRecord, build_batch
 from tests.unit.test_replica_parked_read import BROKER
 
@@ -50,8 +51,9 @@ def test_rolled_segments_are_flushed_off_the_event_loop(tmp_path, monkeypatch):
 
 
 def test_retention_unlinks_expired_segments_on_the_io_thread(tmp_path, monkeypatch):
+    clock = ManualClock()
     replica = ReplicaActor("t", 0, BROKER, [str(tmp_path)],
-                           {"segment_bytes": 8192, "retention_bytes": 8192, "file_delete_delay_ms": 1})
+                           {"segment_bytes": 8192, "retention_bytes": 8192, "file_delete_delay_ms": 1}, clock=clock)
     replica._report_progress = lambda force=False: None
     deleted_on = []
     real = replica.log.delete_pending
@@ -68,7 +70,7 @@ def test_retention_unlinks_expired_segments_on_the_io_thread(tmp_path, monkeypat
             assert (await replica.append([(_batch(), 1, 1000)], 0))[0][0] == 0
         result = await replica.run_retention()  # renames to .deleted, unlink due in 1 ms
         renamed = [n for n in os.listdir(replica.log.dir) if n.endswith(".deleted")]
-        await asyncio.sleep(0.01)
+        clock.advance(0.01)
         await replica.run_retention()  # the unlinks
         for task in replica._background:
             task.cancel()

@@ -1,0 +1,152 @@
+"""The coordinator router's one mapping of failed coordinator calls to Kafka
+error codes (net/coordinator_router.py), as group and transaction calls see
+it: a gone coordinator is NOT_COORDINATOR and is looked up again, a bug in
+it UNKNOWN_SERVER_ERROR, a timeout what Kafka answers for that request; an
+error of the edge's own is raised."""
+import asyncio
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from core.config import BrokerConfig
+from core.local_calls import LocalCallFailed, LocalCallLost
+from core.naming import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
+from net.coordinator_router import GROUP_TIMEOUT_DEFAULT, GROUP_TIMEOUT_ERRORS, coordinator_failure
+from net.edge_service import EdgeService
+from net.txn_coordinators import TransactionRouting
+
+E = ErrorCode
+RayActorError = type("RayActorError", (Exception,), {"__module__": "ray.exceptions"})
+RayTaskError = type("RayTaskError(ValueError)", (Exception,), {"__module__": "ray.exceptions"})
+
+
+@pytest.mark.parametrize("exc, timed_out, expected", [
+    (asyncio.TimeoutError(), E.request_timed_out, E.request_timed_out),
+    (asyncio.TimeoutError(), E.rebalance_in_progress, E.rebalance_in_progress),
+    (LocalCallLost("closed"), E.request_timed_out, E.not_coordinator),
+    (RayActorError("gone"), E.request_timed_out, E.not_coordinator),
+    (LocalCallFailed("KeyError: x"), E.request_timed_out, E.unknown_server_error),
+    (RayTaskError("ValueError: x"), E.request_timed_out, E.unknown_server_error),
+    (ValueError("ours"), E.request_timed_out, None),
+])
+def test_failure_mapping(exc, timed_out, expected):
+    assert coordinator_failure(exc, "group", "heartbeat", timed_out) == expected
+
+
+def test_a_timed_out_group_request_answers_what_kafka_answers_for_it():
+    assert GROUP_TIMEOUT_ERRORS["join_group"] == GROUP_TIMEOUT_ERRORS["sync_group"] == E.rebalance_in_progress
+    assert GROUP_TIMEOUT_ERRORS["commit_offsets"] == GROUP_TIMEOUT_ERRORS["txn_commit_offsets"] == E.request_timed_out
+    for method in ("heartbeat", "leave_group", "fetch_offsets", "describe_groups", "delete_groups", "delete_offsets"):
+        assert GROUP_TIMEOUT_ERRORS.get(method, GROUP_TIMEOUT_DEFAULT) == E.coordinator_not_available
+
+
+class _Coordinator:
+    """Stands in for a coordinator actor handle: each method answers or raises ``outcome``."""
+
+    def __init__(self, outcome):
+        self.outcome = outcome
+        self.calls = []
+
+    def __getattr__(self, method):
+        coordinator = self
+
+        class _Method:
+            @staticmethod
+            def remote(*args):
+                coordinator.calls.append((method, args))
+
+                async def answer():
+                    if isinstance(coordinator.outcome, BaseException):
+                        raise coordinator.outcome
+                    if coordinator.outcome == "slow":
+                        await asyncio.sleep(10)
+                    return coordinator.outcome
+                return answer()
+        return _Method
+
+
+def _edge() -> EdgeService:
+    edge = EdgeService(BrokerConfig.from_sources(), 1, "127.0.0.1", 0)
+    edge.metadata.update({
+        "controller_epoch": 1, "controller_id": 1, "cluster_id": "c1",
+        "brokers": [{"id": 1, "host": "127.0.0.1", "port": 1}],
+        "topics": {name: {"topic_id": f"00000000-0000-0000-0000-00000000000{i}", "partitions": {
+            "0": {"leader": 1, "leader_epoch": 0, "replicas": [1], "isr": [1]}}}
+            for i, name in enumerate((OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC), start=1)}})
+    return edge
+
+
+@pytest.mark.parametrize("outcome, method, expected, forgotten", [
+    ("answer", "heartbeat", None, False),
+    (RayActorError("gone"), "heartbeat", E.not_coordinator, True),
+    (LocalCallLost("closed"), "commit_offsets", E.not_coordinator, True),
+    (RayTaskError("boom"), "heartbeat", E.unknown_server_error, False),
+    ("slow", "heartbeat", E.coordinator_not_available, False),
+    ("slow", "join_group", E.rebalance_in_progress, False),
+    ("slow", "commit_offsets", E.request_timed_out, False),
+])
+def test_group_call_maps_failures_once(outcome, method, expected, forgotten):
+    async def go():
+        edge = _edge()
+        coordinator = _Coordinator(outcome)
+        edge.coordinators.handles[0] = coordinator
+        try:
+            return await edge.group_call("g", method, "g", timeout_s=0.05), 0 in edge.coordinators.handles
+        finally:
+            edge.close()
+
+    (error, answer), kept = asyncio.run(go())
+    assert error == expected
+    assert answer == ("answer" if expected is None else None)
+    assert kept is not forgotten
+
+
+def test_group_call_raises_an_error_of_its_own():
+    async def go():
+        edge = _edge()
+        edge.coordinators.handles[0] = _Coordinator(ValueError("a bug in the edge"))
+        try:
+            await edge.group_call("g", "heartbeat", "g")
+        finally:
+            edge.close()
+
+    with pytest.raises(ValueError):
+        asyncio.run(go())
+
+
+def test_group_call_of_a_group_not_coordinated_here_is_not_coordinator():
+    async def go():
+        edge = _edge()
+        edge.coordinators.handles[0] = _Coordinator("answer")  # left from when this broker led it
+        edge.metadata.update({
+            "controller_epoch": 1, "controller_id": 1, "cluster_id": "c1",
+            "brokers": [{"id": 1, "host": "127.0.0.1", "port": 1}, {"id": 2, "host": "127.0.0.1", "port": 2}],
+            "topics": {OFFSETS_TOPIC: {"topic_id": "00000000-0000-0000-0000-000000000001", "partitions": {
+                "0": {"leader": 2, "leader_epoch": 1, "replicas": [2, 1], "isr": [2, 1]}}}}})
+        try:
+            return await edge.group_call("g", "heartbeat", "g")
+        finally:
+            edge.close()
+
+    assert asyncio.run(go()) == (E.not_coordinator, None)
+
+
+@pytest.mark.parametrize("outcome, expected, forgotten", [
+    ("answer", None, False),
+    (RayActorError("gone"), E.not_coordinator, True),
+    (RayTaskError("boom"), E.unknown_server_error, False),
+    ("slow", E.request_timed_out, False),
+])
+def test_transaction_calls_share_the_mapping(outcome, expected, forgotten):
+    async def go():
+        edge = _edge()
+        routing = TransactionRouting(edge)
+        routing._handles[0] = _Coordinator(outcome)
+        try:
+            return await routing.call("tx", "end_txn", "tx", timeout_s=0.05), 0 in routing._handles
+        finally:
+            edge.close()
+
+    (error, answer), kept = asyncio.run(go())
+    assert error == expected and answer == ("answer" if expected is None else None)
+    assert kept is not forgotten

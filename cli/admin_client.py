@@ -36,13 +36,20 @@ ELECT_LEADERS = 43
 INCREMENTAL_ALTER_CONFIGS = 44
 ALTER_PARTITION_REASSIGNMENTS = 45
 LIST_PARTITION_REASSIGNMENTS = 46
+SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
+DESCRIBE_CLIENT_QUOTAS, ALTER_CLIENT_QUOTAS = 48, 49
+DESCRIBE_USER_SCRAM_CREDENTIALS, ALTER_USER_SCRAM_CREDENTIALS = 50, 51
 
 API_NAMES = {METADATA: "Metadata", CREATE_TOPICS: "CreateTopics", DELETE_TOPICS: "DeleteTopics",
              API_VERSIONS: "ApiVersions", DESCRIBE_CONFIGS: "DescribeConfigs",
              CREATE_PARTITIONS: "CreatePartitions", ELECT_LEADERS: "ElectLeaders",
              INCREMENTAL_ALTER_CONFIGS: "IncrementalAlterConfigs",
              ALTER_PARTITION_REASSIGNMENTS: "AlterPartitionReassignments",
-             LIST_PARTITION_REASSIGNMENTS: "ListPartitionReassignments"}
+             LIST_PARTITION_REASSIGNMENTS: "ListPartitionReassignments",
+             SASL_HANDSHAKE: "SaslHandshake", SASL_AUTHENTICATE: "SaslAuthenticate",
+             DESCRIBE_CLIENT_QUOTAS: "DescribeClientQuotas", ALTER_CLIENT_QUOTAS: "AlterClientQuotas",
+             DESCRIBE_USER_SCRAM_CREDENTIALS: "DescribeUserScramCredentials",
+             ALTER_USER_SCRAM_CREDENTIALS: "AlterUserScramCredentials"}
 
 # The versions this client can build and read, per API key.
 CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
@@ -58,6 +65,12 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     INCREMENTAL_ALTER_CONFIGS: (0, 1),
     ALTER_PARTITION_REASSIGNMENTS: (0, 1),
     LIST_PARTITION_REASSIGNMENTS: (0, 0),
+    SASL_HANDSHAKE: (1, 1),
+    SASL_AUTHENTICATE: (0, 2),
+    DESCRIBE_CLIENT_QUOTAS: (0, 1),
+    ALTER_CLIENT_QUOTAS: (0, 1),
+    DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
+    ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
 }
 
 # ConfigResource types and IncrementalAlterConfigs operations (Kafka's ids).
@@ -187,13 +200,21 @@ def split_address(address: str) -> tuple[str, int]:
 class BrokerConnection:
     """One socket to one broker, with the API versions it advertised."""
 
-    def __init__(self, host: str, port: int, timeout_s: float, client_id: str):
+    def __init__(self, host: str, port: int, timeout_s: float, client_id: str, security=None):
+        """security: cli/client_security.ClientSecurity (--command-config), None for PLAINTEXT."""
+        from cli.client_security import AuthenticationFailed, authenticate, secure_socket
+
         self.address = f"{host}:{port}"
         self.client_id = client_id
-        self.sock = socket.create_connection((host, port), timeout=timeout_s + SOCKET_MARGIN_S)
+        self.sock = secure_socket(socket.create_connection((host, port), timeout=timeout_s + SOCKET_MARGIN_S),
+                                  host, security)
         self.correlation_id = 0
         self.api_versions: dict[int, tuple[int, int]] = {}
         self._negotiate()
+        try:
+            authenticate(self.request, security)
+        except AuthenticationFailed as exc:
+            raise AdminError(f"authentication with {self.address} failed: {exc}") from None
 
     def _negotiate(self) -> None:
         # v3 first; a broker that does not know it answers in v0's format with
@@ -266,15 +287,17 @@ class BrokerConnection:
 class AdminClient:
     """Bootstrap once, then talk to whichever broker a request belongs to."""
 
-    def __init__(self, bootstrap: str, timeout_s: float = 30.0, client_id: str = "raykafka-admin"):
+    def __init__(self, bootstrap: str, timeout_s: float = 30.0, client_id: str = "raykafka-admin",
+                 security=None):
         self.timeout_s = timeout_s
         self.client_id = client_id
+        self.security = security
         self.connections: dict[int, BrokerConnection] = {}
         self.bootstrap: Optional[BrokerConnection] = None
         errors = []
         for address in [a for a in bootstrap.split(",") if a.strip()]:
             try:
-                self.bootstrap = BrokerConnection(*split_address(address), timeout_s, client_id)
+                self.bootstrap = BrokerConnection(*split_address(address), timeout_s, client_id, security)
                 break
             except (OSError, AdminError) as exc:
                 errors.append(f"{address.strip()}: {exc}")
@@ -311,7 +334,7 @@ class AdminClient:
         conn = self.connections.get(controller_id)
         if conn is None:
             try:
-                conn = BrokerConnection(broker.host, broker.port, self.timeout_s, self.client_id)
+                conn = BrokerConnection(broker.host, broker.port, self.timeout_s, self.client_id, self.security)
             except (OSError, AdminError):
                 return self.bootstrap  # unreachable from here: any broker forwards
             self.connections[controller_id] = conn

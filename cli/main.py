@@ -113,9 +113,15 @@ def build_parser() -> argparse.ArgumentParser:
     topics.add_parser(sub)  # `raykafka topics ...` (cli/topics.py)
     reassign.add_parser(sub)  # `raykafka reassign ...` (cli/reassign.py)
     elect_leaders.add_parser(sub)  # `raykafka elect-leaders ...` (cli/elect_leaders.py)
+    from cli import configs
+
+    configs.add_parser(sub)  # `raykafka configs ...` (cli/configs.py)
     from cli import transactions
 
     transactions.add_parser(sub)  # `raykafka transactions ...` (cli/transactions.py)
+    from cli import acls
+
+    acls.add_parser(sub)  # `raykafka acls ...` (cli/acls.py)
     from cli import console
 
     console.add_producer_parser(sub)  # `raykafka console-producer ...` (cli/console.py)

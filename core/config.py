@@ -256,6 +256,9 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("replication.quota.window.num", "int", 11, "Samples kept for the replication quota rate", min=1),
     ConfigDef("replication.quota.window.size.seconds", "int", 1, "Span of one replication quota sample",
               min=1),
+    # ---- client quotas (KIP-13): the rate a quota bounds is measured over these samples -------------
+    ConfigDef("quota.window.num", "int", 11, "Samples kept for client quota rates", min=1),
+    ConfigDef("quota.window.size.seconds", "int", 1, "Span of one client quota sample", min=1),
     # raykafka's own keys (no Kafka equivalent)
     ConfigDef("raykafka.namespace", "string", "raykafka", "Ray namespace holding this cluster's named actors"),
     ConfigDef("raykafka.actor.call.timeout.ms", "int", 30000, "Bound on every cross-actor await", min=1),

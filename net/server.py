@@ -53,7 +53,7 @@ Dispatch = Callable[["Connection", int, int, int, bytes | memoryview], Awaitable
 class Connection:
     __slots__ = ("peer", "reader", "writer", "inflight", "inflight_bytes", "space", "closed",
                  "last_active", "requests_served", "client_software", "can_sendfile", "socket_fd",
-                 "listener", "principal", "sasl", "max_request_bytes")
+                 "listener", "principal", "sasl", "max_request_bytes", "muted_until")
 
     def __init__(self, reader: FrameReceiver, writer: asyncio.StreamWriter):
         self.reader = reader
@@ -76,6 +76,9 @@ class Connection:
         # The request size bound: socket.request.max.bytes, or, on a SASL
         # connection until it authenticates, sasl.server.max.receive.size.
         self.max_request_bytes = 0
+        # time.monotonic() until which no request is read: a client over its
+        # quota is muted for its throttle time (KIP-219, net/client_quotas.py).
+        self.muted_until = 0.0
         # sendfile(2) needs the plain socket: not TLS (the kernel would bypass
         # the encryption). Cleared at the first sendfile the kernel refuses.
         sock = writer.get_extra_info("socket")
@@ -202,6 +205,10 @@ class KafkaServer:
         limits = self.limits
         reader = conn.reader
         while not conn.closed:
+            if conn.muted_until:
+                muted_s = conn.muted_until - time.monotonic()
+                if muted_s > 0:
+                    await asyncio.sleep(muted_s)
             try:
                 size = await reader.read_size(limits.idle_timeout_s)
             except asyncio.TimeoutError:

@@ -28,6 +28,7 @@ from crc32c import crc32c
 
 from spark.decode import ArrowBuilder
 from storage.record_batch import ATTRIBUTES_OFFSET, HEADER_SIZE, LOG_OVERHEAD, unpack_header
+from storage.slice_reader import SliceReader
 
 log = logging.getLogger("raykafka.spark")
 
@@ -149,25 +150,27 @@ def read_slices(builder: ArrowBuilder, slices: list[Slice], start: int, end: int
     offset = start
     last_seen = -1
     try:
-        for piece in slices:
-            if offset >= end:
-                break
-            path, position, length = piece[0], piece[1], piece[2]
-            expected_base = piece[3] if len(piece) > 3 else None
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                if len(piece) > 4 and piece[4] is not None and os.fstat(fd).st_ino != piece[4]:
-                    raise _Stale(f"{path}: not the file planned (replaced by compaction or retention)")
+        with SliceReader(max_open_fds=4) as reader:
+            for piece in slices:
+                if offset >= end:
+                    break
+                path, position, length = piece[0], piece[1], piece[2]
+                base_offset = piece[3] if len(piece) > 3 and piece[3] is not None else -1
+                inode = piece[4] if len(piece) > 4 else None
+                fd = None
                 pos, stop = position, position + length
                 while pos < stop and offset < end:
                     want = min(chunk_bytes, stop - pos)
-                    buf = os.pread(fd, want, pos)
+                    if fd is None:
+                        # The slice's first chunk through the checked reader: from the
+                        # file planned (inode), whole, starting with the batch planned
+                        # (else SliceChangedError, an OSError); the rest from its fd.
+                        buf = reader.read(path, pos, want, base_offset, inode)
+                        fd = reader.open(path)[0]
+                    else:
+                        buf = os.pread(fd, want, pos)
                     if len(buf) < HEADER_SIZE:
                         raise _Stale(f"{path}: short read at {pos}")
-                    if expected_base is not None:
-                        if unpack_header(buf).base_offset != expected_base:
-                            raise _Stale(f"{path}: the batch at {pos} is not the one planned (file replaced?)")
-                        expected_base = None
                     size = unpack_header(buf).batch_length + LOG_OVERHEAD
                     if size > len(buf):  # one batch larger than the chunk
                         if pos + size > stop:
@@ -185,8 +188,6 @@ def read_slices(builder: ArrowBuilder, slices: list[Slice], start: int, end: int
                     pos += good
                     if done:
                         return offset
-            finally:
-                os.close(fd)
     except (OSError, _Stale) as exc:
         log.info("Ray-native read of %s-%d stopped at offset %d (%s); continuing over the Kafka protocol",
                  builder.topic, builder.partition, offset, exc)

@@ -5,6 +5,8 @@ import asyncio
 from kio.schema.errors import ErrorCode
 
 from core.replica_messages import failed_append
+from net import authorization
+from net.authorization import Operation, ResourceType
 from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, has_field, millis_to_datetime, nested, \
     response_schema_for, timedelta_ms
@@ -36,6 +38,11 @@ async def handle_produce(ctx, request):
     acks = request.acks
     timeout_ms = timedelta_ms(request.timeout)
     by_id = edge.metadata.topics_by_id
+    # Kafka's checks: WRITE on the transactional id (every partition fails
+    # without it), then WRITE on each topic, before anything else.
+    may = await authorization.checker(ctx)
+    txn_id = getattr(request, "transactional_id", None)
+    txn_denied = txn_id is not None and not may(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id)
     # Issue every append before the first await: that is what keeps appends of
     # pipelined requests on one connection in order.
     pending = []
@@ -49,7 +56,11 @@ async def handle_produce(ctx, request):
             unknown = ErrorCode.unknown_topic_or_partition
         futures = []
         for part in topic.partition_data:
-            if acks not in (0, 1, -1):
+            if txn_denied:
+                fut = _immediate(ErrorCode.transactional_id_authorization_failed)
+            elif name is not None and not may(Operation.WRITE, ResourceType.TOPIC, name):
+                fut = _immediate(ErrorCode.topic_authorization_failed)
+            elif acks not in (0, 1, -1):
                 fut = _immediate(ErrorCode.invalid_required_acks)
             else:
                 info = edge.metadata.partition(name, part.index) if name is not None else None

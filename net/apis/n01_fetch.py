@@ -15,6 +15,8 @@ from kio.schema.errors import ErrorCode
 from net.actor_calls import ActorCallFailed
 from net.file_region import FileRecords, SplicedResponse, release
 from net.fetch_session import FINAL_EPOCH, FetchSessionCache, FetchSessionError, SessionPartition
+from net import authorization
+from net.authorization import Operation, ResourceType
 from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, has_field, nested, response_schema_for, timedelta_ms
 from net.server import CloseConnection
@@ -178,11 +180,14 @@ async def handle_fetch(ctx, request):
         return build(schema, throttle_time=ZERO_THROTTLE, error_code=exc.error, session_id=0, responses=())
 
     wanted: list[_Wanted] = []
+    may = await authorization.checker(ctx)  # a consumer needs READ on each topic (Kafka's handleFetchRequest)
     for sp in fetch_list:
         want = _Wanted(sp.topic, sp.topic_id, sp.partition, sp.fetch_offset, sp.max_bytes, sp.leader_epoch)
         want.session_partition = sp
         info = edge.metadata.partition(sp.topic, sp.partition) if sp.topic is not None else None
-        if info is None:
+        if sp.topic is not None and not may(Operation.READ, ResourceType.TOPIC, sp.topic):
+            want.error = ErrorCode.topic_authorization_failed
+        elif info is None:
             want.error = ErrorCode.unknown_topic_id if sp.topic_id is not None and sp.topic is None \
                 else ErrorCode.unknown_topic_or_partition
         elif info.leader != edge.broker_id:

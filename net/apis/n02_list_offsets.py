@@ -6,6 +6,8 @@ from kio.schema.errors import ErrorCode
 
 from core.replica_messages import ListOffsetsResult
 from net.leader_calls import call_leader
+from net import authorization
+from net.authorization import Operation, ResourceType
 from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for
 
@@ -19,11 +21,15 @@ async def _one(edge, topic, partition, timestamp, isolation, leader_epoch):
 async def handle_list_offsets(ctx, request):
     edge = ctx.edge
     isolation = getattr(request, "isolation_level", 0)
+    describable = await authorization.authorized(ctx, Operation.DESCRIBE, ResourceType.TOPIC,
+                                                 {t.name for t in request.topics})
+    denied = (int(ErrorCode.topic_authorization_failed), -1, -1, -1)
     jobs = []
     for topic in request.topics:
         for part in topic.partitions:
             jobs.append(_one(edge, topic.name, part.partition_index, part.timestamp, isolation,
-                             getattr(part, "current_leader_epoch", -1)))
+                             getattr(part, "current_leader_epoch", -1)) if topic.name in describable
+                        else authorization.answer(denied))
     answers = iter(await asyncio.gather(*jobs))
     schema = response_schema_for(request)
     topic_cls = nested(schema, "ListOffsetsTopicResponse")

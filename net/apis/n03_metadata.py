@@ -4,6 +4,8 @@ from kio.schema.errors import ErrorCode
 
 from core.naming import topic_name_error
 from net.actor_calls import ActorCallFailed
+from net import authorization
+from net.authorization import CLUSTER_NAME, Operation, ResourceType
 from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, has_field, nested, response_schema_for
 
@@ -48,16 +50,28 @@ async def handle_metadata(ctx, request):
             names.append(name)
 
     errors: dict[str, tuple[int, str | None]] = {}
+    # Kafka: topics the principal may not DESCRIBE are left out of an
+    # all-topics answer and TOPIC_AUTHORIZATION_FAILED when named.
+    may = await authorization.checker(ctx)
+    if requested is None or (ctx.api_version == 0 and len(requested) == 0):
+        names = [n for n in names if may(Operation.DESCRIBE, ResourceType.TOPIC, n)]
+    else:
+        errors.update((n, (int(ErrorCode.topic_authorization_failed), None)) for n in names
+                      if not may(Operation.DESCRIBE, ResourceType.TOPIC, n))
     allow_auto = getattr(request, "allow_auto_topic_creation", True)
     to_create = []
     for name in names:
-        if name in cache.topics:
+        if name in cache.topics or name in errors:
             continue
         problem = topic_name_error(name)
         if problem:
             errors[name] = (int(ErrorCode.invalid_topic_exception), problem)
         elif allow_auto and edge.config["auto.create.topics.enable"]:
-            to_create.append(name)
+            if may(Operation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME) or \
+                    may(Operation.CREATE, ResourceType.TOPIC, name):
+                to_create.append(name)
+            else:
+                errors[name] = (int(ErrorCode.topic_authorization_failed), None)
         else:
             errors[name] = (int(ErrorCode.unknown_topic_or_partition), None)
     if to_create:

@@ -7,6 +7,8 @@ import time
 
 from kio.schema.errors import ErrorCode
 
+from net import authorization
+from net.authorization import Operation, ResourceType
 from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, has_field, nested, response_schema_for, timedelta_ms
 
@@ -24,6 +26,9 @@ async def handle_offset_commit(ctx, request):
     errors: dict[tuple[str | None, int], ErrorCode] = {}
     offsets = {}
     rows = []  # (topic key for the response, name, partition index)
+    # Kafka: READ on the group (else every partition fails), then READ on each topic.
+    may = await authorization.checker(ctx)
+    group_denied = not may(Operation.READ, ResourceType.GROUP, request.group_id)
     for topic in request.topics:
         if by_id:
             info = edge.metadata.topics_by_id.get(topic.topic_id)
@@ -32,6 +37,10 @@ async def handle_offset_commit(ctx, request):
             name, key, unknown = topic.name, topic.name, ErrorCode.unknown_topic_or_partition
         for part in topic.partitions:
             rows.append((key, name, part.partition_index))
+            if group_denied or (name is not None and not may(Operation.READ, ResourceType.TOPIC, name)):
+                errors[(name, part.partition_index)] = ErrorCode.group_authorization_failed if group_denied \
+                    else ErrorCode.topic_authorization_failed
+                continue
             if name is None or edge.metadata.partition(name, part.partition_index) is None:
                 errors[(name, part.partition_index)] = unknown
                 continue

@@ -7,17 +7,24 @@ import asyncio
 
 from kio.schema.errors import ErrorCode
 
+from net import authorization
+from net.authorization import Operation, ResourceType
 from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, has_field, nested, response_schema_for
 
 NO_OFFSET = -1
 
 
-async def _fetch_group(edge, group_id: str, topics, by_id: bool, require_stable: bool):
-    """-> (group error, [(topic key, [(partition, offset, epoch, metadata, error)])])"""
+async def _fetch_group(edge, group_id: str, topics, by_id: bool, require_stable: bool, may):
+    """-> (group error, [(topic key, [(partition, offset, epoch, metadata, error)])]).
+    Kafka: DESCRIBE on the group, and on each topic (others are
+    TOPIC_AUTHORIZATION_FAILED when named, left out of an all-partitions answer)."""
+    if not may(Operation.DESCRIBE, ResourceType.GROUP, group_id):
+        return ErrorCode.group_authorization_failed, []
     wanted = None
     order: list[tuple] = []  # (key, name, [partitions])
     unknown: set = set()
+    denied: set = set()
     if topics is not None:
         wanted = []
         for t in topics:
@@ -29,7 +36,9 @@ async def _fetch_group(edge, group_id: str, topics, by_id: bool, require_stable:
             else:
                 key = name = t.name
             order.append((key, name, list(t.partition_indexes)))
-            if name is not None:
+            if name is not None and not may(Operation.DESCRIBE, ResourceType.TOPIC, name):
+                denied.add(key)
+            elif name is not None:
                 wanted.extend((name, p) for p in t.partition_indexes)
     result_error, answer = await edge.group_call(group_id, "fetch_offsets", group_id, wanted, require_stable)
     if result_error is not None:
@@ -40,6 +49,8 @@ async def _fetch_group(edge, group_id: str, topics, by_id: bool, require_stable:
     if wanted is None:  # every committed partition, grouped by topic
         names: dict[str, list[int]] = {}
         for name, p in sorted(partitions):
+            if not may(Operation.DESCRIBE, ResourceType.TOPIC, name):
+                continue
             names.setdefault(name, []).append(p)
         for name, parts in names.items():
             if by_id:
@@ -55,6 +66,9 @@ async def _fetch_group(edge, group_id: str, topics, by_id: bool, require_stable:
         for p in parts:
             if key in unknown:
                 rows.append((p, NO_OFFSET, -1, "", ErrorCode.unknown_topic_id))
+                continue
+            if key in denied:
+                rows.append((p, NO_OFFSET, -1, "", ErrorCode.topic_authorization_failed))
                 continue
             found = partitions.get((name, p))
             if found is None:
@@ -72,8 +86,9 @@ async def handle_offset_fetch(ctx, request):
     schema = response_schema_for(request)
     require_stable = bool(getattr(request, "require_stable", False))
     by_id = ctx.api_version >= 10
+    may = await authorization.checker(ctx)
     if has_field(type(request), "groups"):
-        answers = await asyncio.gather(*(_fetch_group(edge, g.group_id, g.topics, by_id, require_stable)
+        answers = await asyncio.gather(*(_fetch_group(edge, g.group_id, g.topics, by_id, require_stable, may)
                                          for g in request.groups))
         group_cls = nested(schema, "OffsetFetchResponseGroup")
         topic_cls = nested(schema, "OffsetFetchResponseTopics")
@@ -86,7 +101,7 @@ async def handle_offset_fetch(ctx, request):
                           metadata=meta, error_code=e) for p, o, epoch, meta, e in rows))
                 for key, rows in topics)))
         return build(schema, throttle_time=ZERO_THROTTLE, groups=tuple(groups))
-    error, topics = await _fetch_group(edge, request.group_id, request.topics, False, require_stable)
+    error, topics = await _fetch_group(edge, request.group_id, request.topics, False, require_stable, may)
     topic_cls = nested(schema, "OffsetFetchResponseTopic")
     part_cls = nested(schema, "OffsetFetchResponsePartition")
     if error != ErrorCode.none and ctx.api_version < 2 and request.topics:

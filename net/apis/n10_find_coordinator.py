@@ -12,6 +12,8 @@ import asyncio
 
 from kio.schema.errors import ErrorCode
 
+from net import authorization
+from net.authorization import Operation, ResourceType
 from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, has_field, nested, response_schema_for
 
@@ -50,6 +52,12 @@ async def _find_any(edge, key_type: int, key: str):
 
 async def _find(ctx, key_type: int, key: str):
     """The coordinator, with its endpoint on the listener the request came in on."""
+    # Kafka: DESCRIBE on the group or transactional id.
+    resource, denied = {KEY_GROUP: (ResourceType.GROUP, ErrorCode.group_authorization_failed),
+                        KEY_TRANSACTION: (ResourceType.TRANSACTIONAL_ID,
+                                          ErrorCode.transactional_id_authorization_failed)}.get(key_type, (None, None))
+    if resource is not None and not await authorization.authorize(ctx, Operation.DESCRIBE, resource, key or ""):
+        return denied, -1, "", -1
     error, node, host, port = await _find_any(ctx.edge, key_type, key)
     broker = ctx.edge.metadata.brokers.get(node) if node >= 0 else None
     if broker is not None and getattr(ctx.conn, "listener", None) is not None:

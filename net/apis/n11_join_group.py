@@ -3,6 +3,8 @@ which answers once the member's place in the next generation is settled
 (KIP-394 member ids from v4, static members from v5, KIP-814 from v9)."""
 from kio.schema.errors import ErrorCode
 
+from net import authorization
+from net.authorization import Operation, ResourceType
 from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, has_field, nested, response_schema_for, timedelta_ms
 
@@ -22,7 +24,9 @@ async def handle_join_group(ctx, request):
     rebalance_ms = timedelta_ms(request.rebalance_timeout) if has_field(type(request), "rebalance_timeout") \
         else session_ms
     error, result = ErrorCode.invalid_group_id, None
-    if request.group_id:
+    if not await authorization.authorize(ctx, Operation.READ, ResourceType.GROUP, request.group_id):
+        error = ErrorCode.group_authorization_failed  # Kafka: READ on the group
+    elif request.group_id:
         error, result = await edge.group_call(
             request.group_id, "join_group", request.group_id, request.member_id,
             getattr(request, "group_instance_id", None), ctx.header.client_id or "", client_host(ctx),

@@ -2,6 +2,8 @@
 members removed by group instance id with an empty member id)."""
 from kio.schema.errors import ErrorCode
 
+from net import authorization
+from net.authorization import Operation, ResourceType
 from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, has_field, nested, response_schema_for
 
@@ -16,7 +18,9 @@ async def handle_leave_group(ctx, request):
     else:
         leaving = [(request.member_id, None, None)]
     error, result = ErrorCode.invalid_group_id, None
-    if request.group_id:
+    if not await authorization.authorize(ctx, Operation.READ, ResourceType.GROUP, request.group_id):
+        error = ErrorCode.group_authorization_failed  # Kafka: READ on the group
+    elif request.group_id:
         error, result = await ctx.edge.group_call(request.group_id, "leave_group", request.group_id, leaving)
     if result is not None:
         error = result.error

@@ -2,6 +2,8 @@
 (acks=-1) before any member of the generation gets its share."""
 from kio.schema.errors import ErrorCode
 
+from net import authorization
+from net.authorization import Operation, ResourceType
 from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, response_schema_for
 
@@ -15,7 +17,9 @@ async def handle_sync_group(ctx, request):
     edge = ctx.edge
     schema = response_schema_for(request)
     error, result = ErrorCode.invalid_group_id, None
-    if request.group_id:
+    if not await authorization.authorize(ctx, Operation.READ, ResourceType.GROUP, request.group_id):
+        error = ErrorCode.group_authorization_failed  # Kafka: READ on the group
+    elif request.group_id:
         error, result = await edge.group_call(
             request.group_id, "sync_group", request.group_id, request.generation_id, request.member_id,
             getattr(request, "group_instance_id", None), getattr(request, "protocol_type", None),

@@ -6,6 +6,8 @@ import asyncio
 
 from kio.schema.errors import ErrorCode
 
+from net import authorization
+from net.authorization import Operation, ResourceType
 from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for
 
@@ -25,7 +27,10 @@ async def handle_describe_groups(ctx, request):
     schema = response_schema_for(request)
     group_cls = nested(schema, "DescribedGroup")
     member_cls = nested(schema, "DescribedGroupMember")
-    answers = await asyncio.gather(*(_describe(ctx.edge, g) for g in request.groups))
+    describable = await authorization.authorized(ctx, Operation.DESCRIBE, ResourceType.GROUP, request.groups)
+    answers = await asyncio.gather(*(
+        _describe(ctx.edge, g) if g in describable
+        else authorization.answer((ErrorCode.group_authorization_failed, None)) for g in request.groups))
     groups = []
     for group_id, (error, d) in zip(request.groups, answers):
         if d is None or error != ErrorCode.none:

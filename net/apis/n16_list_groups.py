@@ -7,6 +7,8 @@ import asyncio
 from kio.schema.errors import ErrorCode
 
 from net.actor_calls import ActorCallFailed
+from net import authorization
+from net.authorization import Operation, ResourceType
 from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for
 
@@ -36,6 +38,11 @@ async def handle_list_groups(ctx, request):
             if code != ErrorCode.none:
                 error = ErrorCode(code)  # e.g. COORDINATOR_LOAD_IN_PROGRESS: the list is partial
             listings.extend(groups)
+    if not await authorization.authorize_cluster(ctx, Operation.DESCRIBE):
+        # Kafka: without DESCRIBE on the cluster, only the groups the principal may DESCRIBE
+        visible = await authorization.authorized(ctx, Operation.DESCRIBE, ResourceType.GROUP,
+                                                 [g.group_id for g in listings])
+        listings = [g for g in listings if g.group_id in visible]
     return build(schema, throttle_time=ZERO_THROTTLE, error_code=error, groups=tuple(
         build(listed_cls, group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.state,
               group_type=GROUP_TYPE) for g in sorted(listings, key=lambda g: g.group_id)))

@@ -3,6 +3,8 @@ answers once leaders are elected and every edge has the new metadata."""
 from kio.schema.errors import ErrorCode
 
 from net.actor_calls import ActorCallFailed
+from net import authorization
+from net.authorization import Operation, ResourceType
 from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for, timedelta_ms
 
@@ -26,12 +28,21 @@ async def handle_create_topics(ctx, request):
         })
     duplicates = {name for name, count in seen.items() if count > 1}
     specs = [s for s in specs if s["name"] not in duplicates]
+    denied = set()
+    if not await authorization.authorize_cluster(ctx, Operation.CREATE):
+        # Kafka: CREATE on the cluster, or else on each topic
+        creatable = await authorization.authorized(ctx, Operation.CREATE, ResourceType.TOPIC,
+                                                   [s["name"] for s in specs])
+        denied = {s["name"] for s in specs if s["name"] not in creatable}
+        specs = [s for s in specs if s["name"] in creatable]
     timeout_ms = timedelta_ms(request.timeout)
     try:
         results = await edge.controller_call("create_topics", specs, bool(request.validate_only),
                                              timeout_s=max(timeout_ms / 1000, 0) + edge.call_timeout_s)
     except ActorCallFailed as exc:
         results = [{"name": s["name"], "error_code": int(exc.error), "error_message": str(exc)} for s in specs]
+    results.extend({"name": name, "error_code": int(ErrorCode.topic_authorization_failed),
+                    "error_message": "Authorization failed."} for name in sorted(denied))
     for name in sorted(duplicates):
         # Kafka: a topic named twice in one request is INVALID_REQUEST for that topic.
         results.append({"name": name, "error_code": int(ErrorCode.invalid_request),

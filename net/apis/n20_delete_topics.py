@@ -3,6 +3,8 @@ the topic's znodes and pushes the new metadata before answering."""
 from kio.schema.errors import ErrorCode
 
 from net.actor_calls import ActorCallFailed
+from net import authorization
+from net.authorization import Operation, ResourceType
 from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, has_field, nested, response_schema_for, timedelta_ms
 
@@ -25,6 +27,9 @@ async def handle_delete_topics(ctx, request):
                 info = cache.topics_by_id.get(t.topic_id)
                 entries.append((info.name if info else None, t.topic_id))
     names = [name for name, _ in entries if name is not None]
+    deletable = await authorization.authorized(ctx, Operation.DELETE, ResourceType.TOPIC, names)
+    denied = {n for n in names if n not in deletable}  # Kafka: DELETE on each topic
+    names = [n for n in names if n in deletable]
     timeout_ms = timedelta_ms(request.timeout)
     outcome: dict[str, tuple[int, str | None]] = {}
     if names:
@@ -37,6 +42,8 @@ async def handle_delete_topics(ctx, request):
     for name, topic_id in entries:
         if name is None:
             code, message = int(ErrorCode.unknown_topic_id), None
+        elif name in denied:
+            code, message = int(ErrorCode.topic_authorization_failed), None
         else:
             code, message = outcome.get(name, (int(ErrorCode.unknown_topic_or_partition), None))
         results.append(build(result_cls, name=name, topic_id=topic_id, error_code=ErrorCode(code),

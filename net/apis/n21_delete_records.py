@@ -6,6 +6,8 @@ import asyncio
 from kio.schema.errors import ErrorCode
 
 from net.leader_calls import call_leader
+from net import authorization
+from net.authorization import Operation, ResourceType
 from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for, timedelta_ms
 
@@ -22,8 +24,12 @@ async def _one(edge, topic, partition, offset, timeout_ms):
 @api(21, 0, 2, tests=("tests/integration/test_log_management.py::test_delete_records_moves_log_start",))
 async def handle_delete_records(ctx, request):
     timeout_ms = timedelta_ms(request.timeout)
+    deletable = await authorization.authorized(ctx, Operation.DELETE, ResourceType.TOPIC,
+                                               {t.name for t in request.topics})
+    denied = (int(ErrorCode.topic_authorization_failed), -1)
     answers = iter(await asyncio.gather(*(
-        _one(ctx.edge, t.name, p.partition_index, p.offset, timeout_ms)
+        _one(ctx.edge, t.name, p.partition_index, p.offset, timeout_ms) if t.name in deletable
+        else authorization.answer(denied)
         for t in request.topics for p in t.partitions)))
     schema = response_schema_for(request)
     topic_cls, part_cls = nested(schema, "DeleteRecordsTopicResult"), nested(schema, "DeleteRecordsPartitionResult")

@@ -14,6 +14,8 @@ import logging
 
 from kio.schema.errors import ErrorCode
 
+from net import authorization
+from net.authorization import Operation, ResourceType
 from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, response_schema_for, timedelta_ms
 
@@ -44,9 +46,17 @@ async def handle_init_producer_id(ctx, request):
 
     producer_id = int(getattr(request, "producer_id", NO_PRODUCER_ID))
     epoch = int(getattr(request, "producer_epoch", NO_PRODUCER_EPOCH))
+    transactional_id = request.transactional_id
+    # Kafka: WRITE on the transactional id; an idempotent producer needs
+    # IDEMPOTENT_WRITE on the cluster or WRITE on some topic (KIP-679).
+    if transactional_id is not None:
+        if not await authorization.authorize(ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
+            return answer(ErrorCode.transactional_id_authorization_failed)
+    elif not (await authorization.authorize_cluster(ctx, Operation.IDEMPOTENT_WRITE)
+              or await authorization.authorize_by_resource_type(ctx, Operation.WRITE, ResourceType.TOPIC)):
+        return answer(ErrorCode.cluster_authorization_failed)
     if (producer_id == NO_PRODUCER_ID) != (epoch == NO_PRODUCER_EPOCH):
         return answer(ErrorCode.invalid_request)
-    transactional_id = request.transactional_id
     edge = ctx.edge
     if transactional_id is None:
         try:

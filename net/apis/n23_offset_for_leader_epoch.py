@@ -8,6 +8,8 @@ from kio.schema.errors import ErrorCode
 
 from core.replica_messages import EpochEndOffset
 from net.leader_calls import call_leader
+from net import authorization
+from net.authorization import Operation, ResourceType
 from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for
 
@@ -20,8 +22,12 @@ async def _one(edge, topic, partition, current_leader_epoch, leader_epoch):
 @api(23, 2, 4, tests=("tests/integration/test_protocol_edge.py::test_offset_for_leader_epoch",))
 async def handle_offset_for_leader_epoch(ctx, request):
     edge = ctx.edge
+    describable = await authorization.authorized(ctx, Operation.DESCRIBE, ResourceType.TOPIC,
+                                                 {t.topic for t in request.topics})
+    denied = (int(ErrorCode.topic_authorization_failed), -1, -1)
     answers = iter(await asyncio.gather(*(
         _one(edge, t.topic, p.partition, getattr(p, "current_leader_epoch", -1), p.leader_epoch)
+        if t.topic in describable else authorization.answer(denied)
         for t in request.topics for p in t.partitions)))
     schema = response_schema_for(request)
     topic_cls, part_cls = nested(schema, "OffsetForLeaderTopicResult"), nested(schema, "EpochEndOffset")

@@ -12,6 +12,8 @@ host it; PRODUCER_FENCED is INVALID_PRODUCER_EPOCH below v2.
 from kio.schema.errors import ErrorCode
 
 from net.apis.n22_init_producer_id import routing
+from net import authorization
+from net.authorization import Operation, ResourceType
 from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for
 
@@ -19,12 +21,17 @@ E = ErrorCode
 
 
 async def _one(edge, version: int, transactional_id: str, producer_id: int, epoch: int, verify_only: bool,
-               topics) -> dict:
-    """-> {(topic, partition): error}"""
+               topics, may=authorization._allow_all) -> dict:
+    """-> {(topic, partition): error}. Kafka: WRITE on the transactional id
+    (else every partition fails), WRITE on each topic."""
     wanted = [(t.name, int(p)) for t in topics for p in t.partitions]
+    if not may(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
+        return {tp: E.transactional_id_authorization_failed for tp in wanted}
+    denied = {tp for tp in wanted if not may(Operation.WRITE, ResourceType.TOPIC, tp[0])}
     unknown = {tp for tp in wanted if edge.metadata.partition(*tp) is None}
-    if unknown:
-        return {tp: (E.unknown_topic_or_partition if tp in unknown else E.operation_not_attempted) for tp in wanted}
+    if unknown or denied:
+        return {tp: (E.topic_authorization_failed if tp in denied else E.unknown_topic_or_partition if tp in unknown
+                     else E.operation_not_attempted) for tp in wanted}
     if not wanted:
         return {}
     if verify_only:
@@ -59,14 +66,19 @@ async def handle_add_partitions_to_txn(ctx, request):
 
     schema = response_schema_for(request)
     edge = ctx.edge
+    may = await authorization.checker(ctx)
     if ctx.api_version < 4:
         errors = await _one(edge, ctx.api_version, request.v3_and_below_transactional_id,
                             request.v3_and_below_producer_id, request.v3_and_below_producer_epoch, False,
-                            request.v3_and_below_topics)
+                            request.v3_and_below_topics, may)
         return build(schema, throttle_time=ZERO_THROTTLE, results_by_topic_v3_and_below=_topic_results(schema, errors))
     transactions = list(request.transactions)
+    if not may(Operation.CLUSTER_ACTION, ResourceType.CLUSTER, authorization.CLUSTER_NAME):
+        # v4+ is the brokers' batched form: Kafka wants CLUSTER_ACTION
+        return build(schema, throttle_time=ZERO_THROTTLE, error_code=E.cluster_authorization_failed,
+                     results_by_transaction=())
     answers = await asyncio.gather(*(_one(edge, ctx.api_version, t.transactional_id, t.producer_id, t.producer_epoch,
-                                          t.verify_only, t.topics) for t in transactions))
+                                          t.verify_only, t.topics, may) for t in transactions))
     result_cls = nested(schema, "AddPartitionsToTxnResult")
     return build(schema, throttle_time=ZERO_THROTTLE, error_code=E.none, results_by_transaction=tuple(
         build(result_cls, transactional_id=t.transactional_id, topic_results=_topic_results(schema, errors))

@@ -6,6 +6,8 @@ INVALID_PRODUCER_EPOCH below v2."""
 from kio.schema.errors import ErrorCode
 
 from net.apis.n22_init_producer_id import routing
+from net import authorization
+from net.authorization import Operation, ResourceType
 from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, response_schema_for
 
@@ -18,6 +20,12 @@ async def handle_add_offsets_to_txn(ctx, request):
 
     schema = response_schema_for(request)
     edge = ctx.edge
+    # Kafka: WRITE on the transactional id, READ on the group.
+    if not await authorization.authorize(ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                                         request.transactional_id):
+        return build(schema, throttle_time=ZERO_THROTTLE, error_code=E.transactional_id_authorization_failed)
+    if not await authorization.authorize(ctx, Operation.READ, ResourceType.GROUP, request.group_id):
+        return build(schema, throttle_time=ZERO_THROTTLE, error_code=E.group_authorization_failed)
     error = await edge.ensure_offsets_topic()
     partition = edge.group_partition(request.group_id) if error is None else None
     if error is None and partition is None:

@@ -6,6 +6,8 @@ bump per transaction), which this broker does not advertise."""
 from kio.schema.errors import ErrorCode
 
 from net.apis.n22_init_producer_id import routing
+from net import authorization
+from net.authorization import Operation, ResourceType
 from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, response_schema_for
 
@@ -16,6 +18,9 @@ E = ErrorCode
                       "tests/integration/test_transactions_coordinator.py::test_init_transactions_and_fencing"))
 async def handle_end_txn(ctx, request):
     schema = response_schema_for(request)
+    if not await authorization.authorize(ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                                         request.transactional_id):
+        return build(schema, throttle_time=ZERO_THROTTLE, error_code=E.transactional_id_authorization_failed)
     failure, result = await routing(ctx.edge).call(request.transactional_id, "end_txn", request.transactional_id,
                                                    request.producer_id, request.producer_epoch,
                                                    bool(request.committed))

@@ -10,6 +10,8 @@ import logging
 from kio.schema.errors import ErrorCode
 
 from core.txn_messages import TxnCompletion, TxnMarker
+from net import authorization
+from net.authorization import Operation, ResourceType
 from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for
 
@@ -63,7 +65,10 @@ async def handle_write_txn_markers(ctx, request):
             for p in t.partition_indexes:
                 by_partition.setdefault((t.name, int(p)), []).append((index, marker))
     keys = list(by_partition)
-    answers = await asyncio.gather(*(_write(edge, t, p, [mk for _, mk in by_partition[(t, p)]]) for t, p in keys))
+    if await authorization.authorize_cluster(ctx, Operation.CLUSTER_ACTION):
+        answers = await asyncio.gather(*(_write(edge, t, p, [mk for _, mk in by_partition[(t, p)]]) for t, p in keys))
+    else:  # Kafka: only brokers (CLUSTER_ACTION) write markers
+        answers = [[ErrorCode.cluster_authorization_failed] * len(by_partition[k]) for k in keys]
     errors: dict[tuple[int, str, int], ErrorCode] = {}
     for (topic, partition), answer in zip(keys, answers):
         for (index, _), error in zip(by_partition[(topic, partition)], answer):

@@ -12,6 +12,8 @@ AddOffsetsToTxn, as with v4. Partitions of topics this broker does not know
 get UNKNOWN_TOPIC_OR_PARTITION, as Kafka checks in KafkaApis."""
 from kio.schema.errors import ErrorCode
 
+from net import authorization
+from net.authorization import Operation, ResourceType
 from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for
 
@@ -23,8 +25,17 @@ async def handle_txn_offset_commit(ctx, request):
     edge = ctx.edge
     errors: dict[tuple[str, int], ErrorCode] = {}
     offsets = {}
+    # Kafka: WRITE on the transactional id, then READ on the group, then READ on each topic.
+    may = await authorization.checker(ctx)
+    denial = ErrorCode.transactional_id_authorization_failed \
+        if not may(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id) \
+        else ErrorCode.group_authorization_failed if not may(Operation.READ, ResourceType.GROUP, request.group_id) \
+        else None
     for topic in request.topics:
         for part in topic.partitions:
+            if denial is not None or not may(Operation.READ, ResourceType.TOPIC, topic.name):
+                errors[(topic.name, part.partition_index)] = denial or ErrorCode.topic_authorization_failed
+                continue
             if edge.metadata.partition(topic.name, part.partition_index) is None:
                 errors[(topic.name, part.partition_index)] = ErrorCode.unknown_topic_or_partition
                 continue

@@ -3,6 +3,8 @@ override > static broker config > default), and the broker's static configs."""
 from kio.schema.errors import ErrorCode
 
 from net.actor_calls import ActorCallFailed
+from net import authorization
+from net.authorization import Operation
 from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for
 
@@ -17,14 +19,21 @@ async def handle_describe_configs(ctx, request):
     result_cls = nested(schema, "DescribeConfigsResult")
     entry_cls = nested(schema, "DescribeConfigsResourceResult")
     synonym_cls = nested(schema, "DescribeConfigsSynonym")
+    may = await authorization.checker(ctx)
+    denials = [authorization.config_denial(may, Operation.DESCRIBE_CONFIGS, r.resource_type, r.resource_name)
+               for r in request.resources]
     resources = []
-    for r in request.resources:
+    for r, denial in zip(request.resources, denials):
         name = str(edge.broker_id) if r.resource_type == BROKER and r.resource_name == "" else r.resource_name
-        resources.append((r.resource_type, name))
+        if denial is None:
+            resources.append((r.resource_type, name))
     try:
-        described = await edge.controller_call("describe_configs", resources)
+        described = await edge.controller_call("describe_configs", resources) if resources else []
     except ActorCallFailed as exc:
         described = [{"name": n, "error_code": int(exc.error), "error_message": str(exc)} for _, n in resources]
+    answered = iter(described)
+    described = [next(answered) if denial is None else
+                 {"error_code": int(denial), "error_message": "Authorization failed."} for denial in denials]
     with_synonyms = getattr(request, "include_synonyms", False)
     with_docs = getattr(request, "include_documentation", False)
     results = []

@@ -4,6 +4,7 @@ stores it in /config/topics/<t> and pushes it to running replicas."""
 from kio.schema.errors import ErrorCode
 
 from net.apis.n44_incremental_alter_configs import alter_via_controller
+from net import authorization
 from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for
 
@@ -12,7 +13,8 @@ from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for
 async def handle_alter_configs(ctx, request):
     changes = [(r, {"name": r.resource_name, "replace": {c.name: c.value for c in r.configs}})
                for r in request.resources]
-    results = await alter_via_controller(ctx.edge, changes, bool(request.validate_only))
+    results = await alter_via_controller(ctx.edge, changes, bool(request.validate_only),
+                                         await authorization.checker(ctx))
     schema = response_schema_for(request)
     entry_cls = nested(schema, "AlterConfigsResourceResponse")
     return build(schema, throttle_time=ZERO_THROTTLE, responses=tuple(

@@ -5,6 +5,8 @@ what Kafka refuses before the controller sees it: a topic named twice."""
 from kio.schema.errors import ErrorCode
 
 from net.actor_calls import ActorCallFailed
+from net import authorization
+from net.authorization import Operation, ResourceType
 from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for, timedelta_ms
 
@@ -23,12 +25,14 @@ async def handle_create_partitions(ctx, request):
     for t in request.topics:
         counts[t.name] = counts.get(t.name, 0) + 1
     duplicates = {name for name, count in counts.items() if count > 1}
+    alterable = await authorization.authorized(ctx, Operation.ALTER, ResourceType.TOPIC, counts)
+    denied = {name for name in counts if name not in alterable and name not in duplicates}  # Kafka: ALTER topic
     specs = [{
         "name": t.name,
         "count": t.count,
         # One broker list per new partition, in partition order; null = the controller places them.
         "assignments": None if t.assignments is None else [list(a.broker_ids) for a in t.assignments],
-    } for t in request.topics if t.name not in duplicates]
+    } for t in request.topics if t.name not in duplicates and t.name not in denied]
     results: list[dict] = []
     if specs:
         timeout_ms = timedelta_ms(request.timeout)
@@ -37,6 +41,8 @@ async def handle_create_partitions(ctx, request):
                                                  timeout_s=max(timeout_ms / 1000, 0) + edge.call_timeout_s)
         except ActorCallFailed as exc:
             results = [{"name": s["name"], "error_code": int(exc.error), "error_message": str(exc)} for s in specs]
+    results.extend({"name": name, "error_code": int(ErrorCode.topic_authorization_failed),
+                    "error_message": "Authorization failed."} for name in sorted(denied))
     for name in sorted(duplicates):
         # Kafka answers a duplicated topic once, with INVALID_REQUEST, and applies none of its entries.
         results.append({"name": name, "error_code": int(ErrorCode.invalid_request),

@@ -4,6 +4,8 @@ import asyncio
 
 from kio.schema.errors import ErrorCode
 
+from net import authorization
+from net.authorization import Operation, ResourceType
 from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for
 
@@ -21,6 +23,8 @@ async def handle_delete_groups(ctx, request):
     schema = response_schema_for(request)
     result_cls = nested(schema, "DeletableGroupResult")
     names = list(dict.fromkeys(request.groups_names))
-    errors = await asyncio.gather(*(_delete(ctx.edge, g) for g in names))
+    deletable = await authorization.authorized(ctx, Operation.DELETE, ResourceType.GROUP, names)
+    errors = await asyncio.gather(*(_delete(ctx.edge, g) if g in deletable
+                                    else authorization.answer(ErrorCode.group_authorization_failed) for g in names))
     return build(schema, throttle_time=ZERO_THROTTLE, results=tuple(
         build(result_cls, group_id=g, error_code=e) for g, e in zip(names, errors)))

@@ -4,6 +4,8 @@ the wanted leader already leads. v0 has no election type: it means preferred."""
 from kio.schema.errors import ErrorCode
 
 from net.actor_calls import ActorCallFailed
+from net import authorization
+from net.authorization import Operation, ResourceType
 from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, has_field, nested, response_schema_for, timedelta_ms
 
@@ -42,7 +44,9 @@ async def handle_elect_leaders(ctx, request):
     partition_cls = nested(schema, "PartitionResult")
     election_type = request.election_type if has_field(type(request), "election_type") else PREFERRED
     partitions = requested_partitions(request)
-    if election_type not in (PREFERRED, UNCLEAN):
+    if not await authorization.authorize_cluster(ctx, Operation.ALTER):
+        outcome = failed(partitions, int(ErrorCode.cluster_authorization_failed), "Cluster authorization failed.")
+    elif election_type not in (PREFERRED, UNCLEAN):
         outcome = failed(partitions, int(ErrorCode.invalid_request), f"Unknown election type {election_type}")
     elif partitions == []:
         outcome = {"error_code": 0, "results": []}

@@ -4,18 +4,25 @@ controller; running replicas take the change without a restart."""
 from kio.schema.errors import ErrorCode
 
 from net.actor_calls import ActorCallFailed
+from net import authorization
+from net.authorization import Operation
 from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for
 
 TOPIC, BROKER = 2, 4
 
 
-async def alter_via_controller(edge, changes, validate_only: bool):
-    """changes: [(resource, change dict)] -> [(resource, (error code, message))]"""
+async def alter_via_controller(edge, changes, validate_only: bool, may=None):
+    """changes: [(resource, change dict)] -> [(resource, (error code, message))];
+    may: the request's authorization checker (ALTER_CONFIGS, net/authorization.py)."""
     out: dict[int, tuple[int, str | None]] = {}
     by_method: dict[str, list] = {"alter_topic_configs": [], "alter_broker_configs": []}
     for i, (resource, change) in enumerate(changes):
-        if resource.resource_type == TOPIC:
+        denial = None if may is None else authorization.config_denial(
+            may, Operation.ALTER_CONFIGS, resource.resource_type, resource.resource_name)
+        if denial is not None:
+            out[i] = (int(denial), "Authorization failed.")
+        elif resource.resource_type == TOPIC:
             by_method["alter_topic_configs"].append((i, change))
         elif resource.resource_type == BROKER:
             # Dynamic broker configs: the replication throttle rates (the controller
@@ -40,7 +47,8 @@ async def handle_incremental_alter_configs(ctx, request):
     changes = [(r, {"name": r.resource_name,
                     "ops": [(c.name, c.config_operation, c.value) for c in r.configs]})
                for r in request.resources]
-    results = await alter_via_controller(ctx.edge, changes, bool(request.validate_only))
+    results = await alter_via_controller(ctx.edge, changes, bool(request.validate_only),
+                                         await authorization.checker(ctx))
     schema = response_schema_for(request)
     entry_cls = nested(schema, "AlterConfigsResourceResponse")
     return build(schema, throttle_time=ZERO_THROTTLE, responses=tuple(

@@ -5,6 +5,8 @@ request is refused here with INVALID_REQUEST and never reaches the controller.""
 from kio.schema.errors import ErrorCode
 
 from net.actor_calls import ActorCallFailed
+from net import authorization
+from net.authorization import Operation
 from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for, timedelta_ms
 
@@ -29,7 +31,9 @@ async def handle_alter_partition_reassignments(ctx, request):
                      for t in request.topics for p in t.partitions if (t.name, p.partition_index) not in duplicates]
     top_code, top_message = 0, None
     outcome: dict[tuple[str, int], tuple[int, str | None]] = {}
-    if reassignments:
+    if not await authorization.authorize_cluster(ctx, Operation.ALTER):
+        top_code, top_message = int(ErrorCode.cluster_authorization_failed), "Cluster authorization failed."
+    elif reassignments:
         timeout_ms = timedelta_ms(request.timeout)
         try:
             answer = await edge.controller_call("alter_partition_reassignments", reassignments, timeout_ms,

@@ -5,6 +5,8 @@ moved, and unknown topics, are left out of the answer."""
 from kio.schema.errors import ErrorCode
 
 from net.actor_calls import ActorCallFailed
+from net import authorization
+from net.authorization import Operation
 from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for, timedelta_ms
 
@@ -22,14 +24,21 @@ async def handle_list_partition_reassignments(ctx, request):
     partitions = None if request.topics is None else [
         (t.name, p) for t in request.topics for p in t.partition_indexes]
     timeout_ms = timedelta_ms(request.timeout)
-    try:
-        answer = await edge.controller_call("list_partition_reassignments", partitions, timeout_ms,
-                                            timeout_s=max(timeout_ms / 1000, 0) + edge.call_timeout_s)
-    except ActorCallFailed as exc:
+
+    def failed(code: int, message: str) -> dict:
         # Kafka's error answer echoes every partition asked about, with no replicas, beside the top-level code.
-        answer = {"error_code": int(exc.error), "error_message": str(exc), "results": [
+        return {"error_code": code, "error_message": message, "results": [
             {"topic": t, "partition": p, "replicas": [], "adding_replicas": [], "removing_replicas": []}
             for t, p in partitions or ()]}
+
+    if not await authorization.authorize_cluster(ctx, Operation.DESCRIBE):
+        answer = failed(int(ErrorCode.cluster_authorization_failed), "Cluster authorization failed.")
+    else:
+        try:
+            answer = await edge.controller_call("list_partition_reassignments", partitions, timeout_ms,
+                                                timeout_s=max(timeout_ms / 1000, 0) + edge.call_timeout_s)
+        except ActorCallFailed as exc:
+            answer = failed(int(exc.error), str(exc))
     by_topic: dict[str, list] = {}
     for r in answer["results"]:
         by_topic.setdefault(r["topic"], []).append(build(

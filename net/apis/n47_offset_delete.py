@@ -3,6 +3,8 @@ with members keeps those of topics it subscribes to
 (GROUP_SUBSCRIBED_TO_TOPIC). Unknown topics: UNKNOWN_TOPIC_OR_PARTITION."""
 from kio.schema.errors import ErrorCode
 
+from net import authorization
+from net.authorization import Operation, ResourceType
 from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for
 
@@ -13,11 +15,16 @@ async def handle_offset_delete(ctx, request):
     schema = response_schema_for(request)
     topic_cls = nested(schema, "OffsetDeleteResponseTopic")
     part_cls = nested(schema, "OffsetDeleteResponsePartition")
+    if not await authorization.authorize(ctx, Operation.DELETE, ResourceType.GROUP, request.group_id):
+        return build(schema, error_code=ErrorCode.group_authorization_failed, throttle_time=ZERO_THROTTLE, topics=())
+    readable = await authorization.authorized(ctx, Operation.READ, ResourceType.TOPIC, {t.name for t in request.topics})
     errors: dict[tuple[str, int], ErrorCode] = {}
     wanted = []
     for t in request.topics:
         for p in t.partitions:
-            if edge.metadata.partition(t.name, p.partition_index) is None:
+            if t.name not in readable:
+                errors[(t.name, p.partition_index)] = ErrorCode.topic_authorization_failed
+            elif edge.metadata.partition(t.name, p.partition_index) is None:
                 errors[(t.name, p.partition_index)] = ErrorCode.unknown_topic_or_partition
             else:
                 wanted.append((t.name, p.partition_index))

@@ -4,6 +4,8 @@ import asyncio
 
 from kio.schema.errors import ErrorCode
 
+from net import authorization
+from net.authorization import Operation
 from net.registry import api
 from net.sasl import SCRAM_MECHANISMS, credential_from_string
 from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for
@@ -40,6 +42,11 @@ async def handle_describe_user_scram_credentials(ctx, request):
     schema = response_schema_for(request)
     result_cls, info_cls = nested(schema, "DescribeUserScramCredentialsResult"), nested(schema, "CredentialInfo")
     names = [u.name for u in request.users] if request.users else None
+    if not await authorization.authorize_cluster(ctx, Operation.DESCRIBE):  # Kafka: DESCRIBE on the cluster
+        return build(schema, throttle_time=ZERO_THROTTLE, error_code=ErrorCode.cluster_authorization_failed,
+                     error_message=None, results=tuple(
+                         build(result_cls, user=user, error_code=ErrorCode.cluster_authorization_failed,
+                               error_message=None, credential_infos=()) for user in names or ()))
     duplicates = set()
     if names is not None:
         seen = set()

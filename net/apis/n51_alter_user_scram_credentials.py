@@ -8,6 +8,8 @@ import collections
 
 from kio.schema.errors import ErrorCode
 
+from net import authorization
+from net.authorization import Operation
 from net.registry import api
 from net.sasl import (SCRAM_BY_TYPE, SCRAM_MAX_ITERATIONS, SCRAM_MECHANISMS, credential_to_string,
                       scram_keys)
@@ -69,6 +71,9 @@ async def handle_alter_user_scram_credentials(ctx, request):
     schema = response_schema_for(request)
     result_cls = nested(schema, "AlterUserScramCredentialsResult")
     errors, valid = validate(request.deletions, request.upsertions)
+    if not await authorization.authorize_cluster(ctx, Operation.ALTER):  # Kafka: ALTER on the cluster
+        errors = {user: (ErrorCode.cluster_authorization_failed, None) for user in [*errors, *valid]}
+        valid = {}
     loop = asyncio.get_running_loop()
     store = getattr(ctx.edge, "scram_store", None)  # set by the edge actor (actors/edge.py)
     answers = dict(errors)

@@ -8,6 +8,8 @@ from kio.schema.errors import ErrorCode
 
 from core.txn_messages import DescribeProducersResult
 from net.leader_calls import call_leader
+from net import authorization
+from net.authorization import Operation, ResourceType
 from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for
 
@@ -20,7 +22,11 @@ async def _one(edge, topic: str, partition: int) -> DescribeProducersResult:
 @api(61, 0, 0, tests=("tests/integration/test_idempotence.py::test_describe_producers",))
 async def handle_describe_producers(ctx, request):
     edge = ctx.edge
-    jobs = [_one(edge, topic.name, index) for topic in request.topics for index in topic.partition_indexes]
+    readable = await authorization.authorized(ctx, Operation.READ, ResourceType.TOPIC,
+                                              {t.name for t in request.topics})  # Kafka: READ on each topic
+    denied = DescribeProducersResult(int(ErrorCode.topic_authorization_failed), ())
+    jobs = [_one(edge, topic.name, index) if topic.name in readable else authorization.answer(denied)
+            for topic in request.topics for index in topic.partition_indexes]
     answers = iter(await asyncio.gather(*jobs))
     schema = response_schema_for(request)
     topic_cls = nested(schema, "TopicResponse")

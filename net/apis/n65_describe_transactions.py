@@ -7,6 +7,8 @@ import datetime
 from kio.schema.errors import ErrorCode
 
 from net.apis.n22_init_producer_id import routing
+from net import authorization
+from net.authorization import Operation, ResourceType
 from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for
 
@@ -27,17 +29,29 @@ async def _describe(edge, transactional_id: str):
     return answer[0]
 
 
+def _denied(transactional_id: str):
+    from cluster.transactions.coordinator import TransactionDescription
+
+    return TransactionDescription(E.transactional_id_authorization_failed, transactional_id)
+
+
 @api(65, 0, 0, tests=("tests/integration/test_transactions_coordinator.py::test_describe_and_list_transactions",))
 async def handle_describe_transactions(ctx, request):
     schema = response_schema_for(request)
     state_cls = nested(schema, "TransactionState")
     topic_cls = nested(schema, "TopicData")
     ids = list(request.transactional_ids)
-    answers = await asyncio.gather(*(_describe(ctx.edge, t) for t in ids))
+    # Kafka: DESCRIBE on each transactional id; partitions of topics the principal may not DESCRIBE are left out.
+    may = await authorization.checker(ctx)
+    answers = await asyncio.gather(*(
+        _describe(ctx.edge, t) if may(Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, t)
+        else authorization.answer(_denied(t)) for t in ids))
     out = []
     for d in answers:
         by_topic: dict[str, list[int]] = {}
         for topic, partition in d.partitions:
+            if not may(Operation.DESCRIBE, ResourceType.TOPIC, topic):
+                continue
             by_topic.setdefault(topic, []).append(partition)
         out.append(build(state_cls, error_code=E(d.error), transactional_id=d.transactional_id,
                          transaction_state=d.state, transaction_timeout=datetime.timedelta(milliseconds=d.timeout_ms),

@@ -9,6 +9,8 @@ import logging
 from kio.schema.errors import ErrorCode
 
 from net.apis.n22_init_producer_id import routing
+from net import authorization
+from net.authorization import Operation, ResourceType
 from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for
 
@@ -41,6 +43,10 @@ async def handle_list_transactions(ctx, request):
         if E(code) != E.none:
             error = E(code)
         listings.extend(found)
+    # Kafka: only the transactional ids the principal may DESCRIBE are listed.
+    visible = await authorization.authorized(ctx, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID,
+                                             [t.transactional_id for t in listings])
+    listings = [t for t in listings if t.transactional_id in visible]
     unknown = sorted(s for s in states if TransactionState.from_kafka_name(s) is None)
     return build(schema, throttle_time=ZERO_THROTTLE, error_code=error, unknown_state_filters=tuple(unknown),
                  transaction_states=() if error != E.none else tuple(

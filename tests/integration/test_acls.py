@@ -1,0 +1,301 @@
+"""Authorization (issue 21 part 4): Kafka's AclAuthorizer with real clients.
+
+One broker for the module: PLAINTEXT (first: the ready line; User:ANONYMOUS)
+and SASL_PLAINTEXT with PLAIN users admin (super.users), alice and bob;
+authorizer.class.name=kafka.security.authorizer.AclAuthorizer. For each API
+family a principal without the ACL gets Kafka's error and with it succeeds.
+The last test restarts the broker: the ACLs live in ZooKeeper.
+"""
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+import uuid
+
+import pytest
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+
+from confluent_kafka import ConsumerGroupTopicPartitions, Consumer, KafkaError, KafkaException, Producer  # noqa: E402
+from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation, AclPermissionType,  # noqa: E402
+                                   AdminClient, ConfigResource, NewTopic, ResourcePatternType, ResourceType)
+
+from tests.broker_process import REPO, BrokerProcess  # noqa: E402
+
+RAYKAFKA = REPO / ".venv" / "bin" / "raykafka"
+USERS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret"}
+JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
+        'password="admin-secret" ' + " ".join(f'user_{u}="{p}"' for u, p in USERS.items()) + ";")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def acl_broker(tmp_path_factory):
+    base = tmp_path_factory.mktemp("acls")
+    sasl_port = _free_port()
+    overrides = {
+        "listeners": f"PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:{sasl_port}",
+        "listener.name.sasl_plaintext.sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
+        "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+        "super.users": "User:admin",
+        "offsets.topic.num.partitions": "1",
+        "transaction.state.log.num.partitions": "1",
+        "raykafka.replicas.per.node.max": "60",
+    }
+    process = BrokerProcess(base / "data", overrides=overrides, log_name="acls-broker.log").start()
+    properties = base / "admin.properties"
+    properties.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
+                          f'sasl.jaas.config={JAAS.split(" user_")[0]};\n')
+    state = {"broker": process, "sasl": f"127.0.0.1:{sasl_port}", "admin_properties": properties}
+    yield state
+    code = state["broker"].stop()
+    assert code == 0, f"broker did not stop cleanly (exit {code}):\n{state['broker'].log_tail()}"
+
+
+def _config(broker, user: str, **extra) -> dict:
+    return {"bootstrap.servers": broker["sasl"], "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+            "sasl.username": user, "sasl.password": USERS[user], **extra}
+
+
+def _admin(broker, user: str = "admin") -> AdminClient:
+    return AdminClient(_config(broker, user))
+
+
+def _wait(futures: dict, timeout_s: float = 30) -> dict:
+    """{key: None or the KafkaError code} of admin futures."""
+    outcome = {}
+    for key, future in futures.items():
+        try:
+            future.result(timeout_s)
+            outcome[key] = None
+        except KafkaException as exc:
+            outcome[key] = exc.args[0].code()
+    return outcome
+
+
+def _allow(broker, principal: str, operation, resource_type, name: str,
+           pattern=ResourcePatternType.LITERAL, permission=AclPermissionType.ALLOW) -> None:
+    binding = AclBinding(resource_type, name, pattern, f"User:{principal}" if ":" not in principal else principal,
+                         "*", operation, permission)
+    assert set(_wait(_admin(broker).create_acls([binding])).values()) == {None}
+
+
+def _topic(broker, partitions: int = 1) -> str:
+    name = f"acl-{uuid.uuid4().hex[:8]}"
+    assert _wait(_admin(broker).create_topics([NewTopic(name, partitions, 1)]))[name] is None
+    return name
+
+
+def _produce(config: dict, topic: str, n: int = 3, timeout_s: float = 20) -> set:
+    """The delivery error codes of n records (empty: all delivered)."""
+    errors = set()
+    producer = Producer({**config, "message.timeout.ms": int(timeout_s * 1000)})
+
+    def delivered(err, _msg):
+        if err is not None:
+            errors.add(err.code())
+
+    for i in range(n):
+        producer.produce(topic, value=f"v{i}".encode(), on_delivery=delivered)
+    assert producer.flush(timeout_s + 10) == 0
+    return errors
+
+
+def _consume(config: dict, topic: str, group: str, n: int, timeout_s: float = 30) -> tuple[list, set]:
+    """(values read, error codes seen) until n values or the first error."""
+    consumer = Consumer({**config, "group.id": group, "auto.offset.reset": "earliest",
+                         "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    values, errors, deadline = [], set(), time.monotonic() + timeout_s
+    try:
+        while len(values) < n and not errors and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is None:
+                continue
+            if message.error() is not None:
+                if message.error().code() != KafkaError._PARTITION_EOF:
+                    errors.add(message.error().code())
+                continue
+            values.append(message.value())
+        if values and not errors:
+            consumer.commit(asynchronous=False)
+    finally:
+        consumer.close()
+    return values, errors
+
+
+def _cli(*args: str, stdin: str = "") -> subprocess.CompletedProcess:
+    return subprocess.run([str(RAYKAFKA), "acls", *args], capture_output=True, text=True, timeout=60,
+                          cwd=REPO, input=stdin)
+
+
+def test_acl_tool_add_list_remove(acl_broker):
+    sasl, props = acl_broker["sasl"], str(acl_broker["admin_properties"])
+    common = ("--bootstrap-server", sasl, "--command-config", props)
+    added = _cli(*common, "--add", "--allow-principal", "User:carol", "--operation", "Read",
+                 "--operation", "Describe", "--topic", "tool-topic", "--group", "tool-", "--resource-pattern-type",
+                 "prefixed")
+    assert added.returncode == 0, added.stderr
+    assert "Adding ACLs for resource `ResourcePattern(resourceType=TOPIC, name=tool-topic, patternType=PREFIXED)`" \
+        in added.stdout
+    listed = _cli(*common, "--list", "--topic", "tool-topic-1", "--resource-pattern-type", "match")
+    assert listed.returncode == 0, listed.stderr
+    assert "(principal=User:carol, host=*, operation=READ, permissionType=ALLOW)" in listed.stdout
+    assert "name=tool-topic, patternType=PREFIXED" in listed.stdout
+    everything = _cli(*common, "--list", "--principal", "User:carol")
+    assert "ACLs for principal `User:carol`" in everything.stdout and "resourceType=GROUP" in everything.stdout
+    # Without --force the tool asks; "n" keeps the ACLs.
+    kept = _cli(*common, "--remove", "--topic", "tool-topic", "--resource-pattern-type", "prefixed", stdin="n\n")
+    assert kept.returncode == 0 and "Are you sure you want to delete all ACLs" in kept.stdout
+    removed = _cli(*common, "--remove", "--force", "--allow-principal", "User:carol", "--operation", "Read",
+                   "--topic", "tool-topic", "--resource-pattern-type", "prefixed")
+    assert removed.returncode == 0, removed.stderr
+    after = _cli(*common, "--list", "--topic", "tool-topic", "--resource-pattern-type", "prefixed").stdout
+    assert "operation=DESCRIBE" in after and "operation=READ" not in after
+    assert _cli(*common, "--remove", "--force", "--group", "tool-", "--topic", "tool-topic",
+                "--resource-pattern-type", "prefixed").returncode == 0
+    assert "carol" not in _cli(*common, "--list").stdout
+    # DescribeAcls needs DESCRIBE on the cluster: ANONYMOUS (PLAINTEXT) has none.
+    refused = _cli("--bootstrap-server", acl_broker["broker"].bootstrap, "--list")
+    assert refused.returncode == 1 and "CLUSTER_AUTHORIZATION_FAILED" in refused.stderr
+    # A resource type's operations are checked before anything is sent.
+    assert _cli(*common, "--add", "--allow-principal", "User:carol", "--operation", "IdempotentWrite",
+                "--topic", "t").returncode == 2
+
+
+def test_produce_and_fetch_need_write_and_read(acl_broker):
+    topic = _topic(acl_broker)
+    alice = _config(acl_broker, "alice")
+    assert _produce(alice, topic, timeout_s=10) == {KafkaError.TOPIC_AUTHORIZATION_FAILED}
+    _allow(acl_broker, "alice", AclOperation.WRITE, ResourceType.TOPIC, topic)
+    assert _produce(alice, topic) == set()
+    group = f"g-{topic}"
+    # WRITE implies DESCRIBE, not READ: the fetch is refused.
+    _allow(acl_broker, "alice", AclOperation.READ, ResourceType.GROUP, group)
+    values, errors = _consume(alice, topic, group, 3, timeout_s=15)
+    assert KafkaError.TOPIC_AUTHORIZATION_FAILED in errors, (values, errors)
+    _allow(acl_broker, "alice", AclOperation.READ, ResourceType.TOPIC, topic)
+    values, errors = _consume(alice, topic, group, 3)
+    assert (values, errors) == ([b"v0", b"v1", b"v2"], set())
+    # Offsets: OffsetFetch needs DESCRIBE on the group (implied by READ).
+    committed = _admin(acl_broker, "alice").list_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions(group)])
+    assert [tp.offset for tp in committed[group].result(30).topic_partitions] == [3]
+
+
+def test_groups_need_read_on_the_group(acl_broker):
+    topic = _topic(acl_broker)
+    assert _produce(_config(acl_broker, "admin"), topic) == set()
+    _allow(acl_broker, "bob", AclOperation.READ, ResourceType.TOPIC, topic)
+    bob = _config(acl_broker, "bob")
+    values, errors = _consume(bob, topic, f"nogroup-{topic}", 1, timeout_s=15)
+    assert errors == {KafkaError.GROUP_AUTHORIZATION_FAILED}, (values, errors)
+    admin_group = f"admins-{topic}"
+    assert _consume(_config(acl_broker, "admin"), topic, admin_group, 3)[0]  # a super user needs no ACL
+    # DescribeGroups / DeleteGroups: GROUP_AUTHORIZATION_FAILED without DESCRIBE / DELETE.
+    bob_admin = _admin(acl_broker, "bob")
+    described = bob_admin.describe_consumer_groups([admin_group])[admin_group]
+    with pytest.raises(KafkaException) as refused:
+        described.result(30)
+    assert refused.value.args[0].code() == KafkaError.GROUP_AUTHORIZATION_FAILED
+    assert _wait(bob_admin.delete_consumer_groups([admin_group])) == {admin_group: KafkaError.GROUP_AUTHORIZATION_FAILED}
+    # ListGroups without DESCRIBE on the cluster: only the groups bob may DESCRIBE.
+    _allow(acl_broker, "bob", AclOperation.DELETE, ResourceType.GROUP, admin_group)
+    listed = {g.group_id for g in bob_admin.list_consumer_groups().result(30).valid}
+    assert admin_group in listed and all(g == admin_group for g in listed)
+    assert _wait(bob_admin.delete_consumer_groups([admin_group])) == {admin_group: None}
+
+
+def test_admin_and_configs(acl_broker):
+    alice = _admin(acl_broker, "alice")
+    name = f"alice-{uuid.uuid4().hex[:6]}"
+    assert _wait(alice.create_topics([NewTopic(name, 1, 1)])) == {name: KafkaError.TOPIC_AUTHORIZATION_FAILED}
+    _allow(acl_broker, "alice", AclOperation.CREATE, ResourceType.TOPIC, "alice-", ResourcePatternType.PREFIXED)
+    assert _wait(alice.create_topics([NewTopic(name, 1, 1)])) == {name: None}
+    resource = ConfigResource(ConfigResource.Type.TOPIC, name)
+    with pytest.raises(KafkaException) as refused:
+        alice.describe_configs([resource])[resource].result(30)
+    assert refused.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    _allow(acl_broker, "alice", AclOperation.ALTER_CONFIGS, ResourceType.TOPIC, name)  # implies DESCRIBE_CONFIGS
+    assert "retention.ms" in alice.describe_configs([resource])[resource].result(30)
+    broker_id = next(iter(_admin(acl_broker).list_topics(timeout=30).brokers))
+    broker_resource = ConfigResource(ConfigResource.Type.BROKER, str(broker_id))
+    with pytest.raises(KafkaException) as refused:
+        alice.describe_configs([broker_resource])[broker_resource].result(30)
+    assert refused.value.args[0].code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+    assert _wait(alice.delete_topics([name])) == {name: KafkaError.TOPIC_AUTHORIZATION_FAILED}
+    _allow(acl_broker, "alice", AclOperation.DELETE, ResourceType.TOPIC, name)
+    assert _wait(alice.delete_topics([name])) == {name: None}
+    # The ACL APIs themselves need ALTER / DESCRIBE on the cluster.
+    binding = AclBinding(ResourceType.TOPIC, "x", ResourcePatternType.LITERAL, "User:alice", "*",
+                         AclOperation.READ, AclPermissionType.ALLOW)
+    assert set(_wait(alice.create_acls([binding])).values()) == {KafkaError.CLUSTER_AUTHORIZATION_FAILED}
+
+
+def test_transactions_need_the_transactional_id(acl_broker):
+    topic = _topic(acl_broker)
+    _allow(acl_broker, "alice", AclOperation.WRITE, ResourceType.TOPIC, topic)
+    txn_id = f"tx-{topic}"
+    producer = Producer(_config(acl_broker, "alice", **{"transactional.id": txn_id}))
+    with pytest.raises(KafkaException) as refused:
+        producer.init_transactions(30)
+    assert refused.value.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    _allow(acl_broker, "alice", AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id)
+    producer = Producer(_config(acl_broker, "alice", **{"transactional.id": txn_id}))
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(topic, value=b"in-txn")
+    producer.commit_transaction(30)
+    values, errors = _consume(_config(acl_broker, "admin", **{"isolation.level": "read_committed"}), topic,
+                              f"g-{topic}", 1)
+    assert (values, errors) == ([b"in-txn"], set())
+    # An idempotent producer needs IDEMPOTENT_WRITE on the cluster or WRITE on some topic: alice has the latter.
+    assert _produce(_config(acl_broker, "alice", **{"enable.idempotence": True}), topic) == set()
+
+
+def test_prefixed_and_deny_acls(acl_broker):
+    topic = _topic(acl_broker)
+    assert _produce(_config(acl_broker, "admin"), topic) == set()
+    prefix = topic[:8]  # "acl-" + 4 characters
+    _allow(acl_broker, "User:*", AclOperation.ALL, ResourceType.TOPIC, prefix, ResourcePatternType.PREFIXED)
+    _allow(acl_broker, "User:*", AclOperation.READ, ResourceType.GROUP, "*")
+    _allow(acl_broker, "bob", AclOperation.READ, ResourceType.TOPIC, topic,
+           permission=AclPermissionType.DENY)
+    values, errors = _consume(_config(acl_broker, "bob"), topic, f"bob-{topic}", 3, timeout_s=15)
+    assert KafkaError.TOPIC_AUTHORIZATION_FAILED in errors, (values, errors)
+    values, errors = _consume(_config(acl_broker, "alice"), topic, f"alice-{topic}", 3)
+    assert (values, errors) == ([b"v0", b"v1", b"v2"], set())
+    assert _produce(_config(acl_broker, "bob"), topic) == set()  # the DENY names READ only
+
+
+def test_metadata_hides_undescribable_topics(acl_broker):
+    seen, hidden = _topic(acl_broker), _topic(acl_broker)
+    _allow(acl_broker, "bob", AclOperation.DESCRIBE, ResourceType.TOPIC, seen)
+    bob = _admin(acl_broker, "bob")
+    listed = set(bob.list_topics(timeout=30).topics)
+    assert seen in listed and hidden not in listed
+    named = bob.list_topics(topic=hidden, timeout=30).topics[hidden]
+    assert named.error is not None and named.error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    everything = set(_admin(acl_broker).list_topics(timeout=30).topics)
+    assert {seen, hidden} <= everything  # the super user sees all
+
+
+def test_acls_survive_a_restart(acl_broker):
+    topic = _topic(acl_broker)
+    _allow(acl_broker, "alice", AclOperation.WRITE, ResourceType.TOPIC, topic)
+    process = acl_broker["broker"]
+    assert process.stop() == 0
+    acl_broker["broker"] = process.start()
+    bindings = _admin(acl_broker).describe_acls(AclBindingFilter(
+        ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, None, None, AclOperation.ANY,
+        AclPermissionType.ANY)).result(30)
+    assert [(b.principal, b.operation) for b in bindings] == [("User:alice", AclOperation.WRITE)]
+    assert _produce(_config(acl_broker, "alice"), topic) == set()
+    assert _produce(_config(acl_broker, "bob"), topic, timeout_s=10) == {KafkaError.TOPIC_AUTHORIZATION_FAILED}

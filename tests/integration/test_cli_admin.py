@@ -4,9 +4,6 @@ cluster (`raykafka start --nodes 3`) for moving replicas, preferred election
 and the under-replicated report after a node dies."""
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-import io
 import json
 import subprocess
 import time
@@ -15,41 +12,12 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from cli.admin_client import AdminClient
 from tests.broker_process import RAYKAFKA, REPO, BrokerProcess, broker_env
-
-
-@dataclasses.dataclass
-class CliResult:
-    returncode: int
-    stdout: str
-    stderr: str
+from tests.cli_runner import CliResult, run_cli, wait_for
 
 
 def cli(bootstrap: str, *args: str, expect: int | None = 0) -> CliResult:
-    """`raykafka ARGS --bootstrap-server ...` in this process (cli.main.main, what
-    the console script calls); `expect` is the exit status it must end with."""
-    from cli.main import main
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main([*args, "--bootstrap-server", bootstrap])
-        except SystemExit as exc:
-            code = exc.code
-    result = CliResult(code, out.getvalue(), err.getvalue())
-    if expect is not None:
-        assert result.returncode == expect, f"exit {result.returncode}:\n{result.stderr}{result.stdout}"
-    return result
-
-
-def wait_for(condition, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    last = None
-    while time.monotonic() < deadline:
-        last = condition()
-        if last:
-            return last
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}; last: {last}")
+    """`raykafka ARGS --bootstrap-server ...` in this process."""
+    return run_cli([*args, "--bootstrap-server", bootstrap], expect)
 
 
 def described(bootstrap: str, topic: str, *report: str) -> tuple[dict[str, str], dict[int, dict[str, str]]]:

@@ -5,10 +5,8 @@ and a transactional id whose coordinator does not know the partition) found
 by Kafka's rules and aborted, after which read_committed readers move on."""
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import datetime
-import io
+import functools
 import random
 import time
 import uuid
@@ -20,33 +18,17 @@ from cli import transactions as txn
 from net.codec import request_schema
 from net.schema_build import build, nested
 from storage.records import SimpleRecord, build_batch
+from tests import cli_runner
+from tests.cli_runner import CliResult, run_cli
 from tests.kafka_admin import create_topic
 from tests.wire_client import WireClient
 
 MS = datetime.timedelta(milliseconds=1)
 
 
-@dataclasses.dataclass
-class CliResult:
-    returncode: int
-    stdout: str
-    stderr: str
-
-
 def cli(bootstrap: str, *args: str, expect: int | None = 0) -> CliResult:
     """`raykafka transactions ARGS --bootstrap-server ...` in this process."""
-    from cli.main import main
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main(["transactions", *args, "--bootstrap-server", bootstrap])
-        except SystemExit as exc:
-            code = exc.code
-    result = CliResult(code, out.getvalue(), err.getvalue())
-    if expect is not None:
-        assert result.returncode == expect, f"exit {result.returncode}:\n{result.stderr}{result.stdout}"
-    return result
+    return run_cli(["transactions", *args, "--bootstrap-server", bootstrap], expect)
 
 
 def rows(result: CliResult, headers: list[str]) -> list[dict[str, str]]:
@@ -57,15 +39,7 @@ def rows(result: CliResult, headers: list[str]) -> list[dict[str, str]]:
     return [dict(zip(headers, (v.strip() for v in line.split("\t")[:-1]))) for line in lines[1:]]
 
 
-def wait_for(condition, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    last = None
-    while time.monotonic() < deadline:
-        last = condition()
-        if last:
-            return last
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}; last: {last}")
+wait_for = functools.partial(cli_runner.wait_for, poll_s=0.3)
 
 
 def txn_producer(bootstrap: str, transactional_id: str) -> confluent_kafka.Producer:

@@ -558,14 +558,20 @@ def all_preferred(bootstrap: str, topic: str):
     return all(p.leader == p.replicas[0] for p in parts.values()) and parts
 
 
-def test_elect_leaders_api_restores_preferred_leaders_after_a_node_returns(cluster, zk, new_topic):
+def preferred_topic(cluster, zk, new_topic, topic: str) -> tuple[str, int]:
+    """`topic` with 3 partitions whose preferred leaders rotate over the brokers, fully
+    in sync and led by their preferred replicas; returns (bootstrap, the broker to kill)."""
     bootstrap = cluster.bootstrap_all
     brokers = [n["broker_id"] for n in cluster.nodes()]
-    topic = "preferred-api"
     new_topic(topic, assignment=rotated_assignment(brokers, 3))
     wait_full_isr(bootstrap, topic)
     wait_for(lambda: all_preferred(bootstrap, topic), 30, "preferred leaders at creation")
-    victim = victim_for(cluster, zk)
+    return bootstrap, victim_for(cluster, zk)
+
+
+def test_elect_leaders_api_restores_preferred_leaders_after_a_node_returns(cluster, zk, new_topic):
+    topic = "preferred-api"
+    bootstrap, victim = preferred_topic(cluster, zk, new_topic, topic)
 
     # The automatic rebalance (every IMBALANCE_CHECK_INTERVAL_S, on for the whole
     # module) puts preferred leaders back too, so "all preferred in the end" alone
@@ -631,13 +637,8 @@ def test_elect_leaders_api_restores_preferred_leaders_after_a_node_returns(clust
 
 
 def test_automatic_rebalance_restores_preferred_leaders_after_a_node_returns(cluster, zk, new_topic):
-    bootstrap = cluster.bootstrap_all
-    brokers = [n["broker_id"] for n in cluster.nodes()]
     topic = "preferred-auto"
-    new_topic(topic, assignment=rotated_assignment(brokers, 3))
-    wait_full_isr(bootstrap, topic)
-    wait_for(lambda: all_preferred(bootstrap, topic), 30, "preferred leaders at creation")
-    victim = victim_for(cluster, zk)
+    bootstrap, victim = preferred_topic(cluster, zk, new_topic, topic)
     try:
         kill_and_wait_failover(cluster, topic, victim)
         assert not all_preferred(live_bootstrap(cluster), topic)

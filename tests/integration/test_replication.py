@@ -10,6 +10,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from tests.broker_process import BrokerProcess
+from tests.cli_runner import wait_for
 from tests.kafka_admin import create_topic
 
 PARTITIONS = 3
@@ -55,17 +56,6 @@ def consume_all(bootstrap: str, topic: str, timeout_s: float = 120) -> dict[int,
 def partition_metadata(bootstrap: str, topic: str):
     admin = AdminClient({"bootstrap.servers": bootstrap})
     return admin.list_topics(topic, timeout=10).topics[topic].partitions
-
-
-def wait_for(condition, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    last = None
-    while time.monotonic() < deadline:
-        last = condition()
-        if last:
-            return last
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}; last: {last}")
 
 
 def test_leader_node_killed_new_leader_from_isr_no_acked_loss(tmp_path):

@@ -179,21 +179,32 @@ def _kp_send_txn(producer, topic: str, tag: str, commit: bool) -> None:
         producer.abort_transaction()
 
 
+class QuietRead:
+    """The rows (partition, offset, value) of a poll loop that ends `quiet_s`
+    after `count` records arrived (to catch extras), or at `timeout_s`."""
+
+    def __init__(self, count: int, timeout_s: float, quiet_s: float):
+        self.rows: list[tuple[int, int, str]] = []
+        self.count, self.quiet_s = count, quiet_s
+        self.deadline = time.monotonic() + timeout_s
+        self.quiet_until: float | None = None
+
+    def add(self, polled: dict) -> bool:
+        """One poll's {partition: records} (kafka-python and aiokafka alike); True once the read is over."""
+        for msgs in polled.values():
+            self.rows += [(m.partition, m.offset, m.value.decode()) for m in msgs]
+        now = time.monotonic()
+        if len(self.rows) >= self.count and self.quiet_until is None:
+            self.quiet_until = now + self.quiet_s
+        return (self.quiet_until is not None and now >= self.quiet_until) or now > self.deadline
+
+
 def _kp_read(consumer, count: int, timeout_s: float = 60, quiet_s: float = 1.5) -> list[tuple[int, int, str]]:
     """Poll until `count` records (then `quiet_s` more to catch extras)."""
-    rows = []
-    deadline = time.monotonic() + timeout_s
-    quiet_until = None
-    while True:
-        for tp, msgs in consumer.poll(timeout_ms=300).items():
-            rows += [(m.partition, m.offset, m.value.decode()) for m in msgs]
-        now = time.monotonic()
-        if len(rows) >= count and quiet_until is None:
-            quiet_until = now + quiet_s
-        if quiet_until is not None and now >= quiet_until:
-            return rows
-        if now > deadline:
-            return rows
+    read = QuietRead(count, timeout_s, quiet_s)
+    while not read.add(consumer.poll(timeout_ms=300)):
+        pass
+    return read.rows
 
 
 def test_kafka_python_commit_abort_commit(broker, topics):
@@ -334,19 +345,10 @@ async def _ai_send_txn(producer, topic: str, tag: str, commit: bool) -> None:
 
 
 async def _ai_read(consumer, count: int, timeout_s: float = 60, quiet_s: float = 1.5):
-    rows = []
-    deadline = time.monotonic() + timeout_s
-    quiet_until = None
-    while True:
-        for tp, msgs in (await consumer.getmany(timeout_ms=300)).items():
-            rows += [(m.partition, m.offset, m.value.decode()) for m in msgs]
-        now = time.monotonic()
-        if len(rows) >= count and quiet_until is None:
-            quiet_until = now + quiet_s
-        if quiet_until is not None and now >= quiet_until:
-            return rows
-        if now > deadline:
-            return rows
+    read = QuietRead(count, timeout_s, quiet_s)
+    while not read.add(await consumer.getmany(timeout_ms=300)):
+        pass
+    return read.rows
 
 
 def test_aiokafka_commit_abort_commit(broker, topics):

@@ -83,6 +83,24 @@ def _txn_producer(broker, transactional_id, **extra):
                                      "message.timeout.ms": 30000, **extra})
 
 
+def _initialised_producer(broker, transactional_id, **extra):
+    """A transactional producer after init_transactions()."""
+    producer = _txn_producer(broker, transactional_id, **extra)
+    producer.init_transactions(60)
+    return producer
+
+
+def _unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:6]}"
+
+
+def _id_and_topic(broker, prefix: str, partitions: int = 2) -> tuple[str, str]:
+    """A new transactional id and a new topic of `partitions` partitions, both named after prefix."""
+    tid, topic = _unique(prefix), _unique(prefix)
+    _create_topic(broker, topic, partitions)
+    return tid, topic
+
+
 def _txn_states(broker, transactional_id, timeout_s=20.0, partitions=2, bootstrap=None):
     """[(state name, producer id, epoch)] of ``transactional_id`` in __transaction_state, in log order."""
     from cluster.transactions.log_records import decode_key, decode_value
@@ -140,18 +158,14 @@ def test_find_transaction_coordinator(txn_broker):
 
 
 def test_init_transactions_and_fencing(txn_broker):
-    tid = f"fence-{uuid.uuid4().hex[:6]}"
-    topic = f"fence-{uuid.uuid4().hex[:6]}"
-    _create_topic(txn_broker, topic)
-    first = _txn_producer(txn_broker, tid)
-    first.init_transactions(60)
+    tid, topic = _id_and_topic(txn_broker, "fence")
+    first = _initialised_producer(txn_broker, tid)
     first.begin_transaction()
     first.produce(topic, value=b"from the first", partition=0)
     first.flush(30)
     # a second producer with the same id: the open transaction of the first is aborted,
     # and the second gets the next epoch
-    second = _txn_producer(txn_broker, tid)
-    second.init_transactions(60)
+    second = _initialised_producer(txn_broker, tid)
     with pytest.raises(confluent_kafka.KafkaException) as failure:
         first.commit_transaction(30)
     error = failure.value.args[0]
@@ -170,11 +184,8 @@ def test_init_transactions_and_fencing(txn_broker):
 
 
 def test_commit_and_abort(txn_broker):
-    tid = f"ca-{uuid.uuid4().hex[:6]}"
-    topic = f"ca-{uuid.uuid4().hex[:6]}"
-    _create_topic(txn_broker, topic)
-    producer = _txn_producer(txn_broker, tid)
-    producer.init_transactions(60)
+    tid, topic = _id_and_topic(txn_broker, "ca")
+    producer = _initialised_producer(txn_broker, tid)
     producer.begin_transaction()
     for i in range(10):
         producer.produce(topic, value=b"c%d" % i, partition=i % 2)
@@ -189,11 +200,8 @@ def test_commit_and_abort(txn_broker):
 
 
 def test_transaction_timeout_aborts(txn_broker):
-    tid = f"to-{uuid.uuid4().hex[:6]}"
-    topic = f"to-{uuid.uuid4().hex[:6]}"
-    _create_topic(txn_broker, topic, 1)
-    producer = _txn_producer(txn_broker, tid, **{"transaction.timeout.ms": 2000, "message.timeout.ms": 2000})
-    producer.init_transactions(60)
+    tid, topic = _id_and_topic(txn_broker, "to", 1)
+    producer = _initialised_producer(txn_broker, tid, **{"transaction.timeout.ms": 2000, "message.timeout.ms": 2000})
     producer.begin_transaction()
     producer.produce(topic, value=b"left open", partition=0)
     producer.flush(30)
@@ -326,11 +334,8 @@ def test_send_offsets_to_transaction(txn_broker):
 
 
 def test_describe_and_list_transactions(txn_broker):
-    tid = f"dl-{uuid.uuid4().hex[:6]}"
-    topic = f"dl-{uuid.uuid4().hex[:6]}"
-    _create_topic(txn_broker, topic, 1)
-    producer = _txn_producer(txn_broker, tid)
-    producer.init_transactions(60)
+    tid, topic = _id_and_topic(txn_broker, "dl", 1)
+    producer = _initialised_producer(txn_broker, tid)
     producer.begin_transaction()
     producer.produce(topic, value=b"x", partition=0)
     producer.flush(30)
@@ -362,14 +367,12 @@ def test_open_transaction_aborted_after_kill9_and_restart(txn_broker):
     done_id, open_id = f"kd-{uuid.uuid4().hex[:6]}", f"ko-{uuid.uuid4().hex[:6]}"
     topic = f"k9-{uuid.uuid4().hex[:6]}"
     _create_topic(txn_broker, topic, 1)
-    done = _txn_producer(txn_broker, done_id)
-    done.init_transactions(60)
+    done = _initialised_producer(txn_broker, done_id)
     done.begin_transaction()
     done.produce(topic, value=b"committed", partition=0)
     done.commit_transaction(30)
     _wait_for_state(txn_broker, done_id, "CompleteCommit")
-    left_open = _txn_producer(txn_broker, open_id, **{"transaction.timeout.ms": 5000, "message.timeout.ms": 5000})
-    left_open.init_transactions(60)
+    left_open = _initialised_producer(txn_broker, open_id, **{"transaction.timeout.ms": 5000, "message.timeout.ms": 5000})
     left_open.begin_transaction()
     left_open.produce(topic, value=b"open", partition=0)
     left_open.flush(30)
@@ -380,8 +383,7 @@ def test_open_transaction_aborted_after_kill9_and_restart(txn_broker):
     assert [s[0] for s in states if s][-3:] == ["Ongoing", "PrepareAbort", "CompleteAbort"]
     assert [s[0] for s in _txn_states(txn_broker, done_id) if s][-1] == "CompleteCommit"
     # the recovered coordinator serves the committed producer's id again (epoch bumped)
-    again = _txn_producer(txn_broker, done_id)
-    again.init_transactions(60)
+    again = _initialised_producer(txn_broker, done_id)
     states = _wait_for_state(txn_broker, done_id, "Empty")
     assert states[-1][1] == states[0][1] and states[-1][2] == 1
 

@@ -5,7 +5,6 @@ One server per module; each test gets its own chroot on it, which also exercises
 chroot support everywhere."""
 from __future__ import annotations
 
-import json
 import os
 import queue
 import re
@@ -35,86 +34,27 @@ from metadata.kafka_zk import (
     ZkTimeoutError,
 )
 from metadata.testing import expire_session, running_zookeeper, spawn_registered_broker, unique_chroot
+from tests.unit.kafka_zk_fixtures import (  # noqa: F401 - fixtures, found by pytest by name
+    SESSION_TIMEOUT_MS,
+    chroot_connect,
+    make_client,
+    raw,
+    raw_json,
+    wait_for_value,
+    zk,
+    zookeeper,
+)
 
 pytestmark = pytest.mark.skipif(
     not embedded_zookeeper.DEBIAN_ZOOKEEPER_JAR.is_file(), reason="Debian's zookeeper package is not installed"
 )
 
-# Short sessions so expiry-driven tests take seconds (the server allows down to 2 ticks).
-SESSION_TIMEOUT_MS = 2000
 BASE64URL_UUID = re.compile(r"^[A-Za-z0-9_-]{22}$")
-
-
-@pytest.fixture(scope="module")
-def zookeeper(tmp_path_factory):
-    with running_zookeeper(tmp_path_factory.mktemp("zookeeper")) as server:
-        yield server
-
-
-@pytest.fixture
-def chroot_connect(zookeeper):
-    return unique_chroot(zookeeper.connect_string)
-
-
-@pytest.fixture
-def make_client(chroot_connect):
-    clients: list[KafkaZkClient] = []
-
-    def make(**overrides: Any) -> KafkaZkClient:
-        settings = dict(session_timeout_ms=SESSION_TIMEOUT_MS, connection_timeout_ms=10_000)
-        settings.update(overrides)
-        client = KafkaZkClient(chroot_connect, **settings)
-        client.start()
-        clients.append(client)
-        return client
-
-    yield make
-    for client in clients:
-        client.close()
-
-
-@pytest.fixture
-def zk(make_client):
-    return make_client()
-
-
-@pytest.fixture
-def raw(zookeeper, chroot_connect):
-    """A plain kazoo session on the same chroot, to check bytes as written."""
-    root = KazooClient(hosts=zookeeper.connect_string, timeout=10.0)
-    root.start(timeout=10)
-    root.ensure_path(zk_paths.split_chroot(chroot_connect)[1])
-    root.stop()
-    root.close()
-    client = KazooClient(hosts=chroot_connect, timeout=10.0)
-    client.start(timeout=10)
-    yield client
-    client.stop()
-    client.close()
-
-
-def raw_json(raw_client: KazooClient, path: str) -> Any:
-    return json.loads(raw_client.get(path)[0])
 
 
 def next_value(values: "queue.Queue[Any]", timeout_s: float = 10.0) -> Any:
     """The next value a watch callback queued."""
     return values.get(timeout=timeout_s)
-
-
-def wait_for_value(values: "queue.Queue[Any]", expected: Any, timeout_s: float = 10.0) -> None:
-    """Skip queued callback values until one equals `expected`."""
-    deadline = time.monotonic() + timeout_s
-    seen = []
-    while True:
-        remaining = deadline - time.monotonic()
-        try:
-            value = values.get(timeout=max(0.0, remaining))
-        except queue.Empty:
-            raise AssertionError(f"no callback with {expected!r} in time; got {seen}") from None
-        if value == expected:
-            return
-        seen.append(value)
 
 
 # ------------------------------------------------------------------ structure

@@ -3,82 +3,26 @@ and preferred replica election requests (Kafka's JSON), broker dynamic configs,
 and the conditional delete of a dead controller's /controller."""
 from __future__ import annotations
 
-import json
 import queue
 from typing import Any
 
 import pytest
-from kazoo.client import KazooClient
 
 from metadata import zk_paths
 from metadata.kafka_zk import (
     ControllerMovedError,
     InvalidReplicaAssignmentError,
-    KafkaZkClient,
     PreferredReplicaElectionInProgressError,
 )
-from metadata.testing import running_zookeeper, unique_chroot
-
-SESSION_TIMEOUT_MS = 2000
-
-
-@pytest.fixture(scope="module")
-def zookeeper(tmp_path_factory):
-    with running_zookeeper(tmp_path_factory.mktemp("zookeeper")) as server:
-        yield server
-
-
-@pytest.fixture
-def chroot_connect(zookeeper):
-    return unique_chroot(zookeeper.connect_string)
-
-
-@pytest.fixture
-def make_client(chroot_connect):
-    clients: list[KafkaZkClient] = []
-
-    def make() -> KafkaZkClient:
-        client = KafkaZkClient(chroot_connect, session_timeout_ms=SESSION_TIMEOUT_MS, connection_timeout_ms=10_000)
-        client.start()
-        clients.append(client)
-        return client
-
-    yield make
-    for client in clients:
-        client.close()
-
-
-@pytest.fixture
-def zk(make_client):
-    return make_client()
-
-
-@pytest.fixture
-def raw(zk, chroot_connect):
-    """A plain kazoo session on the same chroot (created by `zk`), to check bytes as written."""
-    client = KazooClient(hosts=chroot_connect, timeout=10.0)
-    client.start(timeout=10)
-    yield client
-    client.stop()
-    client.close()
-
-
-def raw_json(raw_client: KazooClient, path: str) -> Any:
-    return json.loads(raw_client.get(path)[0])
-
-
-def wait_for_value(values: "queue.Queue[Any]", expected: Any, timeout_s: float = 10.0) -> None:
-    """Skip queued callback values until one equals `expected`."""
-    seen = []
-    while True:
-        try:
-            value = values.get(timeout=timeout_s)
-        except queue.Empty:
-            raise AssertionError(f"no callback with {expected!r} in time; got {seen}") from None
-        if value == expected:
-            return
-        seen.append(value)
-
+from tests.unit.kafka_zk_fixtures import (  # noqa: F401 - fixtures, found by pytest by name
+    chroot_connect,
+    make_client,
+    raw,
+    raw_json,
+    wait_for_value,
+    zk,
+    zookeeper,
+)
 
 # ------------------------------------------------------------ reassign_partitions
 

@@ -5,9 +5,9 @@ import pytest
 from cluster.partition_state_machine import (IllegalPartitionStateTransition, PartitionStateMachine,
                                              PartitionStateName)
 from cluster.replica_state_machine import IllegalStateTransition
+from tests.unit.state_machine_helpers import LOGGER, machine_in, transition_logged, transition_matrix
 
 P = PartitionStateName
-LOGGER = "raykafka.controller.state"
 
 # Kafka's PartitionStateMachine, written out by hand as legal (from, to) pairs; the
 # other cells of the 4 x 4 matrix must be refused.
@@ -37,16 +37,11 @@ PATH_TO = {
 }
 
 TP = ("t", 0)
-MATRIX = [(a, b) for a in PartitionStateName for b in PartitionStateName]
-IDS = [f"{a.kafka_name}->{b.kafka_name}" for a, b in MATRIX]
+MATRIX, IDS = transition_matrix(PartitionStateName)
 
 
 def machine_with(tp, state) -> PartitionStateMachine:
-    machine = PartitionStateMachine()
-    for step in PATH_TO[state]:
-        machine.transition_strict([tp], step)
-    assert machine.state(tp) is state
-    return machine
+    return machine_in(PartitionStateMachine, PATH_TO, tp, state)
 
 
 def test_every_state_has_its_kafka_name():
@@ -61,9 +56,7 @@ def test_table_is_the_kafka_table():
 @pytest.mark.parametrize("start,target", MATRIX, ids=IDS)
 def test_transition_matrix(start, target, caplog):
     machine = machine_with(TP, start)
-    caplog.clear()
-    with caplog.at_level(logging.ERROR, logger=LOGGER):
-        result = machine.transition([TP], target)
+    result = transition_logged(machine, TP, target, caplog)
     if (start.kafka_name, target.kafka_name) in LEGAL:
         assert result.applied == [TP] and result.refused == []
         assert result.previous == {TP: start}

@@ -4,9 +4,9 @@ import pytest
 
 from cluster.replica_state_machine import (IllegalStateTransition, ReplicaState, ReplicaStateMachine,
                                            TransitionResult)
+from tests.unit.state_machine_helpers import LOGGER, machine_in, transition_logged, transition_matrix
 
 S = ReplicaState
-LOGGER = "raykafka.controller.state"
 
 # Kafka's ReplicaStateMachine, written out by hand as (from, to) pairs that are legal.
 # Every other pair of the 7 x 7 matrix must be refused.
@@ -50,15 +50,11 @@ PATH_TO = {
 }
 
 R = ("t", 0, 1)
-MATRIX = [(a, b) for a in ReplicaState for b in ReplicaState]
+MATRIX, IDS = transition_matrix(ReplicaState)
 
 
 def machine_with(replica, state) -> ReplicaStateMachine:
-    machine = ReplicaStateMachine()
-    for step in PATH_TO[state]:
-        machine.transition_strict([replica], step)
-    assert machine.state(replica) is state
-    return machine
+    return machine_in(ReplicaStateMachine, PATH_TO, replica, state)
 
 
 def test_every_state_has_its_kafka_name():
@@ -72,12 +68,10 @@ def test_table_is_the_kafka_table():
     assert table == LEGAL
 
 
-@pytest.mark.parametrize("start,target", MATRIX, ids=[f"{a.kafka_name}->{b.kafka_name}" for a, b in MATRIX])
+@pytest.mark.parametrize("start,target", MATRIX, ids=IDS)
 def test_transition_matrix(start, target, caplog):
     machine = machine_with(R, start)
-    caplog.clear()
-    with caplog.at_level(logging.ERROR, logger=LOGGER):
-        result = machine.transition([R], target)
+    result = transition_logged(machine, R, target, caplog)
     if (start.kafka_name, target.kafka_name) in LEGAL:
         assert result.applied == [R] and result.refused == []
         assert result.previous == {R: start}
@@ -92,7 +86,7 @@ def test_transition_matrix(start, target, caplog):
         assert str(R) in message and start.kafka_name in message and target.kafka_name in message
 
 
-@pytest.mark.parametrize("start,target", MATRIX, ids=[f"{a.kafka_name}->{b.kafka_name}" for a, b in MATRIX])
+@pytest.mark.parametrize("start,target", MATRIX, ids=IDS)
 def test_strict_transition_matrix(start, target):
     machine = machine_with(R, start)
     if (start.kafka_name, target.kafka_name) in LEGAL:

@@ -133,49 +133,47 @@ def _manifest_mentions(jar: Path, name: str) -> bool:
     return name in manifest.replace("\r\n ", "").replace("\n ", "")
 
 
+def _tcp_sockets() -> list[list[str]] | None:
+    """The fields of every line of /proc/net/tcp and tcp6 (None when neither is readable)."""
+    sockets: list[list[str]] = []
+    found_any = False
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table, encoding="ascii") as handle:
+                lines = handle.readlines()[1:]
+        except OSError:
+            continue
+        found_any = True
+        sockets += [line.split() for line in lines]
+    return sockets if found_any else None
+
+
+def _local_port(fields: list[str]) -> int:
+    return int(fields[1].rsplit(":", 1)[1], 16)
+
+
 def _ports_in_use() -> set[int] | None:
     """Local TCP ports with a socket on them, from /proc/net (None when unavailable).
 
     Read from /proc instead of probing with a bind so this module opens no sockets;
     the answer is racy either way, which is why a failed bind is retried.
     """
-    used: set[int] = set()
-    found_any = False
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(table, encoding="ascii") as handle:
-                lines = handle.readlines()[1:]
-        except OSError:
-            continue
-        found_any = True
-        for line in lines:
-            fields = line.split()
-            if len(fields) < 4:
-                continue
-            # Sockets still closing (FIN_WAIT*, TIME_WAIT, CLOSE_WAIT...; e.g. those a
-            # stopped server leaves behind) do not stop ZooKeeper's SO_REUSEADDR bind;
-            # counting them would move a restarted server to another port for nothing.
-            if fields[3] in _PORT_HOLDING_STATES:
-                used.add(int(fields[1].rsplit(":", 1)[1], 16))
-    return used if found_any else None
+    sockets = _tcp_sockets()
+    if sockets is None:
+        return None
+    # Sockets still closing (FIN_WAIT*, TIME_WAIT, CLOSE_WAIT...; e.g. those a
+    # stopped server leaves behind) do not stop ZooKeeper's SO_REUSEADDR bind;
+    # counting them would move a restarted server to another port for nothing.
+    return {_local_port(fields) for fields in sockets if len(fields) >= 4 and fields[3] in _PORT_HOLDING_STATES}
 
 
 def _listening_socket_inodes(port: int) -> set[int] | None:
-    inodes: set[int] = set()
-    found_any = False
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(table, encoding="ascii") as handle:
-                lines = handle.readlines()[1:]
-        except OSError:
-            continue
-        found_any = True
-        for line in lines:
-            fields = line.split()
-            # 0A is LISTEN; field 9 is the socket's inode.
-            if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
-                inodes.add(int(fields[9]))
-    return inodes if found_any else None
+    sockets = _tcp_sockets()
+    if sockets is None:
+        return None
+    # 0A is LISTEN; field 9 is the socket's inode.
+    return {int(fields[9]) for fields in sockets
+            if len(fields) > 9 and fields[3] == "0A" and _local_port(fields) == port}
 
 
 def _process_listens_on(pid: int, port: int) -> bool:
@@ -245,6 +243,11 @@ def _stop_at_exit_hook(server: "EmbeddedZooKeeper"):
     return stop_at_exit
 
 
+def _in_data_dir(name: str) -> property:
+    """A read-only attribute of the server: data_dir / name."""
+    return property(lambda server: server.data_dir / name, doc=f"data_dir / {name!r}")
+
+
 class EmbeddedZooKeeper:
     """A ZooKeeper server owned by this process.
 
@@ -290,25 +293,11 @@ class EmbeddedZooKeeper:
 
     # ----------------------------------------------------------------- paths
 
-    @property
-    def config_path(self) -> Path:
-        return self.data_dir / CONFIG_FILE_NAME
-
-    @property
-    def log_path(self) -> Path:
-        return self.data_dir / LOG_FILE_NAME
-
-    @property
-    def port_file(self) -> Path:
-        return self.data_dir / PORT_FILE_NAME
-
-    @property
-    def pid_file(self) -> Path:
-        return self.data_dir / PID_FILE_NAME
-
-    @property
-    def snapshot_dir(self) -> Path:
-        return self.data_dir / DATA_SUBDIR
+    config_path = _in_data_dir(CONFIG_FILE_NAME)
+    log_path = _in_data_dir(LOG_FILE_NAME)
+    port_file = _in_data_dir(PORT_FILE_NAME)
+    pid_file = _in_data_dir(PID_FILE_NAME)
+    snapshot_dir = _in_data_dir(DATA_SUBDIR)
 
     # ----------------------------------------------------------------- state
 

@@ -10,7 +10,7 @@ import logging
 from typing import Any, Callable, Iterable, NamedTuple
 
 import ray
-from kio.schema.errors import ErrorCode
+from core.error_codes import ErrorCode
 
 from core.local_channels import LocalChannels
 from core.naming import purgatory_actor_name, replica_actor_name

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Collection, Iterable, Mapping, Sequence
 
-from kio.schema.errors import ErrorCode
+from core.error_codes import ErrorCode
 
 
 class ReassignmentError(Exception):

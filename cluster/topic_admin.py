@@ -8,7 +8,7 @@ import dataclasses
 import random
 from typing import Any
 
-from kio.schema.errors import ErrorCode
+from core.error_codes import ErrorCode
 
 from cluster.capacity import NodeCapacity, place_with_room
 from core.config import TOPIC_CONFIGS, BrokerConfig, ConfigError, validate_topic_configs

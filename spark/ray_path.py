@@ -26,6 +26,7 @@ from typing import Iterator
 
 from crc32c import crc32c
 
+from core.error_codes import ErrorCode
 from spark.decode import ArrowBuilder
 from storage.record_batch import ATTRIBUTES_OFFSET, HEADER_SIZE, LOG_OVERHEAD, unpack_header
 from storage.slice_reader import SliceReader
@@ -134,7 +135,7 @@ def plan_slices(ranges, leaders: dict[tuple[str, int], int], namespace: str, iso
             out.append(None)
             continue
         error, _hw, _lso, _log_start, slices = next(answers)
-        out.append([tuple(s) for s in slices] if error == 0 else None)
+        out.append([tuple(s) for s in slices] if error == ErrorCode.none else None)
     return out
 
 

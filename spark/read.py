@@ -12,7 +12,8 @@ from pyspark.sql.datasource import InputPartition
 from spark.decode import AbortedTransactions, ArrowBuilder, next_fetch_offset
 from spark.offsets import report_data_loss
 from spark.options import EARLIEST, LATEST, ReadOptions
-from spark.wire import OFFSET_OUT_OF_RANGE, RETRIABLE, UNKNOWN_TOPIC, KafkaError, KafkaWireClient, error_name
+from core.error_codes import ErrorCode
+from spark.wire import RETRIABLE, KafkaError, KafkaWireClient, error_name
 
 log = logging.getLogger("raykafka.spark")
 
@@ -75,12 +76,12 @@ def _fetch_range(builder: ArrowBuilder, topic: str, partition: int, offset: int,
                 try:
                     result = client.fetch(topic, partition, offset, max_bytes, wait_ms, isolation)
                 except KafkaError as exc:
-                    if exc.code != UNKNOWN_TOPIC:
+                    if exc.code != ErrorCode.unknown_topic_or_partition:
                         raise
                     report_data_loss(options, f"Cannot fetch offsets [{offset}, {end}) of {topic}-{partition}: "
                                               "the partition no longer exists (topic deleted?)")
                     return
-            if result.error == OFFSET_OUT_OF_RANGE:
+            if result.error == ErrorCode.offset_out_of_range:
                 out_of_range += 1
                 if out_of_range > 20:
                     raise KafkaError(f"Fetch of {topic}-{partition} at offset {offset} keeps failing with "

@@ -16,7 +16,7 @@ import struct
 import time
 from dataclasses import dataclass, field
 
-from kio.schema.errors import ErrorCode
+from core.error_codes import ErrorCode
 
 from net.codec import decode_response, encode_request, request_schema
 from net.schema_build import nested
@@ -33,14 +33,12 @@ _MS = datetime.timedelta(milliseconds=1)
 
 # Errors after which a refreshed metadata view (a new leader) may succeed.
 RETRIABLE = {
-    int(ErrorCode.not_leader_or_follower), int(ErrorCode.leader_not_available),
-    int(ErrorCode.unknown_topic_or_partition), int(ErrorCode.fenced_leader_epoch),
-    int(ErrorCode.unknown_leader_epoch), int(ErrorCode.request_timed_out),
-    int(ErrorCode.not_enough_replicas), int(ErrorCode.replica_not_available),
-    int(ErrorCode.kafka_storage_error), int(ErrorCode.offset_not_available),
+    ErrorCode.not_leader_or_follower, ErrorCode.leader_not_available,
+    ErrorCode.unknown_topic_or_partition, ErrorCode.fenced_leader_epoch,
+    ErrorCode.unknown_leader_epoch, ErrorCode.request_timed_out,
+    ErrorCode.not_enough_replicas, ErrorCode.replica_not_available,
+    ErrorCode.kafka_storage_error, ErrorCode.offset_not_available,
 }
-OFFSET_OUT_OF_RANGE = int(ErrorCode.offset_out_of_range)
-UNKNOWN_TOPIC = int(ErrorCode.unknown_topic_or_partition)
 
 
 class KafkaError(RuntimeError):
@@ -49,7 +47,7 @@ class KafkaError(RuntimeError):
         self.code = code
 
 
-def error_name(code: int) -> str:
+def error_name(code: ErrorCode | int) -> str:
     try:
         return ErrorCode(code).name.upper()
     except ValueError:
@@ -66,7 +64,7 @@ class Metadata:
 
 @dataclass
 class FetchResult:
-    error: int
+    error: ErrorCode
     high_watermark: int
     log_start_offset: int
     records: bytes
@@ -174,7 +172,7 @@ class KafkaWireClient:
                 md = self.metadata()
             if broker_id not in md.brokers:
                 raise KafkaError(f"broker {broker_id} is not in the cluster metadata",
-                                 int(ErrorCode.leader_not_available))
+                                 ErrorCode.leader_not_available)
             host, port = md.brokers[broker_id]
             conn = self._by_id[broker_id] = _Connection(host, port, self.timeout_s, self.client_id)
         return conn
@@ -218,7 +216,7 @@ class KafkaWireClient:
         found: dict[str, dict[int, int]] = {}
         internal = set()
         for t in body.topics:
-            if int(t.error_code) != 0 or t.name is None:
+            if t.error_code != ErrorCode.none or t.name is None:
                 continue
             found[t.name] = {int(p.partition_index): int(p.leader_id) for p in t.partitions}
             if t.is_internal:
@@ -244,10 +242,10 @@ class KafkaWireClient:
         if refresh or md is None or partition not in md.topics.get(topic, {}):
             md = self.metadata([topic])
         if partition not in md.topics.get(topic, {}):
-            raise KafkaError(f"{topic}-{partition} does not exist", UNKNOWN_TOPIC)
+            raise KafkaError(f"{topic}-{partition} does not exist", ErrorCode.unknown_topic_or_partition)
         leader = md.topics[topic][partition]
         if leader < 0:
-            raise KafkaError(f"{topic}-{partition} has no leader", int(ErrorCode.leader_not_available))
+            raise KafkaError(f"{topic}-{partition} has no leader", ErrorCode.leader_not_available)
         return leader
 
     # ---- offsets -----------------------------------------------------------------------------
@@ -287,8 +285,8 @@ class KafkaWireClient:
                 for t in body.topics:
                     for p in t.partitions:
                         key = (t.name, int(p.partition_index))
-                        code = int(p.error_code)
-                        if code == 0:
+                        code = ErrorCode(p.error_code)
+                        if code == ErrorCode.none:
                             result[key] = int(p.offset)
                             todo.pop(key, None)
                         elif code not in RETRIABLE:
@@ -322,11 +320,11 @@ class KafkaWireClient:
 
     def receive_fetch(self, leader: int) -> FetchResult:
         body = self._by_id[leader].receive()
-        if int(body.error_code) != 0:
-            return FetchResult(int(body.error_code), -1, -1, b"")
+        if body.error_code != ErrorCode.none:
+            return FetchResult(ErrorCode(body.error_code), -1, -1, b"")
         p = body.responses[0].partitions[0]
         aborted = tuple((int(t.producer_id), int(t.first_offset)) for t in (p.aborted_transactions or ()))
-        return FetchResult(int(p.error_code), int(p.high_watermark), int(p.log_start_offset), p.records or b"",
+        return FetchResult(ErrorCode(p.error_code), int(p.high_watermark), int(p.log_start_offset), p.records or b"",
                            aborted)
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int = 8 << 20, max_wait_ms: int = 500,

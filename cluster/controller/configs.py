@@ -13,14 +13,9 @@ from cluster.log_config import log_config_for, throttled_replicas_for
 from cluster.topic_admin import (TopicSpecError, apply_config_ops, describe_broker_config_entries,
                                  describe_topic_config_entries)
 from core.config import BROKER_CONFIGS, ConfigError, TOPIC_CONFIGS
+from core.error_codes import ErrorCode
 
 log = logging.getLogger("raykafka.controller")
-
-ERR_NONE = 0
-ERR_UNKNOWN_TOPIC = 3
-ERR_INVALID_CONFIG = 40
-ERR_NOT_CONTROLLER = 41
-ERR_INVALID_REQUEST = 42
 
 # The broker configs that can change at runtime (Kafka's dynamic broker configs we support).
 DYNAMIC_BROKER_CONFIGS = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
@@ -41,13 +36,14 @@ class ConfigManager:
         {"name", "ops": [(key, op, value)]} (IncrementalAlterConfigs). -> [{"name", "error_code", "error_message"}]"""
         async def event():
             if not self.c.is_active:
-                return [_error(c["name"], ERR_NOT_CONTROLLER, "This is not the active controller") for c in changes]
+                return [_error(c["name"], ErrorCode.not_controller, "This is not the active controller")
+                        for c in changes]
             results = []
             for change in changes:
                 name = change["name"]
                 topic = self.c.ctx.topics.get(name)
                 if topic is None or name in self.c.ctx.topics_being_deleted:
-                    results.append(_error(name, ERR_UNKNOWN_TOPIC, f"Topic {name} does not exist."))
+                    results.append(_error(name, ErrorCode.unknown_topic_or_partition, f"Topic {name} does not exist."))
                     continue
                 try:
                     if "replace" in change:
@@ -61,7 +57,7 @@ class ConfigManager:
                     await self.c.azk.set_topic_config(name, new)  # also writes /config/changes
                     topic.configs = new
                     await self.push_topic_config(name)
-                results.append({"name": name, "error_code": ERR_NONE, "error_message": None})
+                results.append({"name": name, "error_code": ErrorCode.none, "error_message": None})
             return results
 
         event.__name__ = "alter_topic_configs"
@@ -117,14 +113,15 @@ class ConfigManager:
         changes: {"name": "" (cluster default) or a broker id, "replace": {..}} or {"name", "ops": [..]}."""
         async def event():
             if not self.c.is_active:
-                return [_error(c["name"], ERR_NOT_CONTROLLER, "This is not the active controller") for c in changes]
+                return [_error(c["name"], ErrorCode.not_controller, "This is not the active controller")
+                        for c in changes]
             results, touched = [], False
             for change in changes:
                 name = change["name"]
                 try:
                     entity = "<default>" if name in ("", "<default>") else int(name)
                 except ValueError:
-                    results.append(_error(name, ERR_INVALID_REQUEST, f"Invalid broker id {name!r}"))
+                    results.append(_error(name, ErrorCode.invalid_request, f"Invalid broker id {name!r}"))
                     continue
                 current = dict(self.broker_overrides.get(str(entity), {}))
                 new = {} if "replace" in change else dict(current)
@@ -132,19 +129,19 @@ class ConfigManager:
                 problem = None
                 for key, op, value in ops:
                     if key not in DYNAMIC_BROKER_CONFIGS:
-                        problem = (ERR_INVALID_REQUEST, f"Cannot update these configs dynamically: {key}")
+                        problem = (ErrorCode.invalid_request, f"Cannot update these configs dynamically: {key}")
                         break
                     if op == 0:  # SET
                         try:
                             BROKER_CONFIGS[key].parse(value)
                         except ConfigError as exc:
-                            problem = (ERR_INVALID_CONFIG, str(exc))
+                            problem = (ErrorCode.invalid_config, str(exc))
                             break
                         new[key] = str(value)
                     elif op == 1:  # DELETE
                         new.pop(key, None)
                     else:
-                        problem = (ERR_INVALID_CONFIG, f"{key}: APPEND/SUBTRACT apply to list configs only")
+                        problem = (ErrorCode.invalid_config, f"{key}: APPEND/SUBTRACT apply to list configs only")
                         break
                 if problem is not None:
                     results.append(_error(name, *problem))
@@ -153,7 +150,7 @@ class ConfigManager:
                     await self.c.azk.set_broker_config(entity, new)
                     self.broker_overrides[str(entity)] = new
                     touched = True
-                results.append({"name": name, "error_code": ERR_NONE, "error_message": None})
+                results.append({"name": name, "error_code": ErrorCode.none, "error_message": None})
             if touched:
                 await self.push_throttle_rates()
             return results
@@ -189,12 +186,12 @@ class ConfigManager:
                 if resource_type == 2:
                     topic = self.c.ctx.topics.get(name) if self.c.ctx else None
                     if topic is None:
-                        out.append(_error(name, ERR_UNKNOWN_TOPIC, f"Topic {name} does not exist."))
+                        out.append(_error(name, ErrorCode.unknown_topic_or_partition, f"Topic {name} does not exist."))
                         continue
-                    out.append({"name": name, "error_code": 0, "error_message": None,
+                    out.append({"name": name, "error_code": ErrorCode.none, "error_message": None,
                                 "entries": describe_topic_config_entries(topic.configs, self.c.config)})
                 elif resource_type in (4, 8):  # BROKER, BROKER_LOGGER
-                    out.append({"name": name, "error_code": 0, "error_message": None,
+                    out.append({"name": name, "error_code": ErrorCode.none, "error_message": None,
                                 "entries": describe_broker_config_entries(self.c._described_broker_config(name))
                                 if resource_type == 4 else []})
                 else:

@@ -34,13 +34,9 @@ from cluster.topic_admin import TopicSpecError, described_configs, plan_topic
 from core.config import BrokerConfig, TOPIC_CONFIGS
 from metadata.kafka_zk import BadVersionError, KafkaZkClient
 from metadata.kafka_zk import PartitionState as ZkPartitionState
+from core.error_codes import ErrorCode
 
 log = logging.getLogger("raykafka.controller")
-
-ERR_NONE = 0
-ERR_UNKNOWN_TOPIC = 3
-ERR_NOT_CONTROLLER = 41
-ERR_UNKNOWN_SERVER = -1
 
 # Bound on the event queue: edge requests beyond it are refused, not buffered forever.
 MAX_QUEUED_EVENTS = 10_000
@@ -664,7 +660,7 @@ class Controller:
     async def create_topics(self, specs: list[dict], validate_only: bool) -> list[dict]:
         async def event():
             if not self.is_active:
-                return [_error(s["name"], ERR_NOT_CONTROLLER, "This is not the active controller")
+                return [_error(s["name"], ErrorCode.not_controller, "This is not the active controller")
                         for s in specs]
             return await self._create_topics(specs, validate_only)
 
@@ -682,7 +678,7 @@ class Controller:
                                   racks={b: info.rack for b, info in ctx.brokers.items()},
                                   capacity=capacity, internal=spec["name"].startswith("__"))
             except TopicSpecError as exc:
-                results.append(_error(spec["name"], int(exc.error), str(exc)))
+                results.append(_error(spec["name"], exc.error, str(exc)))
                 continue
             capacity.add(plan.assignment)  # later topics of this request (validate_only too) count it
             topic_id = new_zk_topic_id()
@@ -691,7 +687,8 @@ class Controller:
                     # Off the event loop (a ZooKeeper write with its fsync, per topic).
                     await self.azk.create_topic(plan.name, plan.assignment, plan.configs, topic_id)
                 except Exception as exc:  # TopicExistsError from a racing writer, or ZooKeeper trouble
-                    code = 36 if type(exc).__name__ == "TopicExistsError" else ERR_UNKNOWN_SERVER
+                    code = (ErrorCode.topic_already_exists if type(exc).__name__ == "TopicExistsError"
+                            else ErrorCode.unknown_server_error)
                     results.append(_error(plan.name, code, str(exc)))
                     continue
                 ctx.topics[plan.name] = TopicState(plan.name, topic_id, plan.assignment, plan.configs,
@@ -699,7 +696,7 @@ class Controller:
                 existing.add(plan.name)
                 created.append(plan.name)
             results.append({
-                "name": plan.name, "error_code": ERR_NONE, "error_message": None,
+                "name": plan.name, "error_code": ErrorCode.none, "error_message": None,
                 "topic_id": __import__("uuid").UUID(zk_topic_id_to_uuid(topic_id)) if not validate_only else None,
                 "num_partitions": plan.num_partitions, "replication_factor": plan.replication_factor,
                 "configs": described_configs(plan.configs, self.config),
@@ -716,11 +713,11 @@ class Controller:
         asks for it, as in Kafka); -> (error code, message)."""
         async def event():
             if not self.is_active:
-                return ERR_NOT_CONTROLLER, "This is not the active controller"
+                return ErrorCode.not_controller, "This is not the active controller"
             if self.offsets_topic.name in self.ctx.topics:
-                return ERR_NONE, None
+                return ErrorCode.none, None
             if not self.ctx.brokers:
-                return 15, "no live brokers"  # COORDINATOR_NOT_AVAILABLE
+                return ErrorCode.coordinator_not_available, "no live brokers"
             [result] = await self._create_topics([self.offsets_topic.spec(self.config, len(self.ctx.brokers))],
                                                  False)
             return result["error_code"], result["error_message"]
@@ -733,11 +730,11 @@ class Controller:
         FindCoordinator(TRANSACTION) asks for it); -> (error code, message)."""
         async def event():
             if not self.is_active:
-                return ERR_NOT_CONTROLLER, "This is not the active controller"
+                return ErrorCode.not_controller, "This is not the active controller"
             if self.transaction_state_topic.name in self.ctx.topics:
-                return ERR_NONE, None
+                return ErrorCode.none, None
             if not self.ctx.brokers:
-                return 15, "no live brokers"  # COORDINATOR_NOT_AVAILABLE
+                return ErrorCode.coordinator_not_available, "no live brokers"
             spec = self.transaction_state_topic.spec(self.config, len(self.ctx.brokers))
             [result] = await self._create_topics([spec], False)
             return result["error_code"], result["error_message"]

@@ -19,7 +19,7 @@ import asyncio
 import logging
 from typing import Any
 
-from kio.schema.errors import ErrorCode
+from core.error_codes import ErrorCode
 
 from cluster.controller.channel import ReplicaKey
 from cluster.controller.internal_topics import OFFSETS_TOPIC
@@ -36,11 +36,10 @@ from cluster.topic_admin import TopicSpecError, assign_within_capacity, check_ca
 
 log = logging.getLogger("raykafka.controller")
 
-NOT_CONTROLLER = int(ErrorCode.not_controller)
 
 
-def _result(topic: str, partition: int, code: int = 0, message: str | None = None) -> dict:
-    return {"topic": topic, "partition": partition, "error_code": int(code), "error_message": message}
+def _result(topic: str, partition: int, code: ErrorCode = ErrorCode.none, message: str | None = None) -> dict:
+    return {"topic": topic, "partition": partition, "error_code": code, "error_message": message}
 
 
 class PartitionOperations:
@@ -51,7 +50,7 @@ class PartitionOperations:
     async def create_partitions(self, specs: list[dict], validate_only: bool) -> list[dict]:
         async def event():
             if not self.c.is_active:
-                return [{"name": s["name"], "error_code": NOT_CONTROLLER,
+                return [{"name": s["name"], "error_code": ErrorCode.not_controller,
                          "error_message": "This is not the active controller"} for s in specs]
             results, grown = [], []
             capacity = self._node_capacity()
@@ -69,13 +68,13 @@ class PartitionOperations:
                     try:
                         merged = await self.c.azk.add_partitions(name, added)
                     except Exception as exc:  # a concurrent writer, or ZooKeeper trouble
-                        results.append({"name": name, "error_code": int(ErrorCode.unknown_server_error),
+                        results.append({"name": name, "error_code": ErrorCode.unknown_server_error,
                                         "error_message": str(exc)})
                         continue
                     self.ctx.topics[name].assignment = {int(p): list(r) for p, r in merged.items()}
                     grown.extend(((name, p), replicas) for p, replicas in added.items())
                     log.info("topic %s grows to %d partitions: %s", name, len(merged), added)
-                results.append({"name": name, "error_code": 0, "error_message": None})
+                results.append({"name": name, "error_code": ErrorCode.none, "error_message": None})
             if grown:
                 await self.c._elect_offline_partitions(grown)  # NewPartition -> OnlinePartition
                 await self.c._send_leader_and_isr([tp for tp, _ in grown])
@@ -198,8 +197,9 @@ class Elections:
                             timeout_ms: int = 0) -> dict:
         async def event():
             if not self.c.is_active:
-                return {"error_code": NOT_CONTROLLER, "results": []}
-            return {"error_code": 0, "results": await self._elect_leaders(ElectionType(election_type), partitions)}
+                return {"error_code": ErrorCode.not_controller, "results": []}
+            results = await self._elect_leaders(ElectionType(election_type), partitions)
+            return {"error_code": ErrorCode.none, "results": results}
 
         event.__name__ = "elect_leaders"
         return await self.c.submit(event)
@@ -258,7 +258,7 @@ class Elections:
             await self.c._send_update_metadata()
         if requested_all:
             # Kafka answers a null-topics request only for partitions where something happened.
-            results = [r for r in results if r["error_code"] != int(ErrorCode.election_not_needed)]
+            results = [r for r in results if r["error_code"] != ErrorCode.election_not_needed]
         return results
 
     async def _on_preferred_replica_election(self) -> None:
@@ -273,7 +273,7 @@ class Elections:
         if partitions is None or partitions == []:
             return
         results = await self._elect_leaders(ElectionType.PREFERRED, list(partitions))
-        failed = [r for r in results if r["error_code"] not in (0, int(ErrorCode.election_not_needed))]
+        failed = [r for r in results if r["error_code"] not in (ErrorCode.none, ErrorCode.election_not_needed)]
         if failed:
             log.warning("preferred replica election: %d partitions failed: %s", len(failed), failed[:10])
         await self.c.azk.delete_preferred_replica_election()
@@ -325,10 +325,10 @@ class Elections:
         -> {"error_code", "remaining": [(topic, p)] partitions it still leads}."""
         async def event():
             if not self.c.is_active:
-                return {"error_code": NOT_CONTROLLER, "remaining": []}
+                return {"error_code": ErrorCode.not_controller, "remaining": []}
             ctx = self.c.ctx
             if broker_id not in ctx.brokers:
-                return {"error_code": int(ErrorCode.broker_not_available), "remaining": []}
+                return {"error_code": ErrorCode.broker_not_available, "remaining": []}
             ctx.shutting_down.add(broker_id)
             log.info("controlled shutdown of broker %d (shutting down: %s)", broker_id, sorted(ctx.shutting_down))
             moved, followers = [], []
@@ -371,7 +371,7 @@ class Elections:
                          if state.leader == broker_id and tp[0] not in ctx.topics_being_deleted]
             log.info("controlled shutdown of broker %d: %d leaders moved, left %d ISRs, %d partitions remain "
                      "led by it", broker_id, len(moved), len(followers), len(remaining))
-            return {"error_code": 0, "remaining": remaining}
+            return {"error_code": ErrorCode.none, "remaining": remaining}
 
         event.__name__ = f"controlled_shutdown({broker_id})"
         return await self.c.submit(event)
@@ -395,11 +395,11 @@ class Reassignments:
                                             timeout_ms: int = 0) -> dict:
         async def event():
             if not self.c.is_active:
-                return {"error_code": NOT_CONTROLLER, "error_message": "This is not the active controller",
+                return {"error_code": ErrorCode.not_controller, "error_message": "This is not the active controller",
                         "results": []}
             results = await self._alter_reassignments([(t, p, None if r is None else list(r))
                                                        for t, p, r in reassignments])
-            return {"error_code": 0, "error_message": None, "results": results}
+            return {"error_code": ErrorCode.none, "error_message": None, "results": results}
 
         event.__name__ = "alter_partition_reassignments"
         return await self.c.submit(event)
@@ -408,7 +408,7 @@ class Reassignments:
                                            timeout_ms: int = 0) -> dict:
         async def event():
             if not self.c.is_active:
-                return {"error_code": NOT_CONTROLLER, "error_message": "This is not the active controller",
+                return {"error_code": ErrorCode.not_controller, "error_message": "This is not the active controller",
                         "results": []}
             wanted = set(map(tuple, partitions)) if partitions is not None else None
             results = []
@@ -416,7 +416,7 @@ class Reassignments:
                 if wanted is None or (topic, p) in wanted:
                     results.append({"topic": topic, "partition": p, "replicas": list(r.replicas),
                                     "adding_replicas": list(r.adding), "removing_replicas": list(r.removing)})
-            return {"error_code": 0, "error_message": None, "results": results}
+            return {"error_code": ErrorCode.none, "error_message": None, "results": results}
 
         event.__name__ = "list_partition_reassignments"
         return await self.c.submit(event)
@@ -561,7 +561,7 @@ class Reassignments:
                  for t, q, b in reachable]
         outcomes = await self._await_calls(calls)
         for replica, outcome in outcomes.items():
-            if outcome == 0:
+            if outcome == ErrorCode.none:
                 ctx.replica_sm.transition([replica], RS.REPLICA_DELETION_SUCCESSFUL)
                 ctx.replica_sm.transition([replica], RS.NON_EXISTENT_REPLICA)
                 self.c.channel.remove_replica(ReplicaKey(*replica))
@@ -570,10 +570,11 @@ class Reassignments:
                 log.warning("deleting replica %s failed (%s); retried when its broker returns", replica, outcome)
         ctx.replica_sm.transition(unreachable, RS.REPLICA_DELETION_INELIGIBLE)
         ctx.pending_replica_deletions.update(unreachable)
-        ctx.pending_replica_deletions.update(r for r, o in outcomes.items() if o != 0)
+        ctx.pending_replica_deletions.update(r for r, o in outcomes.items() if o != ErrorCode.none)
 
     async def _await_calls(self, calls: list[tuple[Any, Any]]) -> dict:
-        """Like _await_all, but returns each target's outcome (0, an error code or the exception)."""
+        """Like _await_all, but returns each target's outcome (an error code, ErrorCode.none on success, or
+        the exception)."""
         if not calls:
             return {}
         results = await asyncio.gather(*(asyncio.wait_for(ref, self.c.call_timeout_s) for _, ref in calls),

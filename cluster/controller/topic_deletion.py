@@ -10,13 +10,9 @@ from typing import Any
 from cluster.controller.channel import ReplicaKey
 from cluster.partition_state_machine import PartitionStateName as PS
 from cluster.replica_state_machine import ReplicaState as RS
+from core.error_codes import ErrorCode
 
 log = logging.getLogger("raykafka.controller")
-
-ERR_NONE = 0
-ERR_UNKNOWN_TOPIC = 3
-ERR_NOT_CONTROLLER = 41
-ERR_TOPIC_DELETION_DISABLED = 73
 
 # A topic whose replica could not be deleted (StopReplica failed) is tried again after this.
 TOPIC_DELETION_RETRY_BACKOFF_S = 2.0
@@ -28,20 +24,21 @@ class TopicDeletionManager:
     def __init__(self, controller: Any):
         self.c = controller
 
-    async def delete_topics(self, names: list[str]) -> dict[str, tuple[int, str | None]]:
+    async def delete_topics(self, names: list[str]) -> dict[str, tuple[ErrorCode, str | None]]:
         async def event():
             if not self.c.is_active:
-                return {n: (ERR_NOT_CONTROLLER, "This is not the active controller") for n in names}
+                return {n: (ErrorCode.not_controller, "This is not the active controller") for n in names}
             outcome = {}
             to_delete = []
             for name in names:
                 if name not in self.c.ctx.topics:
-                    outcome[name] = (ERR_UNKNOWN_TOPIC, "This server does not host this topic-partition.")
+                    outcome[name] = (ErrorCode.unknown_topic_or_partition,
+                                     "This server does not host this topic-partition.")
                 elif not self.c.config["delete.topic.enable"]:
-                    outcome[name] = (ERR_TOPIC_DELETION_DISABLED, "Topic deletion is disabled.")
+                    outcome[name] = (ErrorCode.topic_deletion_disabled, "Topic deletion is disabled.")
                 else:
                     to_delete.append(name)
-                    outcome[name] = (ERR_NONE, None)
+                    outcome[name] = (ErrorCode.none, None)
             for name in to_delete:
                 await self.c.azk.mark_topic_for_deletion(name)
             if to_delete:

@@ -1310,11 +1310,7 @@ def parse_args(argv=None):
     ap.add_argument("--idle-settle-s", type=float, default=None,
                     help="matrix: seconds the idle replicas sit before their PSS is read "
                          "(10; 5 quick)")
-    ap.add_argument("--raykafka-bootstrap", metavar="HOST:PORT",
-                    help="benchmark an already running raykafka instead of starting one")
-    ap.add_argument("--raykafka-cmd", metavar="CMD",
-                    help="command prefix that starts raykafka (default .venv/bin/raykafka); "
-                         "'start --data-dir ... --override listeners=...' is appended")
+    add_raykafka_options(ap)
     ap.add_argument("--start-timeout", type=float, default=180.0,
                     help="seconds to wait for a broker to become ready (tansu's first run "
                          "pip-installs it)")
@@ -1344,6 +1340,15 @@ def parse_args(argv=None):
     if a.latency_only and not (a.matrix and a.latency_rate):
         ap.error("--latency-only needs --matrix and --latency-rate")
     return a
+
+
+def add_raykafka_options(ap: argparse.ArgumentParser) -> None:
+    """--raykafka-bootstrap and --raykafka-cmd: which raykafka RaykafkaTarget runs."""
+    ap.add_argument("--raykafka-bootstrap", metavar="HOST:PORT",
+                    help="benchmark an already running raykafka instead of starting one")
+    ap.add_argument("--raykafka-cmd", metavar="CMD",
+                    help="command prefix that starts raykafka (default .venv/bin/raykafka); "
+                         "'start --data-dir ... --override listeners=...' is appended")
 
 
 def parse_targets(ap: argparse.ArgumentParser, text: str) -> list[str]:

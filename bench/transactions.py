@@ -56,6 +56,7 @@ from bench.run import (
     TargetError,
     Workload,
     _f,
+    add_raykafka_options,
     begin_run,
     case_line,
     cpu_and_runs,
@@ -454,10 +455,7 @@ def parse_args(argv=None):
     ap.add_argument("--mock-records", type=int, default=None,
                     help="records per topic on the mock (default: --records, capped to "
                          "what its 5 MiB per partition retention keeps)")
-    ap.add_argument("--raykafka-bootstrap", metavar="HOST:PORT",
-                    help="benchmark an already running raykafka instead of starting one")
-    ap.add_argument("--raykafka-cmd", metavar="CMD",
-                    help="command prefix that starts raykafka (default .venv/bin/raykafka)")
+    add_raykafka_options(ap)
     ap.add_argument("--raykafka-override", metavar="KEY=VALUE", action="append", default=[],
                     help="a broker config for the raykafka starts, passed as its "
                          "RAYKAFKA_<KEY> environment variable (repeatable), e.g. "

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from kio.schema.errors import ErrorCode
+from core.error_codes import ErrorCode
 
 from core.local_calls import LocalCallFailed, LocalCallLost
 

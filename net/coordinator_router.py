@@ -18,7 +18,7 @@ import asyncio
 import logging
 from typing import Any, Awaitable
 
-from kio.schema.errors import ErrorCode
+from core.error_codes import ErrorCode
 
 from core.local_calls import LocalCallFailed, LocalCallLost
 from core.naming import OFFSETS_TOPIC, group_coordinator_actor_name

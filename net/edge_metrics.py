@@ -25,7 +25,7 @@ import time
 from typing import Any
 
 from core import metrics as m
-from kio.schema.errors import ErrorCode
+from core.error_codes import ErrorCode
 
 log = logging.getLogger("raykafka.metrics")
 

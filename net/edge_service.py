@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from kio.schema.errors import ErrorCode
+from core.error_codes import ErrorCode
 
 from core.config import BrokerConfig
 from core.local_channels import LocalChannels

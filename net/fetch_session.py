@@ -15,7 +15,7 @@ import dataclasses
 import random
 import time
 
-from kio.schema.errors import ErrorCode
+from core.error_codes import ErrorCode
 
 INITIAL_EPOCH = 0
 FINAL_EPOCH = -1

@@ -13,7 +13,7 @@ import os
 import time
 from typing import Any
 
-from kio.schema.errors import ErrorCode
+from core.error_codes import ErrorCode
 
 from core.local_channels import LocalChannels
 from core.replica_messages import failed_append

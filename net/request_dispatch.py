@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from kio.schema.errors import ErrorCode
+from core.error_codes import ErrorCode
 
 from net.codec import MalformedRequest, decode_request, encode_response, response_schema
 from net.edge_metrics import CURRENT as CURRENT_REQUEST, EdgeMetrics

@@ -22,7 +22,7 @@ import asyncio
 import logging
 from typing import Any, Awaitable, Optional
 
-from kio.schema.errors import ErrorCode
+from core.error_codes import ErrorCode
 
 from core.naming import TRANSACTION_STATE_TOPIC, transaction_coordinator_actor_name
 from net.coordinator_router import coordinator_answer, find_actor

@@ -2,7 +2,7 @@
 the leader replica through its coalescing appender, in arrival order."""
 import asyncio
 
-from kio.schema.errors import ErrorCode
+from core.error_codes import ErrorCode
 
 from core.replica_messages import failed_append
 from net import authorization

@@ -10,7 +10,7 @@ import logging
 import os
 import time
 
-from kio.schema.errors import ErrorCode
+from core.error_codes import ErrorCode
 
 from net.actor_calls import ActorCallFailed
 from net.file_region import FileRecords, SplicedResponse, release

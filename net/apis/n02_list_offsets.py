@@ -2,7 +2,7 @@
 local (-4), latest tiered (-5) and lookups by timestamp through .timeindex."""
 import asyncio
 
-from kio.schema.errors import ErrorCode
+from core.error_codes import ErrorCode
 
 from core.replica_messages import ListOffsetsResult
 from net.leader_calls import call_leader

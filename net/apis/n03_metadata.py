@@ -1,6 +1,6 @@
 """Metadata (3): brokers, controller and topics from the cache; unknown topics
 are auto-created through the controller when the client and the broker allow it."""
-from kio.schema.errors import ErrorCode
+from core.error_codes import ErrorCode
 
 from core.naming import topic_name_error
 from net.actor_calls import ActorCallFailed

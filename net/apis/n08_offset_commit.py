@@ -5,7 +5,7 @@ broker does not know get UNKNOWN_TOPIC_OR_PARTITION (UNKNOWN_TOPIC_ID by id,
 v10), as Kafka checks in KafkaApis."""
 import time
 
-from kio.schema.errors import ErrorCode
+from core.error_codes import ErrorCode
 
 from net import authorization
 from net.authorization import Operation, ResourceType

@@ -5,7 +5,7 @@ partition (v2+). require_stable (v7+, KIP-447) answers UNSTABLE_OFFSET_COMMIT
 for partitions with a commit still being written. v10 names topics by id."""
 import asyncio
 
-from kio.schema.errors import ErrorCode
+from core.error_codes import ErrorCode
 
 from net import authorization
 from net.authorization import Operation, ResourceType

@@ -10,7 +10,7 @@ INVALID_REQUEST (no share groups).
 """
 import asyncio
 
-from kio.schema.errors import ErrorCode
+from core.error_codes import ErrorCode
 
 from net import authorization
 from net.authorization import Operation, ResourceType

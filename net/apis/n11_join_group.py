@@ -1,7 +1,7 @@
 """JoinGroup (11): handed to the group's coordinator actor on this node,
 which answers once the member's place in the next generation is settled
 (KIP-394 member ids from v4, static members from v5, KIP-814 from v9)."""
-from kio.schema.errors import ErrorCode
+from core.error_codes import ErrorCode
 
 from net import authorization
 from net.authorization import Operation, ResourceType

@@ -1,5 +1,5 @@
 """Heartbeat (12): keeps a member's session; REBALANCE_IN_PROGRESS tells it to rejoin."""
-from kio.schema.errors import ErrorCode
+from core.error_codes import ErrorCode
 
 from net import authorization
 from net.authorization import Operation, ResourceType

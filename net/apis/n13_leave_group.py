@@ -1,6 +1,6 @@
 """LeaveGroup (13): one member (v0-2) or a batch (v3+, KIP-345: static
 members removed by group instance id with an empty member id)."""
-from kio.schema.errors import ErrorCode
+from core.error_codes import ErrorCode
 
 from net import authorization
 from net.authorization import Operation, ResourceType

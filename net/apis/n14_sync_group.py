@@ -1,6 +1,6 @@
 """SyncGroup (14): the leader's assignment is persisted to __consumer_offsets
 (acks=-1) before any member of the generation gets its share."""
-from kio.schema.errors import ErrorCode
+from core.error_codes import ErrorCode
 
 from net import authorization
 from net.authorization import Operation, ResourceType

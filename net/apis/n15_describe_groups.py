@@ -4,7 +4,7 @@ NOT_COORDINATOR for groups coordinated elsewhere. From v6 (KIP-1043) a group
 that does not exist is GROUP_ID_NOT_FOUND rather than state "Dead"."""
 import asyncio
 
-from kio.schema.errors import ErrorCode
+from core.error_codes import ErrorCode
 
 from net import authorization
 from net.authorization import Operation, ResourceType

@@ -4,7 +4,7 @@ broker. State filter from v4 (KIP-518), type filter from v5 (all groups here
 are "classic")."""
 import asyncio
 
-from kio.schema.errors import ErrorCode
+from core.error_codes import ErrorCode
 
 from net.actor_calls import ActorCallFailed
 from net import authorization

@@ -1,7 +1,7 @@
 """SaslHandshake (17): pick the SASL mechanism of a connection on a SASL
 listener (net/sasl.py). v1 only: v0's raw tokens after the handshake are not
 served (every client of the last five years sends v1, then SaslAuthenticate)."""
-from kio.schema.errors import ErrorCode
+from core.error_codes import ErrorCode
 
 from net.registry import api
 from net.sasl import close_after_response

@@ -1,5 +1,5 @@
 """ApiVersions (18): built from the handler registry, so advertised == implemented."""
-from kio.schema.errors import ErrorCode
+from core.error_codes import ErrorCode
 
 from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for

@@ -1,6 +1,6 @@
 """CreateTopics (19): validated and applied by the active controller, which
 answers once leaders are elected and every edge has the new metadata."""
-from kio.schema.errors import ErrorCode
+from core.error_codes import ErrorCode
 
 from net.actor_calls import ActorCallFailed
 from net import authorization

@@ -1,6 +1,6 @@
 """DeleteTopics (20): the controller stops and deletes every replica, removes
 the topic's znodes and pushes the new metadata before answering."""
-from kio.schema.errors import ErrorCode
+from core.error_codes import ErrorCode
 
 from net.actor_calls import ActorCallFailed
 from net import authorization

@@ -3,7 +3,7 @@ the low watermark once every in-sync replica has moved its own log start
 (DelayedDeleteRecords, held by the leader replica) or the timeout passes."""
 import asyncio
 
-from kio.schema.errors import ErrorCode
+from core.error_codes import ErrorCode
 
 from net.leader_calls import call_leader
 from net import authorization

@@ -12,7 +12,7 @@ v5 (v6 is KIP-939's two-phase commit).
 """
 import logging
 
-from kio.schema.errors import ErrorCode
+from core.error_codes import ErrorCode
 
 from net import authorization
 from net.authorization import Operation, ResourceType

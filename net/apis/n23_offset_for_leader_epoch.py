@@ -4,7 +4,7 @@ which consumers use to detect log truncation after an unclean leader change
 fetch instead (actors/follower.py)."""
 import asyncio
 
-from kio.schema.errors import ErrorCode
+from core.error_codes import ErrorCode
 
 from core.replica_messages import EpochEndOffset
 from net.leader_calls import call_leader

@@ -9,7 +9,7 @@ transaction: UNKNOWN_TOPIC_OR_PARTITION for it and OPERATION_NOT_ATTEMPTED for
 the others. The coordinator answers NOT_COORDINATOR when this broker does not
 host it; PRODUCER_FENCED is INVALID_PRODUCER_EPOCH below v2.
 """
-from kio.schema.errors import ErrorCode
+from core.error_codes import ErrorCode
 
 from net.apis.n22_init_producer_id import routing
 from net import authorization

@@ -3,7 +3,7 @@ transaction (Kafka's handleAddOffsetsToTxnRequest: AddPartitions of that
 partition), so the coordinator writes a marker there at the end and the group
 coordinator completes the transaction's TxnOffsetCommits. PRODUCER_FENCED is
 INVALID_PRODUCER_EPOCH below v2."""
-from kio.schema.errors import ErrorCode
+from core.error_codes import ErrorCode
 
 from net.apis.n22_init_producer_id import routing
 from net import authorization

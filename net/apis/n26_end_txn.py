@@ -3,7 +3,7 @@ PrepareAbort and answers; the markers and the Complete state follow
 (cluster/transactions/markers.py). PRODUCER_FENCED is INVALID_PRODUCER_EPOCH
 below v2. Served up to v4: v5 is KIP-890's transaction version 2 (an epoch
 bump per transaction), which this broker does not advertise."""
-from kio.schema.errors import ErrorCode
+from core.error_codes import ErrorCode
 
 from net.apis.n22_init_producer_id import routing
 from net import authorization

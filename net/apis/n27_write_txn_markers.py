@@ -7,7 +7,7 @@ NOT_LEADER_OR_FOLLOWER, unknown ones UNKNOWN_TOPIC_OR_PARTITION, as Kafka."""
 import asyncio
 import logging
 
-from kio.schema.errors import ErrorCode
+from core.error_codes import ErrorCode
 
 from core.txn_messages import TxnCompletion, TxnMarker
 from net import authorization

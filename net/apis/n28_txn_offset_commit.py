@@ -10,7 +10,7 @@ its implicit AddOffsetsToTxn belongs to transaction protocol version 2, which
 this broker does not advertise, so clients send v5 only after
 AddOffsetsToTxn, as with v4. Partitions of topics this broker does not know
 get UNKNOWN_TOPIC_OR_PARTITION, as Kafka checks in KafkaApis."""
-from kio.schema.errors import ErrorCode
+from core.error_codes import ErrorCode
 
 from net import authorization
 from net.authorization import Operation, ResourceType

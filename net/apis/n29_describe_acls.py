@@ -1,6 +1,6 @@
 """DescribeAcls (29): the ACLs matching one filter (Kafka's AclApis); needs
 DESCRIBE on the cluster; SECURITY_DISABLED without an authorizer."""
-from kio.schema.errors import ErrorCode
+from core.error_codes import ErrorCode
 
 from cluster.security.acls import (AccessControlEntryFilter, AclBindingFilter, Operation, PatternType,
                                    PermissionType, ResourcePatternFilter, ResourceType)

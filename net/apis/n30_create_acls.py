@@ -3,7 +3,7 @@ notification per resource (cluster/security/authorizer.ZkAclStore); needs
 ALTER on the cluster; SECURITY_DISABLED without an authorizer."""
 import asyncio
 
-from kio.schema.errors import ErrorCode
+from core.error_codes import ErrorCode
 
 from cluster.security.acls import (AccessControlEntry, AclBinding, Operation, PatternType, PermissionType,
                                    ResourcePattern, ResourceType)

@@ -3,7 +3,7 @@ AclAuthorizer.deleteAcls), answering what each filter removed; needs ALTER on
 the cluster; SECURITY_DISABLED without an authorizer."""
 import asyncio
 
-from kio.schema.errors import ErrorCode
+from core.error_codes import ErrorCode
 
 from cluster.security.acls import Operation
 from net import authorization

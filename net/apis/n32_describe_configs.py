@@ -1,6 +1,6 @@
 """DescribeConfigs (32): topic configs with their sources and synonyms (topic
 override > static broker config > default), and the broker's static configs."""
-from kio.schema.errors import ErrorCode
+from core.error_codes import ErrorCode
 
 from net.actor_calls import ActorCallFailed
 from net import authorization

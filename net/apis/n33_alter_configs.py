@@ -1,7 +1,7 @@
 """AlterConfigs (33): replaces a topic's whole override set (the legacy API;
 IncrementalAlterConfigs is the per-key one). Applied by the controller, which
 stores it in /config/topics/<t> and pushes it to running replicas."""
-from kio.schema.errors import ErrorCode
+from core.error_codes import ErrorCode
 
 from net.apis.n44_incremental_alter_configs import alter_via_controller
 from net import authorization

@@ -4,7 +4,7 @@ connection.failed.authentication.delay.ms, and the connection is closed."""
 import asyncio
 import logging
 
-from kio.schema.errors import ErrorCode
+from core.error_codes import ErrorCode
 
 from net.registry import api
 from net.sasl import (MAX_TOKEN_BYTES, SCRAM_MECHANISMS, AuthenticationFailed, IllegalSaslState, ScramServer,

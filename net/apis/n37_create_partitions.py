@@ -2,7 +2,7 @@
 must grow: INVALID_PARTITIONS otherwise) and any manual assignment, writes
 the new partitions and answers once they have leaders. The edge only refuses
 what Kafka refuses before the controller sees it: a topic named twice."""
-from kio.schema.errors import ErrorCode
+from core.error_codes import ErrorCode
 
 from net.actor_calls import ActorCallFailed
 from net import authorization

@@ -2,7 +2,7 @@
 their offsets and metadata are tombstoned in __consumer_offsets."""
 import asyncio
 
-from kio.schema.errors import ErrorCode
+from core.error_codes import ErrorCode
 
 from net import authorization
 from net.authorization import Operation, ResourceType

@@ -1,7 +1,7 @@
 """ElectLeaders (43): the controller runs a preferred (0) or unclean (1)
 election per partition and answers per partition, ELECTION_NOT_NEEDED where
 the wanted leader already leads. v0 has no election type: it means preferred."""
-from kio.schema.errors import ErrorCode
+from core.error_codes import ErrorCode
 
 from net.actor_calls import ActorCallFailed
 from net import authorization

@@ -1,7 +1,7 @@
 """IncrementalAlterConfigs (44): SET / DELETE / APPEND / SUBTRACT per key on
 topic configs, validated (INVALID_CONFIG naming the key) and applied by the
 controller; running replicas take the change without a restart."""
-from kio.schema.errors import ErrorCode
+from core.error_codes import ErrorCode
 
 from net.actor_calls import ActorCallFailed
 from net import authorization

@@ -2,7 +2,7 @@
 or cancels (replicas null) a move per partition and answers per partition;
 the copying itself goes on after the answer. A partition named twice in one
 request is refused here with INVALID_REQUEST and never reaches the controller."""
-from kio.schema.errors import ErrorCode
+from core.error_codes import ErrorCode
 
 from net.actor_calls import ActorCallFailed
 from net import authorization

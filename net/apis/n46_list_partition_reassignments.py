@@ -2,7 +2,7 @@
 progress (current replicas, adding, removing) for the partitions asked about,
 or for every partition when the topic list is null; partitions not being
 moved, and unknown topics, are left out of the answer."""
-from kio.schema.errors import ErrorCode
+from core.error_codes import ErrorCode
 
 from net.actor_calls import ActorCallFailed
 from net import authorization

@@ -1,7 +1,7 @@
 """OffsetDelete (47, KIP-496): removes a group's committed offsets; a group
 with members keeps those of topics it subscribes to
 (GROUP_SUBSCRIBED_TO_TOPIC). Unknown topics: UNKNOWN_TOPIC_OR_PARTITION."""
-from kio.schema.errors import ErrorCode
+from core.error_codes import ErrorCode
 
 from net import authorization
 from net.authorization import Operation, ResourceType

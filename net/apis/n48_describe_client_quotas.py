@@ -4,7 +4,7 @@ per entity type (EXACT name, DEFAULT, or any SPECIFIED), and with `strict`
 only entities with no other parts."""
 import asyncio
 
-from kio.schema.errors import ErrorCode
+from core.error_codes import ErrorCode
 
 from cluster.quotas import zk_store
 from cluster.quotas.model import DEFAULT, ENTITY_CLIENT_ID, ENTITY_IP, ENTITY_USER

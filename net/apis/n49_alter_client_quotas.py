@@ -4,7 +4,7 @@ write announced in /config/changes so every edge applies it. Entries succeed
 or fail on their own, with Kafka's errors (ZkAdminManager.alterClientQuotas)."""
 import asyncio
 
-from kio.schema.errors import ErrorCode
+from core.error_codes import ErrorCode
 
 from cluster.quotas import zk_store
 from cluster.quotas.model import DEFAULT, ENTITY_CLIENT_ID, ENTITY_IP, ENTITY_USER, QUOTA_KEYS, QuotaEntity, \

@@ -2,7 +2,7 @@
 of users, from /config/users/<user> (net/sasl.ScramStore); never the keys."""
 import asyncio
 
-from kio.schema.errors import ErrorCode
+from core.error_codes import ErrorCode
 
 from net import authorization
 from net.authorization import Operation

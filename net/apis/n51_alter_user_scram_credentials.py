@@ -6,7 +6,7 @@ alterations of one user succeed or fail together, as in Kafka."""
 import asyncio
 import collections
 
-from kio.schema.errors import ErrorCode
+from core.error_codes import ErrorCode
 
 from net import authorization
 from net.authorization import Operation

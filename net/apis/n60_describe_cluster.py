@@ -1,5 +1,5 @@
 """DescribeCluster (60): brokers, cluster id and controller from the metadata cache."""
-from kio.schema.errors import ErrorCode
+from core.error_codes import ErrorCode
 
 from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for

@@ -4,7 +4,7 @@ transaction's first offset), as ``kafka-transactions.sh describe-producers``
 shows them."""
 import asyncio
 
-from kio.schema.errors import ErrorCode
+from core.error_codes import ErrorCode
 
 from core.txn_messages import DescribeProducersResult
 from net.leader_calls import call_leader

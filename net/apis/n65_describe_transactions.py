@@ -4,7 +4,7 @@ coordinator up per id first), TRANSACTIONAL_ID_NOT_FOUND for an unknown id."""
 import asyncio
 import datetime
 
-from kio.schema.errors import ErrorCode
+from core.error_codes import ErrorCode
 
 from net.apis.n22_init_producer_id import routing
 from net import authorization

@@ -6,7 +6,7 @@ here is loading."""
 import asyncio
 import logging
 
-from kio.schema.errors import ErrorCode
+from core.error_codes import ErrorCode
 
 from net.apis.n22_init_producer_id import routing
 from net import authorization

@@ -1,6 +1,8 @@
 """The network edge actor: a Kafka listener inside an async Ray actor, one per
 node. It registers the node's broker id in /brokers/ids once it accepts
-connections, and takes UpdateMetadata from the controller.
+connections, and takes UpdateMetadata from the controller. The actor is the
+shell (listeners, registration, metadata forwarding); what it serves is
+net/edge_service.EdgeService and the roles it composes.
 
 With raykafka.edge.processes = N > 1 a node runs N edges when one core cannot
 parse and answer all its clients: edge 0 (the primary, named

@@ -30,7 +30,7 @@ from net.fetch_read_ahead import FetchReadAhead
 from net.fetch_session import FetchSessionCache
 from net.metadata_cache import MetadataCache
 from net.replica_router import ReplicaRouter
-from net.request_dispatch import RequestContext, RequestDispatch
+from net.request_dispatch import RequestDispatch
 from net.segment_reader import SegmentReader
 
 
@@ -143,4 +143,4 @@ class EdgeService:
         self.segments.close()
 
 
-__all__ = ["EdgeService", "RequestContext", "ActorCallFailed"]
+__all__ = ["EdgeService"]

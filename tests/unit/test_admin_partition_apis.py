@@ -13,7 +13,8 @@ from kio.schema.errors import ErrorCode
 
 from core.config import BrokerConfig
 from net.codec import decode_response, encode_request, request_schema
-from net.edge_service import ActorCallFailed, EdgeService
+from net.actor_calls import ActorCallFailed
+from net.edge_service import EdgeService
 from net.schema_build import nested
 from net.server import CloseConnection
 

@@ -11,7 +11,8 @@ from kio.schema.errors import ErrorCode
 
 from core.config import BrokerConfig
 from core.local_calls import LocalCallServer
-from net.edge_service import ActorCallFailed, EdgeService
+from net.actor_calls import ActorCallFailed
+from net.edge_service import EdgeService
 
 NODE = "node-a"
 

@@ -487,6 +487,21 @@ class AdminClient:
             tuple(int(r) for r in p.removing_replicas)) for t in answer.topics for p in t.partitions}
 
 
+def admin_client_for(args, client_id: str) -> AdminClient:
+    """The AdminClient of a command's --bootstrap-server, --timeout and --command-config
+    (TLS and SASL from Kafka's client properties, cli/client_security.py)."""
+    from cli.client_security import load_security
+
+    return AdminClient(args.bootstrap_server, args.timeout, client_id=client_id,
+                       security=load_security(getattr(args, "command_config", None)))
+
+
+def add_command_config_option(parser) -> None:
+    parser.add_argument("--command-config", metavar="FILE",
+                        help="client properties (Kafka's keys: security.protocol, sasl.mechanism, "
+                             "sasl.jaas.config, ssl.truststore.location, ...)")
+
+
 def _by_topic(partitions: list[tuple[str, int]]) -> dict[str, list[int]]:
     out: dict[str, list[int]] = {}
     for t, p in sorted(set(partitions)):

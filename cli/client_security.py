@@ -18,6 +18,8 @@ import socket
 import ssl
 from typing import Callable, Optional
 
+from cli.admin_client import AdminError
+
 SASL_HANDSHAKE = 17
 SASL_AUTHENTICATE = 36
 _JAAS = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
@@ -25,7 +27,7 @@ _PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 _MECHANISMS = {"PLAIN": None, "SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
 
 
-class SecurityConfigError(ValueError):
+class SecurityConfigError(AdminError, ValueError):
     """The client properties cannot be used (unknown protocol or mechanism, no credentials)."""
 
 

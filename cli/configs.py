@@ -21,7 +21,7 @@ import os
 import sys
 from typing import Optional
 
-from kio.schema.errors import ErrorCode
+from core.error_codes import ErrorCode
 
 from cli.admin_client import (ALTER_CLIENT_QUOTAS, ALTER_USER_SCRAM_CREDENTIALS, DESCRIBE_CLIENT_QUOTAS,
                               DESCRIBE_CONFIGS, DESCRIBE_USER_SCRAM_CREDENTIALS, INCREMENTAL_ALTER_CONFIGS, OP_DELETE,

@@ -19,7 +19,8 @@ from typing import Optional
 
 from core.error_codes import ErrorCode
 
-from cli.admin_client import ELECTION_PREFERRED, ELECTION_UNCLEAN, AdminClient, AdminError, Outcome
+from cli.admin_client import (ELECTION_PREFERRED, ELECTION_UNCLEAN, AdminClient, AdminError, Outcome,
+                              add_command_config_option, admin_client_for)
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -97,6 +98,7 @@ def add_parser(sub) -> None:
                            description="Elect partition leaders. Exit status: 0 every partition has the leader "
                                        "asked for (already elected counts), 1 some election failed, 2 usage error.")
     elect.add_argument("--bootstrap-server", default=DEFAULT_BOOTSTRAP, help="HOST:PORT[,HOST:PORT...]")
+    add_command_config_option(elect)
     elect.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the elections")
     elect.add_argument("--log-level", default="WARNING", help=argparse.SUPPRESS)
     elect.add_argument("--election-type", type=election_type, required=True, metavar="PREFERRED|UNCLEAN",
@@ -127,7 +129,7 @@ def run(args) -> int:
         print(f"raykafka elect-leaders: {problem}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        with AdminClient(args.bootstrap_server, args.timeout, client_id="raykafka-elect-leaders") as client:
+        with admin_client_for(args, "raykafka-elect-leaders") as client:
             results = client.elect_leaders(ELECTION_TYPES[args.election_type], partitions)
     except (AdminError, OSError) as exc:
         print(f"raykafka elect-leaders: {exc}", file=sys.stderr)

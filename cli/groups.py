@@ -42,9 +42,15 @@ class GroupsError(Exception):
 
 
 class _Connection:
-    def __init__(self, host: str, port: int, timeout_s: float):
-        self.sock = socket.create_connection((host, port), timeout=timeout_s)
+    def __init__(self, host: str, port: int, timeout_s: float, security=None):
+        from cli.client_security import AuthenticationFailed, authenticate, secure_socket
+
+        self.sock = secure_socket(socket.create_connection((host, port), timeout=timeout_s), host, security)
         self.correlation_id = 0
+        try:  # --command-config: SaslHandshake v1, SaslAuthenticate v2
+            authenticate(lambda key, **fields: self.request(key, {17: 1, 36: 2}[key], **fields), security)
+        except AuthenticationFailed as exc:
+            raise GroupsError(f"authentication with {host}:{port} failed: {exc}") from None
 
     def request(self, api_key: int, version: int, **fields) -> Any:
         self.correlation_id += 1
@@ -78,14 +84,15 @@ def _split(address: str) -> tuple[str, int]:
 class Cluster:
     """A bootstrap connection, the brokers it names, one connection per broker."""
 
-    def __init__(self, bootstrap: str, timeout_s: float = 30.0):
+    def __init__(self, bootstrap: str, timeout_s: float = 30.0, security=None):
         self.timeout_s = timeout_s
+        self.security = security
         self.connections: dict[int, _Connection] = {}
         self.bootstrap: Optional[_Connection] = None
         errors = []
         for address in bootstrap.split(","):
             try:
-                self.bootstrap = _Connection(*_split(address), timeout_s)
+                self.bootstrap = _Connection(*_split(address), timeout_s, security)
                 break
             except (OSError, ValueError) as exc:
                 errors.append(f"{address}: {exc}")
@@ -112,7 +119,7 @@ class Cluster:
         if conn is None:
             if broker_id not in self.brokers:
                 raise GroupsError(f"broker {broker_id} is not in the cluster metadata")
-            conn = self.connections[broker_id] = _Connection(*self.brokers[broker_id], self.timeout_s)
+            conn = self.connections[broker_id] = _Connection(*self.brokers[broker_id], self.timeout_s, self.security)
         return conn
 
     def coordinator(self, group: str) -> _Connection:
@@ -346,10 +353,12 @@ def add_parser(sub) -> None:
     top = argparse.ArgumentParser(add_help=False)
     top.add_argument("--bootstrap-server", default=DEFAULT_BOOTSTRAP, help="HOST:PORT[,HOST:PORT...]")
     top.add_argument("--timeout", type=float, default=30.0, help="socket timeout in seconds")
+    top.add_argument("--command-config", metavar="FILE", help="client properties (security.protocol, sasl.*, ssl.*)")
     top.add_argument("--log-level", default="WARNING", help=argparse.SUPPRESS)
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--bootstrap-server", default=argparse.SUPPRESS, help="HOST:PORT[,HOST:PORT...]")
     common.add_argument("--timeout", type=float, default=argparse.SUPPRESS, help="socket timeout in seconds")
+    common.add_argument("--command-config", default=argparse.SUPPRESS, metavar="FILE", help="client properties")
     groups = sub.add_parser("groups", help="list, describe, reset offsets of and delete consumer groups",
                             parents=[top])
     actions = groups.add_subparsers(dest="groups_command", required=True)
@@ -376,8 +385,10 @@ COMMANDS = {"list": cmd_list, "describe": cmd_describe, "reset-offsets": cmd_res
 
 def run(args) -> int:
     try:
-        cluster = Cluster(args.bootstrap_server, args.timeout)
-    except (GroupsError, OSError) as exc:
+        from cli.client_security import load_security
+
+        cluster = Cluster(args.bootstrap_server, args.timeout, load_security(args.command_config))
+    except (GroupsError, OSError, ValueError) as exc:
         print(f"raykafka groups: {exc}", file=sys.stderr)
         return 2
     try:

@@ -26,7 +26,8 @@ import random
 import sys
 from typing import Optional
 
-from cli.admin_client import AdminClient, AdminError, BrokerInfo, OngoingReassignment
+from cli.admin_client import (AdminClient, AdminError, BrokerInfo, OngoingReassignment, add_command_config_option,
+                              admin_client_for)
 from cluster.topic_admin import TopicSpecError, assign_replicas, assign_replicas_rack_aware
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
@@ -345,6 +346,7 @@ def add_parser(sub) -> None:
                                           "Exit status: 0 done, 1 refused or failed, 2 usage error, "
                                           "3 (--verify) still in progress.")
     reassign.add_argument("--bootstrap-server", default=DEFAULT_BOOTSTRAP, help="HOST:PORT[,HOST:PORT...]")
+    add_command_config_option(reassign)
     reassign.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for each request")
     reassign.add_argument("--log-level", default="WARNING", help=argparse.SUPPRESS)
     actions = reassign.add_mutually_exclusive_group(required=True)
@@ -384,7 +386,7 @@ def run(args) -> int:
         print(f"raykafka reassign: {problem}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        client = AdminClient(args.bootstrap_server, args.timeout, client_id="reassign-partitions-tool")
+        client = admin_client_for(args, "reassign-partitions-tool")
     except (AdminError, OSError) as exc:
         print(f"raykafka reassign: {exc}", file=sys.stderr)
         return EXIT_FAILED

@@ -23,7 +23,8 @@ import sys
 from typing import Optional
 
 from cli.admin_client import (DESCRIBE_CONFIGS, LIST_PARTITION_REASSIGNMENTS, OP_DELETE, OP_SET, AdminClient,
-                              AdminError, ConfigEntry, NewTopic, OngoingReassignment, PartitionInfo, TopicInfo)
+                              AdminError, ConfigEntry, NewTopic, OngoingReassignment, PartitionInfo, TopicInfo,
+                              add_command_config_option, admin_client_for)
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -397,6 +398,7 @@ def add_parser(sub) -> None:
                             description="Create, list, describe, alter and delete topics. Exit status: 0 done, "
                                         "1 the broker refused an item or could not be reached, 2 usage error.")
     topics.add_argument("--bootstrap-server", default=DEFAULT_BOOTSTRAP, help="HOST:PORT[,HOST:PORT...]")
+    add_command_config_option(topics)
     topics.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for each request")
     topics.add_argument("--log-level", default="WARNING", help=argparse.SUPPRESS)
     actions = topics.add_mutually_exclusive_group(required=True)
@@ -441,7 +443,7 @@ def run(args) -> int:
         print(f"raykafka topics: {problem}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        client = AdminClient(args.bootstrap_server, args.timeout, client_id="raykafka-topics")
+        client = admin_client_for(args, "raykafka-topics")
     except (AdminError, OSError) as exc:
         print(f"raykafka topics: {exc}", file=sys.stderr)
         return EXIT_FAILED

@@ -255,11 +255,12 @@ class TransactionsClient:
     """Metadata through admin_client's AdminClient; one TxnConnection per broker asked."""
 
     def __init__(self, bootstrap: str, request_timeout_s: float = 30.0, api_timeout_s: float = 60.0,
-                 client_id: str = "raykafka-transactions"):
+                 client_id: str = "raykafka-transactions", security=None):
         self.request_timeout_s = request_timeout_s
         self.api_timeout_s = api_timeout_s
         self.client_id = client_id
-        self.admin = AdminClient(bootstrap, request_timeout_s, client_id)
+        self.security = security  # --command-config's TLS / SASL (cli/client_security.py)
+        self.admin = AdminClient(bootstrap, request_timeout_s, client_id, security)
         self.connections: dict[int, TxnConnection] = {}
         self.cluster: Optional[ClusterMetadata] = None
 
@@ -291,7 +292,7 @@ class TransactionsClient:
         if info is None:
             raise TransactionsError(f"broker {broker_id} is not in the cluster metadata")
         try:
-            conn = TxnConnection(info.host, info.port, self.request_timeout_s, self.client_id)
+            conn = TxnConnection(info.host, info.port, self.request_timeout_s, self.client_id, self.security)
         except OSError as exc:
             raise TransactionsError(f"cannot connect to broker {broker_id} at {info.host}:{info.port}: {exc}") \
                 from None
@@ -603,7 +604,7 @@ def _common(parser: argparse.ArgumentParser, default) -> None:
                         help="HOST:PORT[,HOST:PORT...] of brokers to bootstrap from (default 127.0.0.1:9092)")
     parser.add_argument("--command-config", default=default, metavar="FILE",
                         help="client properties (Kafka's keys): client.id, request.timeout.ms, "
-                             "default.api.timeout.ms; security.protocol must be PLAINTEXT")
+                             "default.api.timeout.ms, security.protocol, sasl.*, ssl.*")
 
 
 def add_parser(sub) -> None:
@@ -684,9 +685,6 @@ def client_settings(path: Optional[str]) -> tuple[str, float, float]:
             raise UsageError(f"Failed to load admin client properties: {path}: {exc.strerror}") from None
         except PropertiesError as exc:
             raise UsageError(f"Failed to load admin client properties: {exc}") from None
-    protocol = props.get("security.protocol", "PLAINTEXT").strip().upper()
-    if protocol != "PLAINTEXT":
-        raise UsageError(f"security.protocol={protocol}: this tool speaks PLAINTEXT only")
     try:
         request_s = int(props.get("request.timeout.ms", "30000")) / 1000
         api_s = int(props.get("default.api.timeout.ms", "60000")) / 1000
@@ -753,13 +751,17 @@ def run(args) -> int:
     if problem is None:
         try:
             client_id, request_s, api_s = client_settings(args.command_config)
-        except UsageError as exc:
+            from cli.client_security import load_security
+
+            security = load_security(args.command_config)
+        except (UsageError, ValueError) as exc:
             problem = str(exc)
     if problem is not None:
         print(f"raykafka transactions: {problem}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        with TransactionsClient(args.bootstrap_server or DEFAULT_BOOTSTRAP, request_s, api_s, client_id) as client:
+        with TransactionsClient(args.bootstrap_server or DEFAULT_BOOTSTRAP, request_s, api_s, client_id,
+                                security) as client:
             execute(client, args, sys.stdout)
     except (AdminError, OSError) as exc:
         print(f"raykafka transactions: {exc}", file=sys.stderr)

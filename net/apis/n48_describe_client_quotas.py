@@ -8,6 +8,8 @@ from core.error_codes import ErrorCode
 
 from cluster.quotas import zk_store
 from cluster.quotas.model import DEFAULT, ENTITY_CLIENT_ID, ENTITY_IP, ENTITY_USER
+from net import authorization
+from net.authorization import Operation
 from net.client_quotas import quotas_of
 from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for
@@ -83,6 +85,9 @@ async def handle_describe_client_quotas(ctx, request):
     schema = response_schema_for(request)
     entry_cls, entity_cls, value_cls = (nested(schema, "EntryData"), nested(schema, "EntityData"),
                                         nested(schema, "ValueData"))
+    if not await authorization.authorize_cluster(ctx, Operation.DESCRIBE_CONFIGS):  # Kafka: on the cluster
+        return build(schema, throttle_time=ZERO_THROTTLE, error_code=ErrorCode.cluster_authorization_failed,
+                     error_message=None, entries=None)
     try:
         wanted = parse_filter(request.components)
     except FilterError as exc:

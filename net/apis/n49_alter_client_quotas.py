@@ -9,6 +9,8 @@ from core.error_codes import ErrorCode
 from cluster.quotas import zk_store
 from cluster.quotas.model import DEFAULT, ENTITY_CLIENT_ID, ENTITY_IP, ENTITY_USER, QUOTA_KEYS, QuotaEntity, \
     quota_value_text
+from net import authorization
+from net.authorization import Operation
 from net.client_quotas import quotas_of
 from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for
@@ -63,14 +65,19 @@ async def handle_alter_client_quotas(ctx, request):
     quotas = quotas_of(ctx.edge)
     loop = asyncio.get_running_loop()
     validate_only = bool(request.validate_only)
+    allowed = await authorization.authorize_cluster(ctx, Operation.ALTER_CONFIGS)  # Kafka: on the cluster
     results = []
     for entry in request.entries:
         error, message = ErrorCode.none, None
         try:
+            if not allowed:
+                raise PermissionError()
             entity = parse_entity(entry.entity)
             sets, removes = parse_ops(entry.ops)
             await loop.run_in_executor(
                 None, lambda: zk_store.alter(quotas.zk_client(), entity, sets, removes, validate_only))
+        except PermissionError:
+            error, message = ErrorCode.cluster_authorization_failed, None
         except AlterError as exc:
             error, message = ErrorCode.invalid_request, str(exc)
         except Exception as exc:  # ZooKeeper unreachable

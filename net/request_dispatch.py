@@ -13,6 +13,7 @@ from typing import Any
 
 from core.error_codes import ErrorCode
 
+from net.client_quotas import enforce as enforce_client_quotas
 from net.codec import MalformedRequest, decode_request, encode_response, response_schema
 from net.edge_metrics import CURRENT as CURRENT_REQUEST, EdgeMetrics
 from net.file_region import SplicedResponse
@@ -61,6 +62,7 @@ class RequestDispatch:
         ctx = RequestContext(self.edge, conn, header, api_version)
         hook = self.fault_hooks.get(api_key)
         coroutine = handler.handler(ctx, request) if hook is None else hook(ctx, request, handler.handler)
+        coroutine = enforce_client_quotas(ctx, api_key, request, coroutine)
         if self.metrics is not None:
             return _measured(coroutine, correlation_id, self.metrics, self.edge.metadata, api_key, request)
         return _encode_when_done(coroutine, correlation_id)

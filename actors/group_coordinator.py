@@ -54,9 +54,8 @@ from actors.internal_topic_calls import (CoordinatorKind, RayNodeCalls, forget_c
                                          sync_coordinators)
 # OFFSETS_TOPIC: also net/'s import; offsets_topic_spec: actors/controller.py's.
 from cluster.controller.internal_topics import OFFSETS_TOPIC, offsets_topic_spec  # noqa: F401
-from cluster.groups import (AppendCompletion, GroupConfig, GroupCoordinator, LeavingMember, PartitionCommit,
-                            TopicPartition, TxnProducer)
-from cluster.groups.coordinator import CoordinatorStatus
+from cluster.groups import (AppendCompletion, CoordinatorStatus, GroupConfig, GroupCoordinator, LeavingMember,
+                            PartitionCommit, TopicPartition, TxnProducer)
 from cluster.internal_topic_log import InternalTopicLog
 from core.config import BrokerConfig
 from core.local_calls import LocalCallServer
@@ -89,21 +88,17 @@ class GroupCoordinatorActor:
         call_timeout_s = broker_config.get("raykafka.actor.call.timeout.ms", 30000) / 1000
         self.node_calls = RayNodeCalls(OFFSETS_TOPIC, partition, broker_id, namespace, call_timeout_s,
                                        bool(broker_config.get("raykafka.local.calls", True)))
-        self.log = InternalTopicLog(
+        self.state_log = InternalTopicLog(
             OFFSETS_TOPIC, partition, self.node_calls, owner="group coordinator",
             load_buffer_bytes=int(broker_config.get("offsets.load.buffer.size", 5 * 1024 * 1024)),
-            append_timeout_ms=int(broker_config.get("offsets.commit.timeout.ms", 5000)))
+            append_timeout_ms=int(broker_config.get("offsets.commit.timeout.ms", 5000)), restarted=restarted_by_ray())
         self.coordinator: Optional[GroupCoordinator] = None
         self._driver = None
         self._local_calls: LocalCallServer | None = None  # for the edge, opened on first ask
-        # Restarted by Ray after its process died: reclaim leadership on first use.
-        self._needs_recovery = restarted_by_ray()
-        self._recovery: Optional[asyncio.Task] = None
 
     # ---- setup (needs the running loop) ------------------------------------------------------
     def _ensure(self) -> GroupCoordinator:
-        if self._needs_recovery and self._recovery is None:
-            self._recovery = asyncio.get_running_loop().create_task(self._recover())
+        self.state_log.recover_if_restarted(self.elect)
         if self.coordinator is None:
             from delayed import AsyncTimerDriver, SystemTimer
 
@@ -113,29 +108,22 @@ class GroupCoordinatorActor:
                                                 partition=self.partition)
         return self.coordinator
 
-    async def _recover(self) -> None:
-        """Serve again as the dead incarnation did (InternalTopicLog.recover)."""
-        if await self.log.recover(self.elect):
-            self._needs_recovery = False
-        else:
-            self._recovery = None  # the next call tries again
-
     # ---- ownership: controller -> coordinator --------------------------------------------------
     async def elect(self, leader_epoch: int, replica: Any) -> int:
         """This broker leads the offsets partition (at ``leader_epoch``): load and serve."""
         coordinator = self._ensure()
-        if leader_epoch < self.log.leader_epoch:
+        if leader_epoch < self.state_log.leader_epoch:
             return int(E.fenced_leader_epoch)
-        if self.log.leading and coordinator.status is not CoordinatorStatus.NOT_LOADED:
-            if leader_epoch == self.log.leader_epoch:
+        if self.state_log.leading and coordinator.status is not CoordinatorStatus.NOT_LOADED:
+            if leader_epoch == self.state_log.leader_epoch:
                 return 0  # a repeated LeaderAndIsr (e.g. a new controller): nothing changed
-            if coordinator.status is CoordinatorStatus.ACTIVE and await self.log.still_own_log(replica):
+            if coordinator.status is CoordinatorStatus.ACTIVE and await self.state_log.still_own_log(replica):
                 # Same leader, new epoch (an ISR change): the log is ours as we know it.
-                self.log.keep_leading(leader_epoch, replica)
+                self.state_log.keep_leading(leader_epoch, replica)
                 return 0
-        self.log.lead(leader_epoch, replica)
+        self.state_log.lead(leader_epoch, replica)
         coordinator.begin_loading()
-        self.log.start_load(self._replay, coordinator.begin_loading)
+        self.state_log.start_load(self._replay, coordinator.begin_loading)
         return 0
 
     def _replay(self, batches: list, end: int) -> str:
@@ -149,10 +137,10 @@ class GroupCoordinatorActor:
     async def resign(self, leader_epoch: int) -> int:
         """Another broker leads the partition now (or nobody): unload."""
         coordinator = self._ensure()
-        if 0 <= leader_epoch < self.log.leader_epoch:
+        if 0 <= leader_epoch < self.state_log.leader_epoch:
             return int(E.fenced_leader_epoch)
         was = coordinator.status
-        self.log.resign(leader_epoch, unload=coordinator.unload if was is not CoordinatorStatus.NOT_LOADED else None)
+        self.state_log.resign(leader_epoch, unload=coordinator.unload if was is not CoordinatorStatus.NOT_LOADED else None)
         if was is not CoordinatorStatus.NOT_LOADED:
             log.info("group coordinator for %s-%d unloaded (leader epoch %d)", OFFSETS_TOPIC, self.partition,
                      leader_epoch)
@@ -172,7 +160,7 @@ class GroupCoordinatorActor:
         else:
             batch = build_batch(simple, producer_id=producer.producer_id, producer_epoch=producer.producer_epoch,
                                 base_sequence=-1, is_transactional=True)
-        self.log.append(batch, completion.complete)
+        self.state_log.append(batch, completion.complete)
         return completion
 
     # ---- direct calls on this node (core/local_calls.py) -----------------------------------------------
@@ -266,9 +254,9 @@ class GroupCoordinatorActor:
     # ---- inspection -------------------------------------------------------------------------------------
     async def state(self) -> dict:
         coordinator = self._ensure()
-        return {"partition": self.partition, "broker_id": self.broker_id, "leader_epoch": self.log.leader_epoch,
+        return {"partition": self.partition, "broker_id": self.broker_id, "leader_epoch": self.state_log.leader_epoch,
                 "status": coordinator.status.value, "groups": sorted(coordinator.groups),
-                "known_end": self.log.known_end, **self.log.counters}
+                "known_end": self.state_log.known_end, **self.state_log.counters}
 
     async def snapshot(self) -> dict:
         return self._ensure().snapshot()

@@ -81,10 +81,10 @@ class TransactionCoordinatorActor:
         self.session_timeout_ms = int(broker_config.get("zookeeper.session.timeout.ms", 18000))
         self.node_calls = RayNodeCalls(TRANSACTION_STATE_TOPIC, partition, broker_id, namespace, self.call_timeout_s,
                                        bool(broker_config.get("raykafka.local.calls", True)))
-        self.log = InternalTopicLog(
+        self.state_log = InternalTopicLog(
             TRANSACTION_STATE_TOPIC, partition, self.node_calls, owner="transaction coordinator",
             load_buffer_bytes=int(broker_config.get("transaction.state.log.load.buffer.size", 5 * 1024 * 1024)),
-            append_timeout_ms=int(broker_config.get("offsets.commit.timeout.ms", 5000)))
+            append_timeout_ms=int(broker_config.get("offsets.commit.timeout.ms", 5000)), restarted=restarted_by_ray())
         self.coordinator: Optional[TransactionCoordinator] = None
         self._timers: list[asyncio.Task] = []
         self._zk = None
@@ -94,13 +94,10 @@ class TransactionCoordinatorActor:
         self._missing: set[tuple[str, int]] = set()  # partitions ZooKeeper no longer has
         self._group_coordinator_warned = False
         self.counters: dict[str, int] = {"marker_calls": 0, "group_completions": 0}
-        self._needs_recovery = restarted_by_ray()
-        self._recovery: Optional[asyncio.Task] = None
 
     # ---- setup -----------------------------------------------------------------------------------
     def _ensure(self) -> TransactionCoordinator:
-        if self._needs_recovery and self._recovery is None:
-            self._recovery = asyncio.get_running_loop().create_task(self._recover())
+        self.state_log.recover_if_restarted(self.elect)
         if self.coordinator is None:
             from cluster.transactions.producer_ids import ProducerIdManager
 
@@ -134,7 +131,7 @@ class TransactionCoordinatorActor:
     async def _every(self, period_s: float, job) -> None:
         while True:
             await asyncio.sleep(period_s)
-            if not self.log.leading or self.coordinator is None:
+            if not self.state_log.leading or self.coordinator is None:
                 continue
             try:
                 await job()
@@ -149,28 +146,20 @@ class TransactionCoordinatorActor:
     async def _remove_expired(self) -> None:
         await self.coordinator.state.remove_expired_transactional_ids()
 
-    # ---- recovery after a restart ------------------------------------------------------------------
-    async def _recover(self) -> None:
-        """Serve again as the dead incarnation did (InternalTopicLog.recover)."""
-        if await self.log.recover(self.elect):
-            self._needs_recovery = False
-        else:
-            self._recovery = None  # the next call tries again
-
     # ---- ownership: controller -> coordinator ------------------------------------------------------
     async def elect(self, leader_epoch: int, replica: Any) -> int:
         coordinator = self._ensure()
-        if leader_epoch < self.log.leader_epoch:
+        if leader_epoch < self.state_log.leader_epoch:
             return int(E.fenced_leader_epoch)
-        if self.log.leading and leader_epoch == self.log.leader_epoch:
+        if self.state_log.leading and leader_epoch == self.state_log.leader_epoch:
             return 0  # a repeated LeaderAndIsr
-        if self.log.leading and self._loaded() and await self.log.still_own_log(replica):
+        if self.state_log.leading and self._loaded() and await self.state_log.still_own_log(replica):
             # Same leader, new epoch (the controller took a dead follower out of the
             # ISR): the log is ours as we know it. The coordinator epoch stays (Kafka's
             # leader epoch does not move on ISR changes); appends use the new epoch.
-            self.log.keep_leading(leader_epoch, replica)
+            self.state_log.keep_leading(leader_epoch, replica)
             return 0
-        self.log.lead(leader_epoch, replica)
+        self.state_log.lead(leader_epoch, replica)
         # The coordinator epoch is the leader epoch: a new epoch reloads (a
         # leader's own ISR change costs one replay of a small compacted topic).
         coordinator.markers.remove_markers_for_partition(self.partition)
@@ -182,7 +171,7 @@ class TransactionCoordinatorActor:
             return (f"{len(records)} records, {len(coordinator.state.all_metadata())} transactional ids, "
                     f"{resent} transactions to complete")
 
-        self.log.start_load(replay, lambda: coordinator.state.begin_loading(self.partition, leader_epoch))
+        self.state_log.start_load(replay, lambda: coordinator.state.begin_loading(self.partition, leader_epoch))
         return 0
 
     def _loaded(self) -> bool:
@@ -191,10 +180,10 @@ class TransactionCoordinatorActor:
 
     async def resign(self, leader_epoch: int) -> int:
         coordinator = self._ensure()
-        if 0 <= leader_epoch < self.log.leader_epoch:
+        if 0 <= leader_epoch < self.state_log.leader_epoch:
             return int(E.fenced_leader_epoch)
-        was_leading = self.log.leading
-        self.log.resign(leader_epoch, unload=lambda: coordinator.on_resignation(self.partition))
+        was_leading = self.state_log.leading
+        self.state_log.resign(leader_epoch, unload=lambda: coordinator.on_resignation(self.partition))
         if was_leading:
             log.info("transaction coordinator for %s-%d unloaded (leader epoch %d)", TRANSACTION_STATE_TOPIC,
                      self.partition, leader_epoch)
@@ -212,7 +201,7 @@ class TransactionCoordinatorActor:
             if not appended.done():
                 appended.set_result(error)
 
-        self.log.append(build_batch([SimpleRecord(key, value) for key, value in records]), done)
+        self.state_log.append(build_batch([SimpleRecord(key, value) for key, value in records]), done)
         return await appended
 
     # ---- markers: coordinator -> partition leaders -------------------------------------------------
@@ -336,10 +325,10 @@ class TransactionCoordinatorActor:
     # ---- inspection --------------------------------------------------------------------------------------
     async def state(self) -> dict:
         coordinator = self._ensure()
-        return {"partition": self.partition, "broker_id": self.broker_id, "leader_epoch": self.log.leader_epoch,
-                "leading": self.log.leading, "loading": coordinator.state.is_loading(self.partition),
+        return {"partition": self.partition, "broker_id": self.broker_id, "leader_epoch": self.state_log.leader_epoch,
+                "leading": self.state_log.leading, "loading": coordinator.state.is_loading(self.partition),
                 "pending_markers": coordinator.markers.pending_transactional_ids(), **self.counters,
-                **self.log.counters, **coordinator.markers.counters}
+                **self.state_log.counters, **coordinator.markers.counters}
 
     async def transactions(self) -> list[dict]:
         """Every transactional id this coordinator holds (DescribeTransactions' view)."""

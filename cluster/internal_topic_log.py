@@ -79,7 +79,7 @@ def first_line(exc: BaseException) -> str:
 
 class InternalTopicLog:
     def __init__(self, topic: str, partition: int, calls: NodeCalls, *, load_buffer_bytes: int,
-                 append_timeout_ms: int, owner: str):
+                 append_timeout_ms: int, owner: str, restarted: bool = False):
         self.topic = topic
         self.partition = partition
         self.calls = calls
@@ -97,6 +97,9 @@ class InternalTopicLog:
         self._sending = False
         self._last_step: Optional[asyncio.Future] = None
         self._appends_started = 0
+        # Restarted after its process died: reclaim leadership on first use.
+        self._needs_recovery = restarted
+        self._recovery: Optional[asyncio.Task] = None
 
     # ---- leadership ------------------------------------------------------------------------------
     def lead(self, leader_epoch: int, replica: Any) -> None:
@@ -148,24 +151,28 @@ class InternalTopicLog:
         return (started == self._appends_started and not self.appending()
                 and state["is_leader"] and state["log_end_offset"] == self.known_end)
 
-    async def recover(self, elect: Callable[[int, Any], Awaitable[int]]) -> bool:
-        """After a restart: ``elect`` at the leader epoch of this node's
-        replica if it leads (and nobody elected or resigned us meanwhile).
-        False when there is no replica to ask yet (the next call tries again)."""
+    def recover_if_restarted(self, elect: Callable[[int, Any], Awaitable[int]]) -> None:
+        """On each use of a restarted coordinator, until it has asked once:
+        ``elect`` at the leader epoch of this node's replica if it leads."""
+        if self._needs_recovery and self._recovery is None:
+            self._recovery = asyncio.get_running_loop().create_task(self._recover(elect))
+
+    async def _recover(self, elect: Callable[[int, Any], Awaitable[int]]) -> None:
         try:
             replica = await self.calls.find_replica()
             state = await self.calls.replica_state(replica)
-        except Exception as exc:  # noqa: BLE001 - no replica here (yet)
+        except Exception as exc:  # noqa: BLE001 - no replica here (yet): the next use tries again
             log.warning("restarted %s for %s-%d: no leader replica to recover from (%s)", self.owner, self.topic,
                         self.partition, first_line(exc))
             await asyncio.sleep(LOAD_RETRY_S)
-            return False
+            self._recovery = None
+            return
+        self._needs_recovery = False
         if self.leader_epoch >= 0 or not state["is_leader"]:
-            return True  # the controller spoke meanwhile, or another broker leads: nothing to reclaim
+            return  # the controller spoke meanwhile, or another broker leads: nothing to reclaim
         log.info("restarted %s for %s-%d reloads at leader epoch %d", self.owner, self.topic, self.partition,
                  state["leader_epoch"])
         await elect(state["leader_epoch"], replica)
-        return True
 
     # ---- loading ---------------------------------------------------------------------------------
     def start_load(self, replay: Callable[[list[LogBatch], int], str], restart: Callable[[], None]) -> None:

@@ -3,8 +3,13 @@
 * ``records``: the ``__consumer_offsets`` record formats and
   ``partition_for_group``.
 * ``group``: a group's state machine and members.
-* ``coordinator``: ``GroupCoordinator``, the request handling of one offsets
-  partition; driven by an actor (timer, appends, load/unload).
+* ``membership``: ``GroupCoordinator``, the request handling of one offsets
+  partition (Kafka's GroupCoordinator: join, sync, heartbeat, leave,
+  rebalances); driven by an actor (timer, appends, load/unload).
+* ``metadata_manager``: ``GroupMetadataManager``, the groups as stored in
+  the partition (Kafka's GroupMetadataManager: offsets, records, loading,
+  expiration).
+* ``delayed_ops``: the delayed join, sync and heartbeat.
 * ``api``: the plain values requests and answers are made of.
 * ``consumer_protocol``: the bits of the consumer's embedded protocol the
   broker reads (subscribed topics).
@@ -29,7 +34,7 @@ from cluster.groups.api import (
     TxnProducer,
 )
 from cluster.groups.config import GroupConfig
-from cluster.groups.coordinator import CoordinatorStatus, GroupCoordinator
+from cluster.groups.membership import CoordinatorStatus, GroupCoordinator
 from cluster.groups.group import GroupMetadata, GroupState, MemberMetadata
 from cluster.groups.records import partition_for_group
 

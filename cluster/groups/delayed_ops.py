@@ -1,9 +1,9 @@
 """The coordinator's delayed operations (Kafka's DelayedJoin,
 InitialDelayedJoin, DelayedSync, DelayedHeartbeat), on ``delayed``'s purgatory.
 
-Each one only decides *when*; what happens is the coordinator's
-(``coordinator.GroupCoordinator``'s ``_try_complete_*`` / ``_on_*`` methods),
-so the rules stay in one place.
+Each one only decides *when*; what happens is the coordinator's, through
+the ``GroupDelays`` interface (``membership.GroupCoordinator`` implements
+it), so the rules stay in one place.
 
 Watch keys (tuples, prefixed by the coordinator's key space so several
 coordinators can share a purgatory):
@@ -18,15 +18,41 @@ coordinators can share a purgatory):
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable, Protocol
 
 from delayed.operation import DelayedOperation
 
 if TYPE_CHECKING:  # pragma: no cover
-    from cluster.groups.coordinator import GroupCoordinator
     from cluster.groups.group import GroupMetadata
 
-__all__ = ["DelayedHeartbeat", "DelayedJoin", "DelayedSync", "InitialDelayedJoin"]
+__all__ = ["DelayedHeartbeat", "DelayedJoin", "DelayedSync", "GroupDelays", "InitialDelayedJoin"]
+
+
+class GroupDelays(Protocol):
+    """What the delayed operations ask of the coordinator."""
+
+    def watch_join(self, operation: DelayedOperation, group: "GroupMetadata") -> None:
+        """Wait for the group's join phase with ``operation``."""
+
+    def try_complete_join(self, group: "GroupMetadata", force_complete: Callable[[], bool]) -> bool:
+        """DelayedJoin.try_complete: ``force_complete()`` once the join phase may end."""
+
+    def on_complete_join(self, group: "GroupMetadata") -> None:
+        """The join phase is over (all rejoined, or the rebalance timeout)."""
+
+    def try_complete_pending_sync(self, group: "GroupMetadata", generation_id: int,
+                                  force_complete: Callable[[], bool]) -> bool:
+        """DelayedSync.try_complete: ``force_complete()`` once nothing is awaited."""
+
+    def on_expire_pending_sync(self, group: "GroupMetadata", generation_id: int) -> None:
+        """SyncGroups are missing at the deadline."""
+
+    def try_complete_heartbeat(self, group: "GroupMetadata", member_id: str, is_pending: bool,
+                               force_complete: Callable[[], bool]) -> bool:
+        """DelayedHeartbeat.try_complete: ``force_complete()`` once the session is kept."""
+
+    def on_expire_heartbeat(self, group: "GroupMetadata", member_id: str, is_pending: bool) -> None:
+        """A session (or a pending member id's deadline) ran out."""
 
 
 class DelayedJoin(DelayedOperation):
@@ -35,16 +61,16 @@ class DelayedJoin(DelayedOperation):
     group's rebalance timeout runs out, whereupon members that did not rejoin
     are dropped."""
 
-    def __init__(self, coordinator: "GroupCoordinator", group: "GroupMetadata", rebalance_timeout_ms: int) -> None:
+    def __init__(self, coordinator: GroupDelays, group: "GroupMetadata", rebalance_timeout_ms: int) -> None:
         super().__init__(rebalance_timeout_ms)
         self.coordinator = coordinator
         self.group = group
 
     def try_complete(self) -> bool:
-        return self.coordinator._try_complete_join(self.group, self.force_complete)
+        return self.coordinator.try_complete_join(self.group, self.force_complete)
 
     def on_complete(self) -> None:
-        self.coordinator._on_complete_join(self.group)
+        self.coordinator.on_complete_join(self.group)
 
 
 class InitialDelayedJoin(DelayedJoin):
@@ -57,7 +83,7 @@ class InitialDelayedJoin(DelayedJoin):
 
     def __init__(
         self,
-        coordinator: "GroupCoordinator",
+        coordinator: GroupDelays,
         group: "GroupMetadata",
         configured_delay_ms: int,
         delay_ms: int,
@@ -76,7 +102,7 @@ class InitialDelayedJoin(DelayedJoin):
             group.new_member_added = False
             delay = min(self.configured_delay_ms, self.remaining_ms)
             remaining = max(self.remaining_ms - self.delay_ms, 0)
-            self.coordinator._watch_join(
+            self.coordinator.watch_join(
                 InitialDelayedJoin(self.coordinator, group, self.configured_delay_ms, delay, remaining), group
             )
         else:
@@ -90,7 +116,7 @@ class DelayedSync(DelayedOperation):
     SyncGroup would hold the group in CompletingRebalance, or hold partitions
     in Stable, until its session expired)."""
 
-    def __init__(self, coordinator: "GroupCoordinator", group: "GroupMetadata", generation_id: int,
+    def __init__(self, coordinator: GroupDelays, group: "GroupMetadata", generation_id: int,
                  rebalance_timeout_ms: int) -> None:
         super().__init__(rebalance_timeout_ms)
         self.coordinator = coordinator
@@ -98,10 +124,10 @@ class DelayedSync(DelayedOperation):
         self.generation_id = generation_id
 
     def try_complete(self) -> bool:
-        return self.coordinator._try_complete_pending_sync(self.group, self.generation_id, self.force_complete)
+        return self.coordinator.try_complete_pending_sync(self.group, self.generation_id, self.force_complete)
 
     def on_expiration(self) -> None:
-        self.coordinator._on_expire_pending_sync(self.group, self.generation_id)
+        self.coordinator.on_expire_pending_sync(self.group, self.generation_id)
 
     def on_complete(self) -> None:
         pass
@@ -111,7 +137,7 @@ class DelayedHeartbeat(DelayedOperation):
     """One member's session: completed (harmlessly) by each heartbeat, which
     schedules the next one; if it expires instead, the member is gone."""
 
-    def __init__(self, coordinator: "GroupCoordinator", group: "GroupMetadata", member_id: str, is_pending: bool,
+    def __init__(self, coordinator: GroupDelays, group: "GroupMetadata", member_id: str, is_pending: bool,
                  timeout_ms: int) -> None:
         super().__init__(timeout_ms)
         self.coordinator = coordinator
@@ -120,11 +146,11 @@ class DelayedHeartbeat(DelayedOperation):
         self.is_pending = is_pending
 
     def try_complete(self) -> bool:
-        return self.coordinator._try_complete_heartbeat(self.group, self.member_id, self.is_pending,
+        return self.coordinator.try_complete_heartbeat(self.group, self.member_id, self.is_pending,
                                                         self.force_complete)
 
     def on_expiration(self) -> None:
-        self.coordinator._on_expire_heartbeat(self.group, self.member_id, self.is_pending)
+        self.coordinator.on_expire_heartbeat(self.group, self.member_id, self.is_pending)
 
     def on_complete(self) -> None:
         pass

@@ -1,11 +1,16 @@
-"""The classic group coordinator of one ``__consumer_offsets`` partition
-(Kafka's GroupCoordinator + GroupMetadataManager, without threads).
+"""The classic group coordinator of one ``__consumer_offsets`` partition:
+membership (Kafka's GroupCoordinator, without threads) over the groups as
+stored in the partition (``metadata_manager.GroupMetadataManager``, Kafka's
+GroupMetadataManager: offsets, records, loading, expiration).
 
-It owns the groups whose ids hash to its partition: membership, rebalances,
-and committed offsets. State changes that must survive the coordinator are
-written as records (``records.py``) through the injected ``append_records``;
-``load`` rebuilds everything from those records, which is how a coordinator
-on a restarted broker, or on the new leader of the partition, takes over.
+It owns the groups whose ids hash to its partition: JoinGroup, SyncGroup,
+Heartbeat, LeaveGroup, rebalances and generations, and the request checks
+of OffsetCommit / TxnOffsetCommit / OffsetFetch / DeleteGroups /
+OffsetDelete, whose storing the manager does. State changes that must
+survive the coordinator are written as records (``records.py``) through the
+injected ``append_records`` (see the manager for its contract); ``load``
+rebuilds everything from those records, which is how a coordinator on a
+restarted broker, or on the new leader of the partition, takes over.
 
 Driving it (what the owning actor does):
 
@@ -19,13 +24,8 @@ Driving it (what the owning actor does):
   ``delayed`` timer; the driver advances it (``AsyncTimerDriver``). ``clock``
   is wall-clock milliseconds for the timestamps that are persisted (commit
   times, state times), so it must be epoch time, not the monotonic clock.
-* Persistence: ``append_records(records)`` gets a list of ``(key, value)``
-  (value None = tombstone), to be written as one batch (for TxnOffsetCommit
-  ``append_records(records, producer=TxnProducer(id, epoch))``: one
-  transactional batch of that producer), and returns an ``AppendCompletion`` (or an
-  asyncio/concurrent future resolving to an ErrorCode, None meaning success)
-  that reports when the records are durable. Appends must reach the log in
-  call order; replaying the log then reproduces this coordinator's state.
+  The delayed operations (``delayed_ops.py``) call back the methods under
+  "delayed operations" below.
 * Ownership: ``load(records)`` (or ``begin_loading`` / ``replay`` or
   ``replay_batches`` / ``complete_loading`` for a partition read in chunks) when this broker
   becomes the partition's leader; ``unload()`` when it stops being leader.
@@ -36,16 +36,15 @@ Driving it (what the owning actor does):
 
 from __future__ import annotations
 
-import enum
 import logging
+import time
 import uuid
-from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
+from typing import Callable, Iterable, Mapping, Optional, Sequence
 
 from kio.schema.errors import ErrorCode
 
 from cluster.groups.api import (
     UNKNOWN_MEMBER_ID,
-    AppendCompletion,
     GroupDescription,
     GroupListing,
     JoinGroupResult,
@@ -53,8 +52,6 @@ from cluster.groups.api import (
     LeavingMember,
     MemberDescription,
     MemberLeaveResult,
-    OffsetAndMetadata,
-    OffsetFetchPartition,
     OffsetFetchResult,
     PartitionCommit,
     SyncGroupResult,
@@ -64,7 +61,6 @@ from cluster.groups.api import (
 from cluster.groups.config import GroupConfig
 from cluster.groups.delayed_ops import DelayedHeartbeat, DelayedJoin, DelayedSync, InitialDelayedJoin
 from cluster.groups.group import (
-    CommittedOffset,
     GroupMetadata,
     GroupState,
     IllegalStateError,
@@ -73,103 +69,23 @@ from cluster.groups.group import (
     SyncCallback,
     invoke_callback,
 )
-from cluster.groups.log_batches import CONTROL_COMMIT, LogBatch
-from cluster.groups.records import (
-    GroupMetadataKey,
-    GroupMetadataValue,
-    MemberMetadataValue,
-    OffsetCommitKey,
-    OffsetCommitValue,
-    Record,
-    RecordFormatError,
-    UnknownKey,
-    decode_group_metadata_value,
-    decode_key,
-    decode_offset_commit_value,
-    group_metadata_record,
-    group_metadata_tombstone,
-    offset_commit_record,
-    offset_commit_tombstone,
-    partition_for_group,
-)
+from cluster.groups.log_batches import LogBatch
+from cluster.groups.metadata_manager import (AppendRecords, CommitCallback, CoordinatorStatus,
+                                             GroupMetadataManager)
+from cluster.groups.records import partition_for_group
 from delayed.operation import DelayedOperation, DelayedOperationPurgatory
-from delayed.timing_wheel import SystemTimer, TimerTask
+from delayed.timing_wheel import SystemTimer
 
-__all__ = ["CoordinatorStatus", "GroupCoordinator", "CommitCallback", "AppendRecords"]
+__all__ = ["AppendRecords", "CommitCallback", "CoordinatorStatus", "GroupCoordinator"]
 
 log = logging.getLogger("raykafka.groups")
-
-CommitCallback = Callable[[dict[TopicPartition, ErrorCode]], None]
-AppendRecords = Callable[[list[Record]], Any]
 
 E = ErrorCode
 S = GroupState
 
 
-class CoordinatorStatus(enum.Enum):
-    NOT_LOADED = "not-loaded"  # not (or no longer) the partition's coordinator
-    LOADING = "loading"
-    ACTIVE = "active"
-
-
-def _store_group_error(error: ErrorCode) -> ErrorCode:
-    """Kafka's translation of an append error into what JoinGroup/SyncGroup
-    clients understand (they retry COORDINATOR_NOT_AVAILABLE and rediscover
-    on NOT_COORDINATOR)."""
-    if error in (E.unknown_topic_or_partition, E.not_enough_replicas, E.not_enough_replicas_after_append,
-                 E.request_timed_out):
-        return E.coordinator_not_available
-    if error in (E.not_leader_or_follower, E.kafka_storage_error):
-        return E.not_coordinator
-    if error in (E.message_too_large, E.record_list_too_large, E.invalid_fetch_size):
-        return E.unknown_server_error
-    return error
-
-
-def _commit_error(error: ErrorCode) -> ErrorCode:
-    """The same translation for OffsetCommit (Kafka leaves REQUEST_TIMED_OUT
-    as is there, and calls oversized batches INVALID_COMMIT_OFFSET_SIZE)."""
-    if error in (E.unknown_topic_or_partition, E.not_enough_replicas, E.not_enough_replicas_after_append):
-        return E.coordinator_not_available
-    if error in (E.not_leader_or_follower, E.kafka_storage_error):
-        return E.not_coordinator
-    if error in (E.message_too_large, E.record_list_too_large, E.invalid_fetch_size):
-        return E.invalid_commit_offset_size
-    return error
-
-
-def _java_length(text: str) -> int:
-    # offset.metadata.max.bytes is compared with Java's String.length(),
-    # which counts UTF-16 code units.
-    return len(text.encode("utf-16-le", "surrogatepass")) // 2
-
-
-def _offset_from_value(value: OffsetCommitValue) -> OffsetAndMetadata:
-    return OffsetAndMetadata(
-        offset=value.offset,
-        leader_epoch=value.leader_epoch,
-        metadata=value.metadata,
-        commit_timestamp=value.commit_timestamp,
-        expire_timestamp=None if value.expire_timestamp == -1 else value.expire_timestamp,
-    )
-
-
 def _wall_clock_ms() -> int:
-    import time
-
     return time.time_ns() // 1_000_000
-
-
-class _OffsetExpirationTask(TimerTask):
-    """The periodic offsets.retention sweep (Kafka's
-    delete-expired-group-metadata scheduler task)."""
-
-    def __init__(self, coordinator: "GroupCoordinator", interval_ms: int) -> None:
-        super().__init__(interval_ms)
-        self.coordinator = coordinator
-
-    def run(self) -> None:
-        self.coordinator._run_offset_expiration(self)
 
 
 class GroupCoordinator:
@@ -201,211 +117,48 @@ class GroupCoordinator:
             self._purgatory = DelayedOperationPurgatory(
                 f"group-coordinator-{partition if partition is not None else 'all'}", timer
             )
-        self._append_records = append_records
         self.config = config or GroupConfig()
         self._clock = clock or _wall_clock_ms
         self.partition = partition
         self._member_id_suffix = member_id_suffix or (lambda: str(uuid.uuid4()))
-        self._expire_periodically = expire_offsets_periodically
         # Prefix of every watch key of ours: lets several coordinators share
         # one purgatory and lets unload() cancel exactly our operations.
         self._key_space = ("group-coordinator", id(self))
-        self.status = CoordinatorStatus.NOT_LOADED
-        self._groups: dict[str, GroupMetadata] = {}
-        # Order of offset-commit appends, for "later append wins".
-        self._append_sequence = 0
-        self._expiration_task: Optional[_OffsetExpirationTask] = None
-        self._reset_loading_state()
+        # The groups as stored in the partition: cache, offsets, records, loading.
+        self.manager = GroupMetadataManager(append_records, self.config, self._clock, self._timer, self,
+                                            expire_offsets_periodically=expire_offsets_periodically)
 
     # ======================================================================
-    # ownership: loading and unloading
+    # ownership: loading and unloading (the manager's, with our part on
+    # each group that comes or goes)
     # ======================================================================
 
-    def _reset_loading_state(self) -> None:
-        # (group, partition) -> (value, append sequence of its batch): the
-        # sequence orders committed and transactional offsets as their log
-        # offsets do in Kafka (CommitRecordMetadataAndOffset.olderThan).
-        self._loading_offsets: dict[tuple[str, TopicPartition], tuple[OffsetCommitValue, int]] = {}
-        # producer id -> the same, for transactional offsets awaiting a marker.
-        self._loading_pending: dict[int, dict[tuple[str, TopicPartition], tuple[OffsetCommitValue, int]]] = {}
-        self._loading_groups: dict[str, GroupMetadataValue] = {}
-        self._loading_unknown_keys = 0
-        # Transaction completions that arrived while loading (applied after).
-        self._completions_while_loading: list[tuple[int, bool]] = []
+    @property
+    def status(self) -> CoordinatorStatus:
+        return self.manager.status
 
     def begin_loading(self) -> None:
         """This broker became leader of the partition: answer
         COORDINATOR_LOAD_IN_PROGRESS until ``complete_loading``."""
-        if self.status is not CoordinatorStatus.NOT_LOADED:
-            self.unload()
-        self._reset_loading_state()
-        self.status = CoordinatorStatus.LOADING
+        self.manager.begin_loading()
 
     def replay(self, records: Iterable[tuple[Optional[bytes], Optional[bytes]]]) -> None:
-        """Feed the partition's records in log order (any number of calls),
-        as if each were a batch of its own without a producer id. Only the
-        last value per key matters; tombstones delete."""
-        if self.status is not CoordinatorStatus.LOADING:
-            raise IllegalStateError("replay() outside begin_loading()/complete_loading()")
-        for record in records:
-            self._replay_records((record,), None)
+        self.manager.replay(records)
 
     def replay_batches(self, batches: Iterable[LogBatch]) -> None:
-        """Feed the partition's batches in log order (any number of calls;
-        ``log_batches.read_log_batches`` makes them). A transactional batch's
-        offsets stay pending under its producer id until that producer's
-        control batch: COMMIT makes them committed offsets (unless a commit
-        appended later is there already), anything else drops them; pending
-        ones at the end of the log stay pending (Kafka's
-        loadGroupsAndOffsets)."""
-        if self.status is not CoordinatorStatus.LOADING:
-            raise IllegalStateError("replay_batches() outside begin_loading()/complete_loading()")
-        for batch in batches:
-            if batch.control is not None:
-                pending = self._loading_pending.pop(batch.producer_id, None)
-                if pending and batch.control == CONTROL_COMMIT:
-                    for slot, loaded in pending.items():
-                        current = self._loading_offsets.get(slot)
-                        if current is None or current[1] < loaded[1]:
-                            self._loading_offsets[slot] = loaded
-            else:
-                self._replay_records(batch.records, batch.producer_id if batch.transactional else None)
-
-    def _replay_records(self, records: Iterable[tuple[Optional[bytes], Optional[bytes]]],
-                        producer_id: Optional[int]) -> None:
-        sequence = self._append_sequence
-        self._append_sequence += 1
-        for key_bytes, value_bytes in records:
-            if key_bytes is None:
-                # Not a coordinator record (Kafka fails the load on these;
-                # nothing but coordinators writes here, so skip and say so).
-                log.warning("skipping keyless record in __consumer_offsets")
-                continue
-            key = decode_key(key_bytes)
-            if isinstance(key, OffsetCommitKey):
-                slot = (key.group, TopicPartition(key.topic, key.partition))
-                if producer_id is not None:
-                    pending = self._loading_pending.setdefault(producer_id, {})
-                    if value_bytes is None:
-                        pending.pop(slot, None)
-                    else:
-                        pending[slot] = (decode_offset_commit_value(value_bytes), sequence)
-                elif value_bytes is None:
-                    self._loading_offsets.pop(slot, None)
-                    # The group's offsets were deleted: transactional commits
-                    # of the partition appended before go too (Kafka's newer
-                    # coordinator; what remove_offsets does in memory).
-                    for pending in self._loading_pending.values():
-                        pending.pop(slot, None)
-                else:
-                    self._loading_offsets[slot] = (decode_offset_commit_value(value_bytes), sequence)
-            elif isinstance(key, GroupMetadataKey):
-                if value_bytes is None:
-                    self._loading_groups.pop(key.group, None)
-                else:
-                    self._loading_groups[key.group] = decode_group_metadata_value(value_bytes)
-            else:
-                assert isinstance(key, UnknownKey)
-                self._loading_unknown_keys += 1
+        self.manager.replay_batches(batches)
 
     def complete_loading(self) -> None:
-        """Build the groups from what was replayed and start serving."""
-        if self.status is not CoordinatorStatus.LOADING:
-            raise IllegalStateError("complete_loading() without begin_loading()")
-        if self._loading_unknown_keys:
-            log.warning("skipped %d records of unknown key versions (KIP-848 groups are not supported)",
-                        self._loading_unknown_keys)
-        groups: dict[str, GroupMetadata] = {}
-        for group_id, value in self._loading_groups.items():
-            groups[group_id] = self._group_from_record(group_id, value)
-
-        def group_of(group_id: str) -> GroupMetadata:
-            group = groups.get(group_id)
-            if group is None:
-                # Offsets without group metadata: a group that only stores
-                # offsets (standalone consumers, transactional producers), or
-                # whose metadata expired.
-                group = groups[group_id] = GroupMetadata(group_id, S.EMPTY, self._clock)
-            return group
-
-        for (group_id, tp), (value, sequence) in self._loading_offsets.items():
-            group_of(group_id).offsets[tp] = CommittedOffset(_offset_from_value(value), sequence)
-        for producer_id, pending in self._loading_pending.items():
-            for (group_id, tp), (value, sequence) in pending.items():
-                group_of(group_id).pending_txn_offset_commits.setdefault(producer_id, {})[tp] = CommittedOffset(
-                    _offset_from_value(value), sequence)
-        completions = self._completions_while_loading
-        self._reset_loading_state()
-        self._groups = groups
-        self.status = CoordinatorStatus.ACTIVE
-        for group in list(groups.values()):
-            self._on_group_loaded(group)
-        if self._expire_periodically:
-            self._schedule_offset_expiration()
-        # A marker written while we read the log may lie beyond what we read:
-        # its completion, kept meanwhile, applies now (a no-op for a producer
-        # whose marker was replayed).
-        for producer_id, committed in completions:
-            self.complete_transaction(producer_id, committed)
+        self.manager.complete_loading()
 
     def load(self, records: Iterable[tuple[Optional[bytes], Optional[bytes]]]) -> None:
-        """``begin_loading`` + ``replay`` + ``complete_loading`` in one go."""
-        self.begin_loading()
-        try:
-            self.replay(records)
-        except Exception:
-            # A partition we cannot read is one we cannot coordinate.
-            self.status = CoordinatorStatus.NOT_LOADED
-            self._reset_loading_state()
-            raise
-        self.complete_loading()
+        self.manager.load(records)
 
     def unload(self) -> None:
-        """This broker is no longer the partition's leader. Waiting JoinGroup
-        and SyncGroup requests are answered NOT_COORDINATOR (their clients
-        then find the new coordinator); the timer operations are cancelled;
-        every later request gets NOT_COORDINATOR until the next load."""
-        groups = list(self._groups.values())
-        self._groups = {}
-        self._reset_loading_state()
-        self.status = CoordinatorStatus.NOT_LOADED
-        if self._expiration_task is not None:
-            self._expiration_task.cancel()
-            self._expiration_task = None
-        for group in groups:
-            self._on_group_unloaded(group)
-        for key in self._purgatory.watch_keys():
-            if isinstance(key, tuple) and key and key[0] == self._key_space:
-                self._purgatory.cancel_for_key(key)
+        """This broker is no longer the partition's leader (see on_groups_unloaded)."""
+        self.manager.unload()
 
-    def _group_from_record(self, group_id: str, value: GroupMetadataValue) -> GroupMetadata:
-        if value.members and value.protocol is None:
-            raise RecordFormatError(f"group {group_id}: members without a selected protocol")
-        group = GroupMetadata(group_id, S.STABLE if value.members else S.EMPTY, self._clock)
-        group.generation_id = value.generation
-        for m in value.members:
-            group.add(
-                MemberMetadata(
-                    member_id=m.member_id,
-                    group_instance_id=m.group_instance_id,
-                    client_id=m.client_id,
-                    client_host=m.client_host,
-                    rebalance_timeout_ms=m.rebalance_timeout,
-                    session_timeout_ms=m.session_timeout,
-                    protocol_type=value.protocol_type,
-                    # Only the selected protocol's metadata is persisted.
-                    supported_protocols=[(value.protocol, m.subscription)],
-                    assignment=m.assignment,
-                )
-            )
-        group.protocol_type = value.protocol_type or None
-        group.protocol_name = value.protocol
-        group.leader_id = value.leader
-        group.current_state_timestamp = None if value.current_state_timestamp == -1 else value.current_state_timestamp
-        group.subscribed_topics = group.compute_subscribed_topics()
-        return group
-
-    def _on_group_loaded(self, group: GroupMetadata) -> None:
+    def on_group_loaded(self, group: GroupMetadata) -> None:
         if group.size > self.config.group_max_size:
             # group.max.size was lowered: rebalance so the excess members are
             # refused on rejoin (and everyone gets to commit first).
@@ -414,15 +167,22 @@ class GroupCoordinator:
         for member in list(group.members.values()):
             self._complete_and_schedule_next_heartbeat_expiration(group, member)
 
-    def _on_group_unloaded(self, group: GroupMetadata) -> None:
-        group.transition_to(S.DEAD)
-        # Kafka answers the join callbacks of a rebalancing group and the sync
-        # callbacks of a completing/stable one; we answer whatever waits, so
-        # no request (e.g. a static rejoin waiting on its store) is left open.
-        for member in list(group.members.values()):
-            group.maybe_invoke_join_callback(member, JoinGroupResult.failed(member.member_id, E.not_coordinator))
-            group.maybe_invoke_sync_callback(member, SyncGroupResult(E.not_coordinator))
-        group.pending_sync_members.clear()
+    def on_groups_unloaded(self, groups: list[GroupMetadata]) -> None:
+        """Waiting JoinGroup and SyncGroup requests are answered NOT_COORDINATOR
+        (their clients then find the new coordinator); the timer operations
+        are cancelled."""
+        for group in groups:
+            group.transition_to(S.DEAD)
+            # Kafka answers the join callbacks of a rebalancing group and the sync
+            # callbacks of a completing/stable one; we answer whatever waits, so
+            # no request (e.g. a static rejoin waiting on its store) is left open.
+            for member in list(group.members.values()):
+                group.maybe_invoke_join_callback(member, JoinGroupResult.failed(member.member_id, E.not_coordinator))
+                group.maybe_invoke_sync_callback(member, SyncGroupResult(E.not_coordinator))
+            group.pending_sync_members.clear()
+        for key in self._purgatory.watch_keys():
+            if isinstance(key, tuple) and key and key[0] == self._key_space:
+                self._purgatory.cancel_for_key(key)
 
     # ======================================================================
     # request validation
@@ -499,14 +259,14 @@ class GroupCoordinator:
             return
         protocols = [(name, bytes(metadata)) for name, metadata in protocols]
         is_unknown_member = member_id == UNKNOWN_MEMBER_ID
-        group = self._groups.get(group_id)
+        group = self.manager.group(group_id)
         if group is None:
             # Only a member without an id may create a group; a member id for
             # a group we do not know belongs to a generation that is gone.
             if not is_unknown_member:
                 invoke_callback(callback, JoinGroupResult.failed(member_id, E.unknown_member_id))
                 return
-            group = self._groups[group_id] = GroupMetadata(group_id, S.EMPTY, self._clock)
+            group = self.manager.add_group(group_id)
 
         why = f"; client reason: {reason}" if reason else ""
         if not self._accept_joining_member(group, member_id):
@@ -733,7 +493,7 @@ class GroupCoordinator:
                             member, self._join_result(group, new_member_id, with_members=False,
                                                       leader_id=current_leader or ""))
 
-                self._store_group(group, assignment, on_stored)
+                self.manager.store_group(group, assignment, on_stored)
             else:
                 self._maybe_prepare_rebalance(
                     group, f"static member {group_instance_id} rejoined with a change of protocol{why}")
@@ -769,17 +529,22 @@ class GroupCoordinator:
         group.transition_to(S.PREPARING_REBALANCE)
         log.info("preparing to rebalance group %s with old generation %d (%s)", group.group_id,
                  group.generation_id, reason)
-        self._watch_join(operation, group)
+        self.watch_join(operation, group)
 
-    def _watch_join(self, operation: DelayedOperation, group: GroupMetadata) -> None:
+    # -- the delayed join's part (delayed_ops.GroupDelays) --
+
+    def watch_join(self, operation: DelayedOperation, group: GroupMetadata) -> None:
+        """Wait for the group's join phase with ``operation`` (one at a time per group)."""
         self._purgatory.try_complete_else_watch(operation, [self._join_key(group)])
 
-    def _try_complete_join(self, group: GroupMetadata, force_complete: Callable[[], bool]) -> bool:
+    def try_complete_join(self, group: GroupMetadata, force_complete: Callable[[], bool]) -> bool:
+        """The join phase ends early once every known member has rejoined."""
         if group.has_all_members_joined():
             return force_complete()
         return False
 
-    def _on_complete_join(self, group: GroupMetadata) -> None:
+    def on_complete_join(self, group: GroupMetadata) -> None:
+        """The join phase is over: drop who did not rejoin, start the next generation."""
         # Dynamic members that did not rejoin in time are gone; static ones
         # stay (they are expected back under the same instance id and keep
         # their place until their session expires).
@@ -793,7 +558,7 @@ class GroupCoordinator:
             # Nobody rejoined (only absent static members remain): wait
             # another round, until their sessions expire.
             log.error("group %s could not complete rebalance because no members rejoined", group.group_id)
-            self._watch_join(DelayedJoin(self, group, group.rebalance_timeout_ms), group)
+            self.watch_join(DelayedJoin(self, group, group.rebalance_timeout_ms), group)
             return
         group.init_next_generation()
         if group.is_(S.EMPTY):
@@ -805,7 +570,7 @@ class GroupCoordinator:
                 if error != E.none:
                     log.warning("failed to write empty metadata for group %s: %s", group.group_id, error.name)
 
-            self._store_group(group, {}, on_stored)
+            self.manager.store_group(group, {}, on_stored)
             return
         log.info("stabilized group %s generation %d with %d members", group.group_id, group.generation_id,
                  group.size)
@@ -844,7 +609,7 @@ class GroupCoordinator:
         if error is not None:
             invoke_callback(callback, SyncGroupResult(error))
             return
-        group = self._groups.get(group_id)
+        group = self.manager.group(group_id)
         if group is None:
             invoke_callback(callback, SyncGroupResult(E.unknown_member_id))
             return
@@ -912,7 +677,7 @@ class GroupCoordinator:
                 self._set_and_propagate_assignment(group, assignment)
                 group.transition_to(S.STABLE)
 
-        self._store_group(group, assignment, on_stored)
+        self.manager.store_group(group, assignment, on_stored)
 
     def _set_and_propagate_assignment(self, group: GroupMetadata, assignment: dict[str, bytes]) -> None:
         for member in group.members.values():
@@ -946,8 +711,11 @@ class GroupCoordinator:
         operation = DelayedSync(self, group, group.generation_id, group.rebalance_timeout_ms)
         self._purgatory.try_complete_else_watch(operation, [self._sync_key(group)])
 
-    def _try_complete_pending_sync(self, group: GroupMetadata, generation_id: int,
-                                   force_complete: Callable[[], bool]) -> bool:
+    # -- the delayed sync's part (delayed_ops.GroupDelays) --
+
+    def try_complete_pending_sync(self, group: GroupMetadata, generation_id: int,
+                                  force_complete: Callable[[], bool]) -> bool:
+        """Done waiting for SyncGroups: all arrived, or the generation moved on."""
         if generation_id != group.generation_id:
             return force_complete()
         if group.state in (S.DEAD, S.EMPTY, S.PREPARING_REBALANCE):
@@ -956,7 +724,8 @@ class GroupCoordinator:
             return force_complete()
         return False
 
-    def _on_expire_pending_sync(self, group: GroupMetadata, generation_id: int) -> None:
+    def on_expire_pending_sync(self, group: GroupMetadata, generation_id: int) -> None:
+        """Members that never sent SyncGroup are removed, and the group rebalances."""
         if generation_id != group.generation_id:
             return
         if group.state not in (S.COMPLETING_REBALANCE, S.STABLE) or group.has_received_sync_from_all_members():
@@ -980,7 +749,7 @@ class GroupCoordinator:
             return E.none
         if error is not None:
             return error
-        group = self._groups.get(group_id)
+        group = self.manager.group(group_id)
         if group is None:
             return E.unknown_member_id
         if group.is_(S.DEAD):
@@ -1031,8 +800,11 @@ class GroupCoordinator:
         # The member is gone from the group, so its deadline completes.
         self._purgatory.check_and_complete(self._member_key(group, member_id))
 
-    def _try_complete_heartbeat(self, group: GroupMetadata, member_id: str, is_pending: bool,
-                                force_complete: Callable[[], bool]) -> bool:
+    # -- the delayed heartbeat's part (delayed_ops.GroupDelays) --
+
+    def try_complete_heartbeat(self, group: GroupMetadata, member_id: str, is_pending: bool,
+                               force_complete: Callable[[], bool]) -> bool:
+        """A session is kept by a heartbeat (a pending member id: by joining with it)."""
         if group.is_(S.DEAD):
             return force_complete()
         if is_pending:
@@ -1043,7 +815,8 @@ class GroupCoordinator:
             return force_complete()
         return False
 
-    def _on_expire_heartbeat(self, group: GroupMetadata, member_id: str, is_pending: bool) -> None:
+    def on_expire_heartbeat(self, group: GroupMetadata, member_id: str, is_pending: bool) -> None:
+        """A session ran out: the member (or pending member id) is gone."""
         if group.is_(S.DEAD):
             return
         if is_pending:
@@ -1086,7 +859,7 @@ class GroupCoordinator:
         error = self._check_group_status(group_id, allow_empty_group_id=False)
         if error is not None:
             return LeaveGroupResult(error)
-        group = self._groups.get(group_id)
+        group = self.manager.group(group_id)
         if group is None:
             return LeaveGroupResult(E.none, tuple(
                 MemberLeaveResult(m.member_id, m.group_instance_id, E.unknown_member_id) for m in members))
@@ -1146,11 +919,11 @@ class GroupCoordinator:
         if error is not None:
             invoke_callback(callback, {tp: error for tp in offsets})
             return
-        group = self._groups.get(group_id)
+        group = self.manager.group(group_id)
         if group is None:
             if generation_id < 0:
                 # Not using group management: the group exists just to hold offsets.
-                group = self._groups[group_id] = GroupMetadata(group_id, S.EMPTY, self._clock)
+                group = self.manager.add_group(group_id)
             else:
                 # A member of a generation this coordinator does not know.
                 invoke_callback(callback, {tp: E.illegal_generation for tp in offsets})
@@ -1160,12 +933,12 @@ class GroupCoordinator:
             invoke_callback(callback, {tp: error for tp in offsets})
             return
         if group.is_(S.EMPTY):
-            self._store_offsets(group, offsets, callback)
+            self.manager.store_offsets(group, offsets, callback)
         elif group.state in (S.STABLE, S.PREPARING_REBALANCE):
             # Commits during PreparingRebalance are allowed: members learn of
             # the rebalance from their heartbeats and commit before rejoining.
             self._complete_and_schedule_next_heartbeat_expiration(group, group.get(member_id))
-            self._store_offsets(group, offsets, callback)
+            self.manager.store_offsets(group, offsets, callback)
         elif group.is_(S.COMPLETING_REBALANCE):
             # A valid member of the new generation that has not synced yet.
             invoke_callback(callback, {tp: E.rebalance_in_progress for tp in offsets})
@@ -1188,75 +961,7 @@ class GroupCoordinator:
             return E.unknown_member_id
         return None
 
-    def _metadata_fits(self, metadata: Optional[str]) -> bool:
-        return metadata is None or _java_length(metadata) <= self.config.offset_metadata_max_bytes
 
-    def _store_offsets(self, group: GroupMetadata, offsets: dict[TopicPartition, PartitionCommit],
-                       callback: CommitCallback, producer: Optional[TxnProducer] = None) -> None:
-        """Kafka's storeOffsets: with a ``producer`` the records go in one
-        transactional batch of it and the offsets stay pending under its id
-        once appended; without, they are committed once appended."""
-        now = self._clock()
-        accepted: dict[TopicPartition, OffsetAndMetadata] = {}
-        for tp, commit in offsets.items():
-            if not self._metadata_fits(commit.metadata):
-                continue
-            commit_ts = commit.commit_timestamp_ms
-            accepted[tp] = OffsetAndMetadata(
-                offset=commit.offset,
-                # A commit with its own expire timestamp is written as a v1
-                # record, which has no leader epoch; keep memory equal to what
-                # a reload would give. (On the wire the two never meet: the
-                # retention time is OffsetCommit v2-v4, the epoch v6+.)
-                leader_epoch=commit.leader_epoch if commit.expire_timestamp_ms is None else -1,
-                metadata=commit.metadata or "",
-                commit_timestamp=now if commit_ts is None or commit_ts == -1 else commit_ts,
-                expire_timestamp=commit.expire_timestamp_ms,
-            )
-
-        def answer(error: ErrorCode) -> None:
-            invoke_callback(callback, {tp: (error if self._metadata_fits(c.metadata) else E.offset_metadata_too_large)
-                               for tp, c in offsets.items()})
-
-        if not accepted:
-            answer(E.offset_metadata_too_large)
-            return
-        if self.status is not CoordinatorStatus.ACTIVE:
-            answer(E.not_coordinator)
-            return
-        records = [
-            offset_commit_record(group.group_id, tp.topic, tp.partition, OffsetCommitValue(
-                offset=o.offset, leader_epoch=o.leader_epoch, metadata=o.metadata,
-                commit_timestamp=o.commit_timestamp,
-                expire_timestamp=-1 if o.expire_timestamp is None else o.expire_timestamp))
-            for tp, o in accepted.items()
-        ]
-        sequence = self._append_sequence
-        self._append_sequence += 1
-        if producer is None:
-            group.prepare_offset_commit(accepted)
-        else:
-            group.prepare_txn_offset_commit(producer.producer_id, accepted)
-
-        def on_appended(error: ErrorCode) -> None:
-            if error == E.none:
-                if not group.is_(S.DEAD):
-                    for tp, o in accepted.items():
-                        if producer is None:
-                            group.on_offset_commit_append(tp, CommittedOffset(o, sequence))
-                        else:
-                            group.on_txn_offset_commit_append(producer.producer_id, tp, CommittedOffset(o, sequence))
-                answer(E.none)
-            else:
-                if not group.is_(S.DEAD):
-                    for tp, o in accepted.items():
-                        if producer is None:
-                            group.fail_pending_offset_write(tp, o)
-                        else:
-                            group.fail_pending_txn_offset_commit(producer.producer_id, tp)
-                answer(_commit_error(error))
-
-        self._append(records, on_appended, producer)
 
     # ======================================================================
     # TxnOffsetCommit and transaction completion (KIP-98, KIP-447)
@@ -1285,14 +990,14 @@ class GroupCoordinator:
         if error is not None:
             invoke_callback(callback, {tp: error for tp in offsets})
             return
-        group = self._groups.get(group_id)
+        group = self.manager.group(group_id)
         if group is None:
-            group = self._groups[group_id] = GroupMetadata(group_id, S.EMPTY, self._clock)
+            group = self.manager.add_group(group_id)
         error = self._validate_txn_offset_commit(group, generation_id, member_id, group_instance_id)
         if error is not None:
             invoke_callback(callback, {tp: error for tp in offsets})
             return
-        self._store_offsets(group, offsets, callback, producer)
+        self.manager.store_offsets(group, offsets, callback, producer)
 
     @classmethod
     def _validate_txn_offset_commit(cls, group: GroupMetadata, generation_id: int, member_id: str,
@@ -1311,30 +1016,6 @@ class GroupCoordinator:
         # Without a member id (TxnOffsetCommit v0-v2) anyone may commit.
         return None
 
-    def complete_transaction(self, producer_id: int, committed: bool) -> int:
-        """The producer's COMMIT (``committed``) or ABORT marker is written to
-        this offsets partition (the transaction coordinator calls this, as
-        Kafka's scheduleHandleTxnCompletion): in every group of the
-        partition its pending offsets become committed offsets or are
-        dropped. Returns the number of groups that had pending offsets of
-        the producer. While loading the completion waits for the load to end
-        (the marker may lie beyond what the load reads); before loading and
-        after unloading it is nobody's business here (the next owner replays
-        the marker)."""
-        if self.status is CoordinatorStatus.LOADING:
-            self._completions_while_loading.append((producer_id, committed))
-            return 0
-        if self.status is not CoordinatorStatus.ACTIVE:
-            return 0
-        groups = 0
-        for group in list(self._groups.values()):
-            if group.is_(S.DEAD) or not group.has_pending_offset_commits_from_producer(producer_id):
-                continue
-            groups += 1
-            group.complete_pending_txn_offset_commit(producer_id, committed)
-            # An Empty group left without offsets (an aborted transaction's
-            # only commits) goes with the next expiration sweep, as in Kafka.
-        return groups
 
     def fetch_offsets(self, group_id: str, partitions: Optional[Iterable[TopicPartition]] = None,
                       require_stable: bool = False) -> OffsetFetchResult:
@@ -1347,20 +1028,12 @@ class GroupCoordinator:
         if error is not None:
             return OffsetFetchResult(error)
         requested = None if partitions is None else [TopicPartition(*tp) for tp in partitions]
-        group = self._groups.get(group_id)
-        if group is None or group.is_(S.DEAD):
-            return OffsetFetchResult(E.none, {tp: OffsetFetchPartition() for tp in requested or ()})
-        result = {}
-        for tp in requested if requested is not None else list(group.offsets):
-            if require_stable and group.has_pending_offset_commits_for(tp):
-                result[tp] = OffsetFetchPartition(error=E.unstable_offset_commit)
-                continue
-            offset = group.offset(tp)
-            if offset is None:
-                result[tp] = OffsetFetchPartition()
-            else:
-                result[tp] = OffsetFetchPartition(offset.offset, offset.leader_epoch, offset.metadata)
-        return OffsetFetchResult(E.none, result)
+        return self.manager.get_offsets(group_id, requested, require_stable)
+
+    def complete_transaction(self, producer_id: int, committed: bool) -> int:
+        """The producer's COMMIT/ABORT marker is written to this offsets
+        partition (GroupMetadataManager.complete_transaction)."""
+        return self.manager.complete_transaction(producer_id, committed)
 
     # ======================================================================
     # DescribeGroups / ListGroups
@@ -1370,7 +1043,7 @@ class GroupCoordinator:
         error = self._check_group_status(group_id, allow_empty_group_id=True)
         if error is not None:
             return GroupDescription(group_id, error, state="")
-        group = self._groups.get(group_id)
+        group = self.manager.group(group_id)
         if group is None:
             return GroupDescription(group_id, E.none, state=S.DEAD.value)
         if group.is_(S.STABLE):
@@ -1399,7 +1072,7 @@ class GroupCoordinator:
         wanted = {state.lower() for state in states_filter or ()}
         return E.none, [
             GroupListing(g.group_id, g.protocol_type or "", g.state.value)
-            for g in self._groups.values()
+            for g in self.manager.all_groups()
             if not wanted or g.state.value.lower() in wanted
         ]
 
@@ -1419,7 +1092,7 @@ class GroupCoordinator:
             if error is not None:
                 errors[group_id] = error
                 continue
-            group = self._groups.get(group_id)
+            group = self.manager.group(group_id)
             if group is None or group.is_(S.DEAD):
                 errors[group_id] = E.group_id_not_found
             elif group.is_(S.EMPTY):
@@ -1428,7 +1101,7 @@ class GroupCoordinator:
             else:
                 errors[group_id] = E.non_empty_group
         if eligible:
-            self._cleanup_group_metadata(eligible, lambda g: g.remove_all_offsets())
+            self.manager.cleanup_group_metadata(eligible, lambda g: g.remove_all_offsets())
             for group in eligible:
                 errors[group.group_id] = E.none
         return errors
@@ -1444,7 +1117,7 @@ class GroupCoordinator:
         error = self._check_group_status(group_id, allow_empty_group_id=False)
         if error is not None:
             return error, {}
-        group = self._groups.get(group_id)
+        group = self.manager.group(group_id)
         if group is None or group.is_(S.DEAD):
             return E.group_id_not_found, {}
         partition_errors: dict[TopicPartition, ErrorCode] = {}
@@ -1460,192 +1133,27 @@ class GroupCoordinator:
         else:
             return E.non_empty_group, {}
         if eligible:
-            self._cleanup_group_metadata([group], lambda g: g.remove_offsets(eligible))
+            self.manager.cleanup_group_metadata([group], lambda g: g.remove_offsets(eligible))
             for tp in eligible:
                 partition_errors[tp] = E.none
         return E.none, partition_errors
 
     def expire_offsets(self, now_ms: Optional[int] = None) -> int:
-        """One offsets.retention sweep (see ``GroupMetadata.remove_expired_offsets``
-        for the rules). Empty groups left without offsets are removed too.
-        Returns the number of offsets removed."""
-        if self.status is not CoordinatorStatus.ACTIVE:
-            return 0
-        now = self._clock() if now_ms is None else now_ms
-        retention = self.config.offsets_retention_ms
-        return self._cleanup_group_metadata(list(self._groups.values()),
-                                            lambda g: g.remove_expired_offsets(now, retention))
-
-    def _cleanup_group_metadata(self, groups: Iterable[GroupMetadata],
-                                select: Callable[[GroupMetadata], Iterable[TopicPartition]]) -> int:
-        """Remove the offsets ``select`` picks; a group left Empty with no
-        offsets is dead and goes too. Writes the tombstones without waiting:
-        like Kafka (acks=0 here) a lost tombstone only means the data
-        reappears after a reload, to be removed again by a later sweep."""
-        removed_total = 0
-        for group in groups:
-            removed = list(select(group))
-            if group.is_(S.EMPTY) and not group.has_offsets():
-                group.transition_to(S.DEAD)
-            records = [offset_commit_tombstone(group.group_id, tp.topic, tp.partition) for tp in removed]
-            if group.is_(S.DEAD) and self._groups.get(group.group_id) is group:
-                del self._groups[group.group_id]
-                # Generation 0 never wrote metadata (offsets-only group).
-                if group.generation_id > 0:
-                    records.append(group_metadata_tombstone(group.group_id))
-            if records and self.status is CoordinatorStatus.ACTIVE:
-                group_id = group.group_id
-
-                def on_appended(error: ErrorCode, group_id: str = group_id) -> None:
-                    if error != E.none:
-                        log.warning("failed to write tombstones for group %s: %s", group_id, error.name)
-
-                self._append(records, on_appended)
-            removed_total += len(removed)
-        return removed_total
-
-    def _schedule_offset_expiration(self) -> None:
-        if self._timer is None or self._expiration_task is not None:
-            return
-        interval = self.config.offsets_retention_check_interval_ms
-        if interval <= 0:
-            return
-        self._expiration_task = _OffsetExpirationTask(self, interval)
-        self._timer.add(self._expiration_task)
-
-    def _run_offset_expiration(self, task: _OffsetExpirationTask) -> None:
-        if task is not self._expiration_task:
-            return
-        self._expiration_task = None
-        if self.status is not CoordinatorStatus.ACTIVE:
-            return
-        removed = self.expire_offsets()
-        if removed:
-            log.info("removed %d expired offsets", removed)
-        self._schedule_offset_expiration()
-
-    # ======================================================================
-    # persistence
-    # ======================================================================
-
-    def _store_group(self, group: GroupMetadata, assignment: Mapping[str, bytes],
-                     on_done: Callable[[ErrorCode], None]) -> None:
-        """Write the group's metadata record (its generation, members and
-        ``assignment``); ``on_done(error)`` once durable."""
-        if self.status is not CoordinatorStatus.ACTIVE:
-            on_done(E.not_coordinator)
-            return
-        protocol = group.protocol_name
-        if group.members and protocol is None:
-            raise IllegalStateError(f"group {group.group_id}: storing members without a selected protocol")
-        value = GroupMetadataValue(
-            protocol_type=group.protocol_type or "",
-            generation=group.generation_id,
-            protocol=protocol,
-            leader=group.leader_id,
-            current_state_timestamp=-1 if group.current_state_timestamp is None else group.current_state_timestamp,
-            members=tuple(
-                MemberMetadataValue(
-                    member_id=m.member_id,
-                    group_instance_id=m.group_instance_id,
-                    client_id=m.client_id,
-                    client_host=m.client_host,
-                    rebalance_timeout=m.rebalance_timeout_ms,
-                    session_timeout=m.session_timeout_ms,
-                    subscription=m.metadata(protocol),  # type: ignore[arg-type]
-                    assignment=bytes(assignment[m.member_id]),
-                )
-                for m in group.members.values()
-            ),
-        )
-        self._append([group_metadata_record(group.group_id, value)],
-                     lambda error: on_done(_store_group_error(error)))
-
-    def _append(self, records: list[Record], on_done: Callable[[ErrorCode], None],
-                producer: Optional[TxnProducer] = None) -> None:
-        try:
-            # Transactional records go in a batch of their producer (keyword
-            # only then, so plain drivers need not know about it).
-            completion = (self._append_records(records) if producer is None
-                          else self._append_records(records, producer=producer))
-        except Exception:
-            log.exception("append to __consumer_offsets failed")
-            on_done(E.coordinator_not_available)
-            return
-        _when_appended(completion, on_done)
+        """One offsets.retention sweep (GroupMetadataManager.expire_offsets)."""
+        return self.manager.expire_offsets(now_ms)
 
     # ======================================================================
     # inspection
     # ======================================================================
 
     def group(self, group_id: str) -> Optional[GroupMetadata]:
-        return self._groups.get(group_id)
+        return self.manager.group(group_id)
 
     @property
     def groups(self) -> dict[str, GroupMetadata]:
         """The live groups (read-only use, please)."""
-        return dict(self._groups)
+        return self.manager.groups
 
     def snapshot(self) -> dict[str, dict]:
-        """Everything that is persisted, as plain data: what a reload must
-        reproduce. (Members' other supported protocols, waiting requests and
-        timers are not persisted, so not here either.)"""
-        out = {}
-        for group_id, g in sorted(self._groups.items()):
-            out[group_id] = {
-                "state": g.state.value,
-                "protocol_type": g.protocol_type,
-                "protocol": g.protocol_name,
-                "generation": g.generation_id,
-                "leader": g.leader_id,
-                "current_state_timestamp": g.current_state_timestamp,
-                "members": {
-                    m.member_id: {
-                        "group_instance_id": m.group_instance_id,
-                        "client_id": m.client_id,
-                        "client_host": m.client_host,
-                        "rebalance_timeout_ms": m.rebalance_timeout_ms,
-                        "session_timeout_ms": m.session_timeout_ms,
-                        "subscription": dict(m.supported_protocols).get(g.protocol_name),
-                        "assignment": m.assignment,
-                    }
-                    for m in g.members.values()
-                },
-                "static_members": dict(sorted(g.static_members.items())),
-                "offsets": dict(sorted(g.all_offsets().items())),
-                # Appended TxnOffsetCommits awaiting their marker, per producer id.
-                "pending_txn_offsets": {
-                    producer_id: dict(sorted((tp, c.offset_and_metadata) for tp, c in pending.items()
-                                             if c.append_sequence is not None))
-                    for producer_id, pending in sorted(g.pending_txn_offset_commits.items())
-                },
-            }
-        return out
-
-
-def _when_appended(completion: Any, on_done: Callable[[ErrorCode], None]) -> None:
-    """Run ``on_done(error)`` when an append completes, whatever the driver
-    returned: an AppendCompletion (or anything with ``add_callback``), an
-    asyncio/concurrent future resolving to an ErrorCode (None = success; an
-    exception or cancellation = COORDINATOR_NOT_AVAILABLE), or None for an
-    append that is already durable."""
-    if completion is None:
-        on_done(E.none)
-    elif isinstance(completion, AppendCompletion) or hasattr(completion, "add_callback"):
-        completion.add_callback(on_done)
-    elif hasattr(completion, "add_done_callback"):
-        def done(future: Any) -> None:
-            try:
-                if future.cancelled():
-                    error = E.coordinator_not_available
-                else:
-                    result = future.result()
-                    error = E.none if result is None else ErrorCode(result)
-            except Exception:
-                log.exception("append to __consumer_offsets failed")
-                error = E.coordinator_not_available
-            on_done(error)
-
-        completion.add_done_callback(done)
-    else:
-        raise TypeError(f"append_records returned {type(completion).__name__}, not a completion")
+        """Everything that is persisted, as plain data (GroupMetadataManager.snapshot)."""
+        return self.manager.snapshot()

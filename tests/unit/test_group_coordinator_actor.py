@@ -156,7 +156,7 @@ def test_epochs_fence_and_same_leader_keeps_state(tmp_path):
         assert list(answer.values()) == [E.none]
         # Another writer appended while we were not looking: reload from the log.
         other = make_actor(p)
-        other.log.lead(4, replica)
+        other.state_log.lead(4, replica)
         other._ensure()
         done = asyncio.get_running_loop().create_future()
         other._append_records([offset_commit_record(group, "t", 3, OffsetCommitValue(99))]).add_callback(

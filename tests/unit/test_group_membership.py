@@ -7,7 +7,7 @@ from kio.schema.errors import ErrorCode
 
 from cluster.groups import GroupConfig, LeavingMember, TopicPartition
 from cluster.groups.consumer_protocol import encode_assignment, encode_subscription
-from cluster.groups.coordinator import CoordinatorStatus
+from cluster.groups import CoordinatorStatus
 from cluster.groups.records import GroupMetadataKey, decode_group_metadata_value, decode_key, partition_for_group
 from tests.unit.test_group_support import REBALANCE_MS, SESSION_MS, Harness, range_protocols
 

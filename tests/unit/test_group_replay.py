@@ -18,7 +18,7 @@ from kio.schema.errors import ErrorCode
 
 from cluster.groups import GroupConfig, GroupCoordinator, LeavingMember, PartitionCommit, TopicPartition
 from cluster.groups.consumer_protocol import encode_assignment, encode_subscription
-from cluster.groups.coordinator import CoordinatorStatus
+from cluster.groups import CoordinatorStatus
 from cluster.groups.records import (
     GroupMetadataValue,
     MemberMetadataValue,

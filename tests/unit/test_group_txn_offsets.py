@@ -15,7 +15,7 @@ from typing import Optional
 from kio.schema.errors import ErrorCode
 
 from cluster.groups import AppendCompletion, GroupConfig, PartitionCommit, TopicPartition, TxnProducer
-from cluster.groups.coordinator import CoordinatorStatus
+from cluster.groups import CoordinatorStatus
 from cluster.groups.log_batches import CONTROL_ABORT, CONTROL_COMMIT, LogBatch, read_log_batches
 from cluster.groups.records import (
     OffsetCommitKey,

@@ -174,3 +174,39 @@ def test_alter_validation():
     with pytest.raises(AlterError, match="must be a LONG value"):
         parse_ops([_op(PRODUCER_BYTE_RATE, 1.5)])
     assert parse_ops([_op(REQUEST_PERCENTAGE, 1.5)]) == ({REQUEST_PERCENTAGE: 1.5}, [])
+
+
+def test_enforcement_sets_throttle_time_and_mutes_the_connection():
+    import asyncio
+    import dataclasses
+    import datetime
+
+    from net.client_quotas import EdgeClientQuotas, enforce
+
+    @dataclasses.dataclass(frozen=True)
+    class Response:
+        throttle_time: datetime.timedelta
+
+    quotas = EdgeClientQuotas({"quota.window.num": 11, "quota.window.size.seconds": 1}, None)
+    edge = types.SimpleNamespace(client_quotas=quotas)
+    conn = types.SimpleNamespace(principal="User:alice", muted_until=0.0)
+    ctx = types.SimpleNamespace(edge=edge, conn=conn, header=types.SimpleNamespace(client_id="app"))
+    part = types.SimpleNamespace(records=b"x" * 20_000)
+    request = types.SimpleNamespace(topic_data=[types.SimpleNamespace(partition_data=[part])])
+
+    async def handled():
+        return Response(throttle_time=datetime.timedelta(0))
+
+    async def run():
+        # No quota anywhere: the handler's own awaitable, untouched.
+        coroutine = handled()
+        assert enforce(ctx, 0, request, coroutine) is coroutine
+        await coroutine
+        quotas.configs = QuotaConfigs({QuotaEntity("alice", None): {PRODUCER_BYTE_RATE: 1000}})
+        first = await enforce(ctx, 0, request, handled())
+        return first
+
+    response = asyncio.run(run())
+    # 20000 bytes over the 10 s minimum window: 2000/s against 1000/s -> (2000-1000)/1000 * 10 s.
+    assert response.throttle_time == datetime.timedelta(milliseconds=10_000)
+    assert conn.muted_until > 0

@@ -301,7 +301,7 @@ def alter(client: AdminClient, entities, args, out) -> int:
         raise UsageError("--alter needs --add-config and/or --delete-config")
     entity_type, name = entities[0]
     if any(n == "unset" for _, n in entities):
-        raise UsageError(f"--entity-name or --entity-default must be specified with --alter")
+        raise UsageError("--entity-name or --entity-default must be specified with --alter")
     if entity_type in ("topics", "brokers"):
         if entity_type == "topics" and name is DEFAULT:
             raise UsageError("--entity-default is not valid with --entity-type topics")
@@ -360,15 +360,15 @@ def add_parser(sub) -> None:
     p.add_argument("--all", action="store_true", help="with --describe of topics/brokers: every config")
     p.add_argument("--add-config", metavar="K=V,...", help="configs to set: k1=v1,k2=[v1,v2],...")
     p.add_argument("--delete-config", metavar="K,...", help="configs to remove")
-    p.add_argument("--entity-type", action=_Entity, const="type", dest="entity_items",
+    p.add_argument("--entity-type", action=_Entity, const="type", dest="entity_items", metavar="TYPE",
                    help="topics, brokers, users or clients")
-    p.add_argument("--entity-name", action=_Entity, const="name", dest="entity_items",
+    p.add_argument("--entity-name", action=_Entity, const="name", dest="entity_items", metavar="NAME",
                    help="the topic, broker id, user or client id")
     p.add_argument("--entity-default", action=_Entity, const="default", nargs=0, dest="entity_items",
                    help="the default broker, user or client id")
     for option, entity_type in (("--topic", "topics"), ("--broker", "brokers"), ("--user", "users"),
                                 ("--client", "clients")):
-        p.add_argument(option, action=_Entity, const=(entity_type, False), dest="entity_items",
+        p.add_argument(option, action=_Entity, const=(entity_type, False), dest="entity_items", metavar="NAME",
                        help=f"same as --entity-type {entity_type} --entity-name NAME")
     for option, entity_type in (("--broker-defaults", "brokers"), ("--user-defaults", "users"),
                                 ("--client-defaults", "clients")):

@@ -46,8 +46,8 @@ def parse_filter(components) -> dict[str, object]:
             wanted[entity_type] = component.match
         elif component.match_type in (MATCH_DEFAULT, MATCH_SPECIFIED):
             if component.match is not None:
-                raise FilterError(ErrorCode.invalid_request,
-                                  f"Unexpected match for type {'DEFAULT' if component.match_type == 1 else 'SPECIFIED'}")
+                kind = "DEFAULT" if component.match_type == MATCH_DEFAULT else "SPECIFIED"
+                raise FilterError(ErrorCode.invalid_request, f"Unexpected match for type {kind}")
             wanted[entity_type] = DEFAULT if component.match_type == MATCH_DEFAULT else ANY
         else:
             raise FilterError(ErrorCode.invalid_request, f"Unexpected match type {component.match_type}")

@@ -70,7 +70,8 @@ async def _authorizer(ctx) -> AclAuthorizer | None:
             store = await acl_store(edge)
         except Exception as exc:
             log.warning("ACLs could not be loaded from ZooKeeper: %s", exc)
-            return AclAuthorizer()  # no ACLs, nobody allowed (super users neither: not loaded)
+            # No ACLs known: only super users are allowed until ZooKeeper answers.
+            return AclAuthorizer(parse_super_users(edge.config.get("super.users")))
     return store.authorizer
 
 

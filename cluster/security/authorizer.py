@@ -64,26 +64,31 @@ class AclAuthorizer:
         self.allow_everyone_if_no_acl_found = allow_everyone_if_no_acl_found
         # (resource type, LITERAL|PREFIXED) -> {name: entries}
         self._acls: dict[tuple[ResourceType, PatternType], dict[str, Entries]] = {}
+        # Writers (the change watch, CreateAcls/DeleteAcls in an executor)
+        # copy and replace under it, so no update is lost; readers take none.
+        self._write_lock = threading.Lock()
 
     # ---- cache ----------------------------------------------------------------------------
     def set_acls(self, pattern: ResourcePattern, entries: Iterable[AccessControlEntry]) -> None:
         entries = frozenset(entries)
         key = (pattern.resource_type, pattern.pattern_type)
-        names = dict(self._acls.get(key, {}))
-        if entries:
-            names[pattern.name] = entries
-        else:
-            names.pop(pattern.name, None)
-        acls = dict(self._acls)
-        acls[key] = names
-        self._acls = acls
+        with self._write_lock:
+            names = dict(self._acls.get(key, {}))
+            if entries:
+                names[pattern.name] = entries
+            else:
+                names.pop(pattern.name, None)
+            acls = dict(self._acls)
+            acls[key] = names
+            self._acls = acls
 
     def replace_all(self, acls: dict[ResourcePattern, Iterable[AccessControlEntry]]) -> None:
         fresh: dict[tuple[ResourceType, PatternType], dict[str, Entries]] = {}
         for pattern, entries in acls.items():
             if entries:
                 fresh.setdefault((pattern.resource_type, pattern.pattern_type), {})[pattern.name] = frozenset(entries)
-        self._acls = fresh
+        with self._write_lock:
+            self._acls = fresh
 
     def acls_of(self, pattern: ResourcePattern) -> Entries:
         return self._acls.get((pattern.resource_type, pattern.pattern_type), {}).get(pattern.name, frozenset())

@@ -1,0 +1,89 @@
+"""ZkAclStore against a real ZooKeeper: Kafka's znodes and JSON, change
+notifications reaching another broker's cache, loading at start."""
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from cluster.security.acls import (AccessControlEntry as Ace, AccessControlEntryFilter, AclBinding,
+                                   AclBindingFilter, Operation as Op, PatternType as Pt, PermissionType as Perm,
+                                   ResourcePattern, ResourcePatternFilter, ResourceType as Rt)
+from cluster.security.authorizer import AclAuthorizer, ZkAclStore
+from metadata import embedded_zookeeper
+from tests.unit.kafka_zk_fixtures import chroot_connect, raw, zookeeper  # noqa: F401 - fixtures
+
+pytestmark = pytest.mark.skipif(
+    not embedded_zookeeper.DEBIAN_ZOOKEEPER_JAR.is_file(), reason="Debian's zookeeper package is not installed")
+
+ALICE = "User:alice"
+
+
+@pytest.fixture
+def stores(chroot_connect):  # noqa: F811
+    started = []
+
+    def start() -> ZkAclStore:
+        store = ZkAclStore(chroot_connect, AclAuthorizer(), session_timeout_ms=4000).start()
+        started.append(store)
+        return store
+
+    yield start
+    for store in started:
+        store.close()
+
+
+def _eventually(check, timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, "not within the time allowed"
+        time.sleep(0.05)
+
+
+def test_create_writes_kafkas_znodes_and_other_brokers_follow(stores, raw):  # noqa: F811
+    here, there = stores(), stores()
+    literal = AclBinding(ResourcePattern(Rt.TOPIC, "orders", Pt.LITERAL), Ace(ALICE, "*", Op.READ, Perm.ALLOW))
+    prefixed = AclBinding(ResourcePattern(Rt.GROUP, "app-", Pt.PREFIXED), Ace(ALICE, "*", Op.ALL, Perm.DENY))
+    assert here.create_acls([literal, prefixed]) == [(0, None), (0, None)]
+    data, _ = raw.get("/kafka-acl/Topic/orders")
+    assert json.loads(data) == {"version": 1, "acls": [{"principal": ALICE, "permissionType": "Allow",
+                                                        "operation": "Read", "host": "*"}]}
+    assert json.loads(raw.get("/kafka-acl-extended/prefixed/Group/app-")[0])["acls"][0]["operation"] == "All"
+    changes = raw.get_children("/kafka-acl-changes")
+    assert [raw.get(f"/kafka-acl-changes/{c}")[0] for c in changes] == [b"TOPIC:orders"]
+    extended = raw.get_children("/kafka-acl-extended-changes")
+    assert json.loads(raw.get(f"/kafka-acl-extended-changes/{extended[0]}")[0]) == {
+        "version": 1, "resourceType": "GROUP", "name": "app-", "patternType": "PREFIXED"}
+    _eventually(lambda: there.authorizer.authorize(ALICE, "h", Op.READ, Rt.TOPIC, "orders"))
+    _eventually(lambda: there.authorizer.bindings() == here.authorizer.bindings())
+    # DeleteAcls through the other broker; the first follows.
+    deleted = there.delete_acls([AclBindingFilter(ResourcePatternFilter(Rt.ANY, None, Pt.ANY),
+                                                  AccessControlEntryFilter(principal=ALICE, operation=Op.READ))])
+    assert deleted == [(0, None, [literal])]
+    assert raw.exists("/kafka-acl/Topic/orders") is None
+    _eventually(lambda: not here.authorizer.authorize(ALICE, "h", Op.READ, Rt.TOPIC, "orders"))
+    assert here.authorizer.bindings() == [prefixed]
+
+
+def test_loaded_at_start_and_changes_written_by_kafka_are_followed(stores, raw):  # noqa: F811
+    first = stores()
+    assert first.create_acls([AclBinding(ResourcePattern(Rt.CLUSTER, "kafka-cluster", Pt.LITERAL),
+                                         Ace(ALICE, "*", Op.ALTER, Perm.ALLOW))]) == [(0, None)]
+    later = stores()  # a restarted broker reads what is stored
+    assert later.authorizer.authorize(ALICE, "h", Op.DESCRIBE, Rt.CLUSTER, "kafka-cluster")
+    # Kafka's own tools (ZooKeeper mode) write the znode, then the change node.
+    raw.create("/kafka-acl/Topic/t", json.dumps({"version": 1, "acls": [
+        {"host": "*", "permissionType": "Allow", "operation": "Write", "principal": "User:bob"}]}).encode(),
+        makepath=True)
+    raw.create("/kafka-acl-changes/acl_changes_", b"Topic:t", sequence=True)
+    _eventually(lambda: later.authorizer.authorize("User:bob", "h", Op.WRITE, Rt.TOPIC, "t"))
+
+
+def test_invalid_bindings_are_refused_one_by_one(stores):
+    store = stores()
+    good = AclBinding(ResourcePattern(Rt.TOPIC, "t", Pt.LITERAL), Ace(ALICE, "*", Op.READ, Perm.ALLOW))
+    bad = AclBinding(ResourcePattern(Rt.CLUSTER, "other", Pt.LITERAL), Ace(ALICE, "*", Op.ALTER, Perm.ALLOW))
+    results = store.create_acls([good, bad])
+    assert results[0] == (0, None) and results[1][0] == 42  # INVALID_REQUEST
+    assert store.authorizer.bindings() == [good]

@@ -21,7 +21,7 @@ import socket
 import struct
 from typing import Any, Optional
 
-from kio.schema.errors import ErrorCode
+from core.error_codes import ErrorCode
 
 from net.codec import decode_response, encode_request, request_schema
 from net.schema_build import build, nested

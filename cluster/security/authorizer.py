@@ -26,6 +26,7 @@ from typing import Iterable
 from cluster.security.acls import (ANY_ACL, WILDCARD_HOST, WILDCARD_PRINCIPAL, WILDCARD_RESOURCE,
                                    AccessControlEntry, AclBinding, AclBindingFilter, Operation, PatternType,
                                    PermissionType, ResourcePattern, ResourceType, validate_binding)
+from core.error_codes import ErrorCode
 
 log = logging.getLogger("raykafka.authorizer")
 
@@ -372,16 +373,14 @@ class ZkAclStore:
         self.authorizer.set_acls(pattern, wanted)
         return wanted
 
-    def create_acls(self, bindings: list[AclBinding]) -> list[tuple[int, str | None]]:
+    def create_acls(self, bindings: list[AclBinding]) -> list[tuple[ErrorCode, str | None]]:
         """-> per binding (error code, message): Kafka's AclAuthorizer.createAcls."""
-        from kio.schema.errors import ErrorCode
-
-        results: list[tuple[int, str | None]] = [(0, None)] * len(bindings)
+        results: list[tuple[ErrorCode, str | None]] = [(ErrorCode.none, None)] * len(bindings)
         by_pattern: dict[ResourcePattern, list[int]] = {}
         for index, binding in enumerate(bindings):
             problem = validate_binding(binding)
             if problem is not None:
-                results[index] = (int(ErrorCode.invalid_request), f"Failed to create ACL: {problem}")
+                results[index] = (ErrorCode.invalid_request, f"Failed to create ACL: {problem}")
             else:
                 by_pattern.setdefault(binding.pattern, []).append(index)
         with self._lock:
@@ -391,15 +390,13 @@ class ZkAclStore:
                     self._update(pattern, lambda current: current | added)
                 except Exception as exc:
                     for i in indexes:
-                        results[i] = (int(ErrorCode.unknown_server_error), str(exc)[:200])
+                        results[i] = (ErrorCode.unknown_server_error, str(exc)[:200])
         return results
 
-    def delete_acls(self, filters: list[AclBindingFilter]) -> list[tuple[int, str | None, list[AclBinding]]]:
+    def delete_acls(self, filters: list[AclBindingFilter]) -> list[tuple[ErrorCode, str | None, list[AclBinding]]]:
         """-> per filter (error, message, deleted bindings): Kafka's AclAuthorizer.deleteAcls
         (exact patterns named by a filter are read from ZooKeeper, not only the cache)."""
-        from kio.schema.errors import ErrorCode
-
-        results: list[tuple[int, str | None, list[AclBinding]]] = []
+        results: list[tuple[ErrorCode, str | None, list[AclBinding]]] = []
         with self._lock:
             patterns = {b.pattern for b in self.authorizer.bindings()}
             for f in filters:
@@ -434,7 +431,7 @@ class ZkAclStore:
             for i, f in enumerate(filters):
                 problem = f.invalid()
                 if problem is not None:
-                    results.append((int(ErrorCode.invalid_request), problem, []))
+                    results.append((ErrorCode.invalid_request, problem, []))
                 else:
-                    results.append((0, None, deleted[i]))
+                    results.append((ErrorCode.none, None, deleted[i]))
         return results

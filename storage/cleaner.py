@@ -64,7 +64,7 @@ from typing import Iterable, Iterator, NamedTuple
 from crc32c import crc32c
 
 from storage.checkpoint import CLEANER_OFFSET_CHECKPOINT, OffsetCheckpointFile
-from storage.errors import CORRUPT_MESSAGE, InvalidRecordsError, StorageError
+from storage.errors import InvalidRecordsError, StorageError
 from storage.log import CLEANED_FILE_SUFFIX, Log, parse_partition_dir_name
 from storage.record_batch import (
     ATTRIBUTES_OFFSET,

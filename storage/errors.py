@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from core.error_codes import ErrorCode
 
-# The Kafka error codes the storage layer can produce, under the names that
-# storage, spark and the edge import them by.
+# Aliases of the Kafka error codes the storage layer produces, for the modules
+# outside storage that import them by these names.
 UNKNOWN_SERVER_ERROR = ErrorCode.unknown_server_error
 OFFSET_OUT_OF_RANGE = ErrorCode.offset_out_of_range
 CORRUPT_MESSAGE = ErrorCode.corrupt_message
@@ -25,9 +25,9 @@ INVALID_RECORD = ErrorCode.invalid_record
 class StorageError(Exception):
     """Base class; ``error_code`` is the Kafka error code for responses."""
 
-    error_code = UNKNOWN_SERVER_ERROR
+    error_code = ErrorCode.unknown_server_error
 
-    def __init__(self, message: str, error_code: int | None = None):
+    def __init__(self, message: str, error_code: ErrorCode | None = None):
         super().__init__(message)
         if error_code is not None:
             self.error_code = error_code
@@ -41,15 +41,15 @@ class InvalidRecordsError(StorageError):
     (``batch_index`` is the record's index inside its batch).
     """
 
-    error_code = CORRUPT_MESSAGE
+    error_code = ErrorCode.corrupt_message
 
-    def __init__(self, error_code: int, message: str, record_errors: tuple = ()):
+    def __init__(self, error_code: ErrorCode, message: str, record_errors: tuple = ()):
         super().__init__(message, error_code)
         self.record_errors = tuple(record_errors)
 
 
 class OffsetOutOfRangeError(StorageError):
-    error_code = OFFSET_OUT_OF_RANGE
+    error_code = ErrorCode.offset_out_of_range
 
 
 class UnexpectedAppendOffsetError(StorageError):
@@ -71,14 +71,14 @@ class CorruptIndexError(StorageError):
 class CorruptCheckpointError(StorageError):
     """A checkpoint or properties file cannot be parsed."""
 
-    error_code = KAFKA_STORAGE_ERROR
+    error_code = ErrorCode.kafka_storage_error
 
 
 class KafkaStorageError(StorageError):
     """An I/O failure left a log unusable (disk full, EIO, ...)."""
 
-    error_code = KAFKA_STORAGE_ERROR
+    error_code = ErrorCode.kafka_storage_error
 
 
 class LogClosedError(StorageError):
-    error_code = KAFKA_STORAGE_ERROR
+    error_code = ErrorCode.kafka_storage_error

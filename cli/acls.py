@@ -20,6 +20,7 @@ import argparse
 import sys
 
 from cli.admin_client import AdminClient, AdminError
+from core.error_codes import ErrorCode
 from net.codec import request_schema
 from net.schema_build import build, nested
 from cluster.security.acls import (CLUSTER_NAME, WILDCARD_HOST, AccessControlEntry, AccessControlEntryFilter,
@@ -213,8 +214,8 @@ _ITEMS_FIELD = {CREATE_ACLS: "creations", DELETE_ACLS: "filters"}
 
 
 def _raise_for(code, message) -> None:
-    if int(code) != 0:
-        name = getattr(code, "name", str(code)).upper()
+    if code != ErrorCode.none:
+        name = ErrorCode(code).name.upper()
         raise AdminError(f"{name}: {message}" if message else name)
 
 

@@ -19,6 +19,7 @@ import ssl
 from typing import Callable, Optional
 
 from cli.admin_client import AdminError
+from core.error_codes import ErrorCode
 
 SASL_HANDSHAKE = 17
 SASL_AUTHENTICATE = 36
@@ -117,13 +118,13 @@ def authenticate(call: Callable, security: Optional[ClientSecurity]) -> None:
     if security is None or not security.uses_sasl:
         return
     answer = call(SASL_HANDSHAKE, mechanism=security.mechanism)
-    if int(answer.error_code) != 0:
+    if answer.error_code != ErrorCode.none:
         raise AuthenticationFailed(f"SaslHandshake: {answer.error_code.name.upper()} "
                                    f"(broker mechanisms: {', '.join(answer.mechanisms)})")
 
     def exchange(token: bytes) -> bytes:
         reply = call(SASL_AUTHENTICATE, auth_bytes=token)
-        if int(reply.error_code) != 0:
+        if reply.error_code != ErrorCode.none:
             raise AuthenticationFailed(f"{reply.error_code.name.upper()}: {reply.error_message or ''}".strip())
         return bytes(reply.auth_bytes or b"")
 

@@ -55,6 +55,7 @@ from cluster.transactions.coordinator import EndTxnResult, InitProducerIdResult,
 from cluster.transactions.markers import TransactionMarkerChannelManager
 from cluster.transactions.state_manager import TransactionConfig, TransactionStateManager
 from core.config import BrokerConfig
+from core.naming import replica_actor_name
 from core.txn_messages import TxnCompletion, TxnMarker, TxnMarkerResult
 
 log = logging.getLogger("raykafka.transaction_coordinator")
@@ -227,7 +228,8 @@ class TransactionCoordinatorActor:
         key = (topic, partition, broker_id)
         handle = self._replicas.get(key)
         if handle is None:
-            handle = self._replicas[key] = await self.node_calls.find_actor(name)
+            handle = self._replicas[key] = await self.node_calls.find_actor(
+                replica_actor_name(topic, partition, broker_id))
         return handle
 
     async def _write_markers(self, topic: str, partition: int, markers: list[TxnMarker]) -> list[TxnMarkerResult]:

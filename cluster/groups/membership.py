@@ -301,18 +301,27 @@ class GroupCoordinator:
         prefix = group_instance_id if group_instance_id is not None else client_id
         return f"{prefix}-{self._member_id_suffix()}"
 
+    @staticmethod
+    def _join_refused(group: GroupMetadata, member_id: str, protocol_type: str, protocols: list[tuple[str, bytes]],
+                      callback: JoinCallback) -> bool:
+        """A dead group (removed under our feet: deleted or migrated, so the
+        client rediscovers) or protocols the group cannot take: answered here."""
+        if group.is_(S.DEAD):
+            error = E.coordinator_not_available
+        elif not group.supports_protocols(protocol_type, [name for name, _ in protocols]):
+            error = E.inconsistent_group_protocol
+        else:
+            return False
+        invoke_callback(callback, JoinGroupResult.failed(member_id, error))
+        return True
+
     def _do_new_member_join(
         self, group: GroupMetadata, group_instance_id: Optional[str], require_known_member_id: bool,
         support_skipping_assignment: bool, client_id: str, client_host: str, rebalance_timeout_ms: int,
         session_timeout_ms: int, protocol_type: str, protocols: list[tuple[str, bytes]],
         callback: JoinCallback, why: str,
     ) -> None:
-        if group.is_(S.DEAD):
-            # Removed under our feet (deleted/migrated): let the client rediscover.
-            invoke_callback(callback, JoinGroupResult.failed(UNKNOWN_MEMBER_ID, E.coordinator_not_available))
-            return
-        if not group.supports_protocols(protocol_type, [name for name, _ in protocols]):
-            invoke_callback(callback, JoinGroupResult.failed(UNKNOWN_MEMBER_ID, E.inconsistent_group_protocol))
+        if self._join_refused(group, UNKNOWN_MEMBER_ID, protocol_type, protocols, callback):
             return
         new_member_id = self._new_member_id(client_id, group_instance_id)
         if group_instance_id is not None:
@@ -343,11 +352,7 @@ class GroupCoordinator:
         client_host: str, rebalance_timeout_ms: int, session_timeout_ms: int, protocol_type: str,
         protocols: list[tuple[str, bytes]], callback: JoinCallback, why: str,
     ) -> None:
-        if group.is_(S.DEAD):
-            invoke_callback(callback, JoinGroupResult.failed(member_id, E.coordinator_not_available))
-            return
-        if not group.supports_protocols(protocol_type, [name for name, _ in protocols]):
-            invoke_callback(callback, JoinGroupResult.failed(member_id, E.inconsistent_group_protocol))
+        if self._join_refused(group, member_id, protocol_type, protocols, callback):
             return
         if group.is_pending_member(member_id):
             if group_instance_id is not None:

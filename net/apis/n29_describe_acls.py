@@ -13,7 +13,7 @@ _TESTS = ("tests/integration/test_acls.py::test_acl_tool_add_list_remove",
 
 
 def binding_filter(item, *, prefix: str = "") -> AclBindingFilter:
-    """A DescribeAcls request or DeleteAcls filter -> AclBindingFilter (v0: LITERAL patterns only)."""
+    """A DescribeAcls request or DeleteAcls filter -> AclBindingFilter."""
     pattern_type = getattr(item, "pattern_type_filter", int(PatternType.LITERAL))
     return AclBindingFilter(
         ResourcePatternFilter(ResourceType(item.resource_type_filter), item.resource_name_filter,
@@ -22,7 +22,7 @@ def binding_filter(item, *, prefix: str = "") -> AclBindingFilter:
                                  PermissionType(item.permission_type)))
 
 
-@api(29, 0, 3, tests=_TESTS)
+@api(29, 1, 3, tests=_TESTS)
 async def handle_describe_acls(ctx, request):
     schema = response_schema_for(request)
     resource_cls, acl_cls = nested(schema, "DescribeAclsResource"), nested(schema, "AclDescription")

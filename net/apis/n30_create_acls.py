@@ -23,7 +23,7 @@ def _binding(creation) -> AclBinding:
                            PermissionType(creation.permission_type)))
 
 
-@api(30, 0, 3, tests=_TESTS)
+@api(30, 1, 3, tests=_TESTS)
 async def handle_create_acls(ctx, request):
     schema = response_schema_for(request)
     result_cls = nested(schema, "AclCreationResult")

@@ -14,7 +14,7 @@ from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for
 _TESTS = ("tests/integration/test_acls.py::test_acl_tool_add_list_remove",)
 
 
-@api(31, 0, 3, tests=_TESTS)
+@api(31, 1, 3, tests=_TESTS)
 async def handle_delete_acls(ctx, request):
     schema = response_schema_for(request)
     result_cls, matching_cls = nested(schema, "DeleteAclsFilterResult"), nested(schema, "DeleteAclsMatchingAcl")

@@ -60,6 +60,7 @@ from storage.record_batch import (
     assign_offsets,
     set_log_append_time,
     stamp_client_batches,
+    unpack_header,
     validate_batches,
 )
 from storage import records as _records
@@ -497,22 +498,16 @@ class Log:
         ps.complete_txn(completed)
 
     @staticmethod
-    def _producer_batches(
-        headers: list[BatchHeader], first_offset: int | None = None, leader_epoch: int = -1
-    ) -> list[tuple[int, BatchHeader]]:
+    def _producer_batches(headers: list[BatchHeader], stamped=None) -> list[tuple[int, BatchHeader]]:
         """``(position, header)`` of the batches in ``headers`` that name a
-        producer id. Headers parsed before ``assign_offsets`` stamped them
-        pass the ``first_offset`` and ``leader_epoch`` that it stamped."""
+        producer id. ``stamped``: the bytes as written since ``headers`` were
+        parsed (offsets, epochs, LogAppendTime); those batches' headers are
+        read again from it, so producer state sees what the log holds."""
         found: list[tuple[int, BatchHeader]] = []
         pos = 0
-        next_offset = first_offset
         for h in headers:
             if h.producer_id >= 0:
-                if next_offset is not None:
-                    h = h._replace(base_offset=next_offset, partition_leader_epoch=leader_epoch)
-                found.append((pos, h))
-            if next_offset is not None:
-                next_offset += h.last_offset_delta + 1
+                found.append((pos, h if stamped is None else unpack_header(stamped, pos)))
             pos += h.batch_length + LOG_OVERHEAD
         return found
 
@@ -733,7 +728,7 @@ class Log:
                     if h.max_timestamp > max_ts:
                         max_ts, off_max = h.max_timestamp, nxt - 1
             updates = None
-            producer_batches = self._producer_batches(headers, first, leader_epoch)
+            producer_batches = self._producer_batches(headers, view)
             if producer_batches:
                 updates = self._analyze_producers(view, producer_batches, origin)
                 if isinstance(updates, BatchMetadata):

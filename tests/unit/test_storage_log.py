@@ -332,6 +332,19 @@ def test_log_append_time(tmp_path):
     assert log.offset_for_timestamp(777_000) == (0, 777_000)
 
 
+def test_log_append_time_reaches_producer_state(tmp_path):
+    """The exact append path stamps offsets and LogAppendTime after parsing:
+    producer state records the stamped offsets and the broker's timestamp."""
+    log = open_log(tmp_path / "t-0", message_timestamp_type="LogAppendTime")
+    log.append_as_leader(make_batch(2), 0, now_ms=100_000)
+    batch = build_batch([SimpleRecord(b"k", b"v", (), 5)], producer_id=9, producer_epoch=0, base_sequence=0)
+    info = log.append_as_leader(batch, 0, now_ms=777_000)
+    assert info.first_offset == 2
+    entry = log.producer_state.last_entry(9)
+    assert entry.last_timestamp == 777_000
+    assert entry.last_data_offset == 2
+
+
 def test_leader_epochs(tmp_path):
     log = open_log(tmp_path / "t-0", **SMALL)
     for epoch, n in [(0, 5), (0, 5), (2, 3), (2, 3), (5, 4)]:

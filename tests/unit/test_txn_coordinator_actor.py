@@ -66,13 +66,13 @@ async def wait_state(actor, transactional_id, wanted, timeout_s=5.0):
 
 def control_batches(replica: FakeReplica) -> list:
     partition = replica.partition
-    error, _hw, _lso, _start, slices = partition.read(0, 1 << 20, 0, partition.leader_epoch)
-    assert error == 0
+    result = partition.read(0, 1 << 20, 0, partition.leader_epoch)
+    assert result.error == 0
     out = []
-    for path, position, length, *_ in slices:
-        with open(path, "rb") as f:
-            f.seek(position)
-            data = f.read(length)
+    for piece in result.slices:
+        with open(piece.path, "rb") as f:
+            f.seek(piece.position)
+            data = f.read(piece.length)
         pos = 0
         while pos + 61 <= len(data):
             size = HEADER.unpack_from(data, pos)[1] + LOG_OVERHEAD

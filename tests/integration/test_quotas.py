@@ -161,7 +161,7 @@ def _consume(bootstrap: str, client_id: str, topic: str, seconds: float) -> tupl
     throttles = []
     consumer = Consumer({"bootstrap.servers": bootstrap, "client.id": client_id, "group.id": f"g-{client_id}",
                          "auto.offset.reset": "earliest", "enable.auto.commit": False,
-                         "fetch.max.bytes": 262144, "max.partition.fetch.bytes": 262144,
+                         "max.partition.fetch.bytes": 262144,
                          "throttle_cb": lambda event: throttles.append(event.throttle_time)})
     consumer.assign([confluent_kafka.TopicPartition(topic, 0, confluent_kafka.OFFSET_BEGINNING)])
     received, deadline = 0, time.monotonic() + seconds

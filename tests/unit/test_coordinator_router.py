@@ -150,3 +150,13 @@ def test_transaction_calls_share_the_mapping(outcome, expected, forgotten):
     (error, answer), kept = asyncio.run(go())
     assert error == expected and answer == ("answer" if expected is None else None)
     assert kept is not forgotten
+
+
+def test_the_edge_finds_coordinators_by_the_names_they_register_under():
+    """core.naming holds the names net/ uses; the coordinator actors must register under the same."""
+    from actors import group_coordinator, transaction_coordinator
+    from core import naming
+
+    assert naming.group_coordinator_actor_name(3, 2) == group_coordinator.coordinator_actor_name(3, 2)
+    assert naming.transaction_coordinator_actor_name(3, 2) == transaction_coordinator.coordinator_actor_name(3, 2)
+    assert naming.OFFSETS_TOPIC == group_coordinator.OFFSETS_TOPIC == transaction_coordinator.OFFSETS_TOPIC

@@ -80,7 +80,7 @@ class RayNodeCalls:
         except Exception:
             self.purgatory = None  # look it up again next time (a restarted purgatory)
             raise
-        return E(statuses.get((topic, partition), int(E.request_timed_out)))
+        return E(statuses.get((topic, partition), E.request_timed_out))
 
 
 def restarted_by_ray() -> bool:

@@ -372,7 +372,8 @@ def test_open_transaction_aborted_after_kill9_and_restart(txn_broker):
     done.produce(topic, value=b"committed", partition=0)
     done.commit_transaction(30)
     _wait_for_state(txn_broker, done_id, "CompleteCommit")
-    left_open = _initialised_producer(txn_broker, open_id, **{"transaction.timeout.ms": 5000, "message.timeout.ms": 5000})
+    left_open = _initialised_producer(txn_broker, open_id,
+                                      **{"transaction.timeout.ms": 5000, "message.timeout.ms": 5000})
     left_open.begin_transaction()
     left_open.produce(topic, value=b"open", partition=0)
     left_open.flush(30)

@@ -354,6 +354,9 @@ class EdgeActor:
             self.listeners[0].endpoints.close()
         if self.service is not None and getattr(self.service, "scram_store", None) is not None:
             self.service.scram_store.close()
+        if self.service is not None and getattr(self.service, "acl_store", None) is not None:
+            # The ACLs' ZooKeeper session (net/authorization.py); kazoo's close blocks.
+            await asyncio.get_running_loop().run_in_executor(None, self.service.acl_store.close)
         if self.zk is not None:
             await asyncio.get_running_loop().run_in_executor(None, self.zk.close)
         if self.service is not None:

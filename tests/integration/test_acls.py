@@ -65,7 +65,11 @@ def _config(broker, user: str, **extra) -> dict:
 
 
 def _admin(broker, user: str = "admin") -> AdminClient:
-    return AdminClient(_config(broker, user))
+    """One admin client per user for the module (a client destroyed early fails its futures with _DESTROY)."""
+    clients = broker.setdefault("admins", {})
+    if user not in clients:
+        clients[user] = AdminClient(_config(broker, user))
+    return clients[user]
 
 
 def _wait(futures: dict, timeout_s: float = 30) -> dict:
@@ -293,6 +297,7 @@ def test_acls_survive_a_restart(acl_broker):
     process = acl_broker["broker"]
     assert process.stop() == 0
     acl_broker["broker"] = process.start()
+    acl_broker.pop("admins", None)  # connected to the broker before the restart
     bindings = _admin(acl_broker).describe_acls(AclBindingFilter(
         ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, None, None, AclOperation.ANY,
         AclPermissionType.ANY)).result(30)

@@ -144,3 +144,12 @@ def config_denial(may, operation: Operation, config_resource_type: int, name: st
     if config_resource_type in (CONFIG_BROKER, CONFIG_BROKER_LOGGER):
         return None if may(operation, ResourceType.CLUSTER, CLUSTER_NAME) else ErrorCode.cluster_authorization_failed
     return None
+
+
+def operations_field(may, resource_type: ResourceType, name: str) -> int:
+    """KIP-430's authorized operations of a resource: a bit per operation code
+    the principal may do, over the operations Kafka supports on that type
+    (all of them without an authorizer, as Kafka answers)."""
+    from cluster.security.acls import SUPPORTED_OPERATIONS
+
+    return sum(1 << int(op) for op in SUPPORTED_OPERATIONS[resource_type] if may(op, resource_type, name))

@@ -100,7 +100,9 @@ async def handle_metadata(ctx, request):
         )
         topics.append(build(topic_cls, error_code=ErrorCode.none, name=name, topic_id=info.topic_id,
                             is_internal=info.internal, partitions=partitions,
-                            topic_authorized_operations=OPERATIONS_OMITTED))
+                            topic_authorized_operations=authorization.operations_field(may, ResourceType.TOPIC, name)
+                            if getattr(request, "include_topic_authorized_operations", False)
+                            else OPERATIONS_OMITTED))
     for topic_id in by_id_errors:
         topics.append(build(topic_cls, error_code=ErrorCode.unknown_topic_id, name=None, topic_id=topic_id,
                             is_internal=False, partitions=(), topic_authorized_operations=OPERATIONS_OMITTED))
@@ -112,4 +114,6 @@ async def handle_metadata(ctx, request):
                     for address in (broker_address(ctx, b),))
     return build(schema, throttle_time=ZERO_THROTTLE, brokers=brokers, cluster_id=cache.cluster_id,
                  controller_id=cache.controller_id, topics=tuple(topics), error_code=ErrorCode.none,
-                 cluster_authorized_operations=OPERATIONS_OMITTED)
+                 cluster_authorized_operations=authorization.operations_field(
+                     may, ResourceType.CLUSTER, CLUSTER_NAME)
+                 if getattr(request, "include_cluster_authorized_operations", False) else OPERATIONS_OMITTED)

@@ -32,6 +32,7 @@ async def handle_describe_groups(ctx, request):
         _describe(ctx.edge, g) if g in describable
         else authorization.answer((ErrorCode.group_authorization_failed, None)) for g in request.groups))
     groups = []
+    may = await authorization.checker(ctx)
     for group_id, (error, d) in zip(request.groups, answers):
         if d is None or error != ErrorCode.none:
             groups.append(build(group_cls, error_code=error, error_message=None, group_id=group_id, group_state="",
@@ -49,5 +50,7 @@ async def handle_describe_groups(ctx, request):
                               member_assignment=m.assignment) for m in d.members)
         groups.append(build(group_cls, error_code=ErrorCode.none, error_message=None, group_id=group_id,
                             group_state=d.state, protocol_type=d.protocol_type, protocol_data=d.protocol,
-                            members=members, authorized_operations=OPERATIONS_OMITTED))
+                            members=members, authorized_operations=authorization.operations_field(
+                                may, ResourceType.GROUP, group_id)
+                            if getattr(request, "include_authorized_operations", False) else OPERATIONS_OMITTED))
     return build(schema, throttle_time=ZERO_THROTTLE, groups=tuple(groups))

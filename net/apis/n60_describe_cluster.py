@@ -1,6 +1,8 @@
 """DescribeCluster (60): brokers, cluster id and controller from the metadata cache."""
 from core.error_codes import ErrorCode
 
+from net import authorization
+from net.authorization import CLUSTER_NAME, ResourceType
 from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for
 
@@ -28,4 +30,6 @@ async def handle_describe_cluster(ctx, request):
     )
     return build(schema, throttle_time=ZERO_THROTTLE, error_code=ErrorCode.none, error_message=None,
                  endpoint_type=1, cluster_id=cache.cluster_id or "", controller_id=cache.controller_id,
-                 brokers=brokers, cluster_authorized_operations=OPERATIONS_OMITTED)
+                 brokers=brokers, cluster_authorized_operations=authorization.operations_field(
+                     await authorization.checker(ctx), ResourceType.CLUSTER, CLUSTER_NAME)
+                 if getattr(request, "include_cluster_authorized_operations", False) else OPERATIONS_OMITTED)

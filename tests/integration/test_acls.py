@@ -212,6 +212,9 @@ def test_groups_need_read_on_the_group(acl_broker):
     assert _wait(bob_admin.delete_consumer_groups([admin_group])) == {admin_group: KafkaError.GROUP_AUTHORIZATION_FAILED}
     # ListGroups without DESCRIBE on the cluster: only the groups bob may DESCRIBE.
     _allow(acl_broker, "bob", AclOperation.DELETE, ResourceType.GROUP, admin_group)
+    described = bob_admin.describe_consumer_groups([admin_group], include_authorized_operations=True)
+    assert set(described[admin_group].result(30).authorized_operations) == {AclOperation.DELETE,
+                                                                            AclOperation.DESCRIBE}
     listed = {g.group_id for g in bob_admin.list_consumer_groups().result(30).valid}
     assert admin_group in listed and all(g == admin_group for g in listed)
     assert _wait(bob_admin.delete_consumer_groups([admin_group])) == {admin_group: None}
@@ -289,6 +292,10 @@ def test_metadata_hides_undescribable_topics(acl_broker):
     assert named.error is not None and named.error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
     everything = set(_admin(acl_broker).list_topics(timeout=30).topics)
     assert {seen, hidden} <= everything  # the super user sees all
+    # KIP-430: the operations a principal may do on the cluster.
+    assert not bob.describe_cluster(include_authorized_operations=True).result(30).authorized_operations
+    admin_ops = _admin(acl_broker).describe_cluster(include_authorized_operations=True).result(30)
+    assert AclOperation.ALTER in admin_ops.authorized_operations and len(admin_ops.authorized_operations) == 7
 
 
 def test_acls_survive_a_restart(acl_broker):

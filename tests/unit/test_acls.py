@@ -155,3 +155,16 @@ def test_zookeeper_layout_is_kafkas():
                                      ("IDEMPOTENT_WRITE", Op.IDEMPOTENT_WRITE), ("All", Op.ALL)])
 def test_operation_names(text, op):
     assert Op.parse(text) == op
+
+
+def test_authorized_operations_bit_field():
+    from net.authorization import _allow_all, operations_field
+
+    assert operations_field(_allow_all, Rt.TOPIC, "t") == 3576  # Kafka's value for every topic operation
+    auth = AclAuthorizer()
+    auth.set_acls(topic("t"), [allow(ALICE, Op.WRITE)])
+
+    def may(op, resource_type, name):
+        return auth.authorize(ALICE, HOST, op, resource_type, name)
+
+    assert operations_field(may, Rt.TOPIC, "t") == (1 << Op.WRITE) | (1 << Op.DESCRIBE)

@@ -357,6 +357,9 @@ class EdgeActor:
         if self.service is not None and getattr(self.service, "acl_store", None) is not None:
             # The ACLs' ZooKeeper session (net/authorization.py); kazoo's close blocks.
             await asyncio.get_running_loop().run_in_executor(None, self.service.acl_store.close)
+        if self.service is not None and getattr(self.service, "client_quotas", None) is not None:
+            # The client quotas' ZooKeeper session and watch (net/client_quotas.py).
+            await asyncio.get_running_loop().run_in_executor(None, self.service.client_quotas.close)
         if self.zk is not None:
             await asyncio.get_running_loop().run_in_executor(None, self.zk.close)
         if self.service is not None:

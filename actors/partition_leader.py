@@ -26,8 +26,10 @@ from cluster import replica_schedule as duties
 from core import error_codes
 from core.clock import SYSTEM_CLOCK, Clock
 from core.local_calls import LocalCallServer
-from core.replica_messages import FollowerFetchResult, PlacedRecordSet, RecordSet, failed_append
+from core.replica_messages import (DeleteRecordsResult, FollowerFetchResult, PlacedRecordSet, RecordSet,
+                                   failed_append)
 from core.txn_messages import ORIGIN_CLIENT, DescribeProducersResult, TxnMarker, TxnMarkerResult
+from storage.errors import OffsetOutOfRangeError
 from storage.log import LogConfig
 from storage.log_manager import LogManager
 
@@ -157,29 +159,28 @@ class ReplicaActor(FollowerRole):
         self.partition.min_insync_replicas = min_insync_replicas
         self._poke_timer()  # cleanup.policy decides whether the cleaner is scheduled
 
-    async def delete_records(self, offset: int, current_leader_epoch: int, timeout_ms: int = 30000):
-        """DeleteRecords on the leader -> (error, low watermark). Waits (bounded) until every in-sync follower
+    async def delete_records(self, offset: int, current_leader_epoch: int,
+                             timeout_ms: int = 30000) -> DeleteRecordsResult:
+        """DeleteRecords on the leader. Waits (bounded) until every in-sync follower
         moved its log start too, as learnt from its next fetch (Kafka's DelayedDeleteRecords)."""
-        from storage.errors import OffsetOutOfRangeError
-
         self._traffic()
         p = self.partition
         error = p.check_leader(current_leader_epoch)
         if error:
-            return error, -1
+            return DeleteRecordsResult(error, -1)
         try:
             target = self.log.delete_records(offset, p.high_watermark)
         except OffsetOutOfRangeError:
-            return error_codes.OFFSET_OUT_OF_RANGE, -1
+            return DeleteRecordsResult(error_codes.OFFSET_OUT_OF_RANGE, -1)
         await self._write_checkpoints_off_loop()
         self._after_change(True)
         deadline = self.clock.monotonic() + timeout_ms / 1000
         while p.low_watermark() < target:
             remaining = deadline - self.clock.monotonic()
             if remaining <= 0 or not p.is_leader:
-                return error_codes.REQUEST_TIMED_OUT, p.low_watermark()
+                return DeleteRecordsResult(error_codes.REQUEST_TIMED_OUT, p.low_watermark())
             await self._wait_for_change(remaining)
-        return 0, p.low_watermark()
+        return DeleteRecordsResult(0, p.low_watermark())
 
     async def _write_checkpoints_off_loop(self) -> None:
         """The values as of now, written on the I/O thread (after any flush queued there)."""

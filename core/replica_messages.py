@@ -152,3 +152,10 @@ class PartitionOffset(NamedTuple):
     topic: str
     partition: int
     offset: int
+
+
+class DeleteRecordsResult(NamedTuple):
+    """DeleteRecords on the leader: the error, and the partition's low
+    watermark (the smallest log start over the in-sync replicas) after it."""
+    error: int
+    low_watermark: int

@@ -49,17 +49,24 @@ async def handle_create_topics(ctx, request):
                         "error_message": f"Create topics request from client contains multiple "
                                          f"entries for the following topics: {name}"})
     topics = []
+    may = await authorization.checker(ctx)
     for r in results:
         ok = r["error_code"] == 0
+        # Kafka: a created topic's configs, partitions and replication factor
+        # are answered only with DESCRIBE_CONFIGS on it (topic_config_error_code).
+        hidden = not may(Operation.DESCRIBE_CONFIGS, ResourceType.TOPIC, r["name"])
         configs = None
         if config_cls is not None and ok:
-            configs = tuple(build(config_cls, name=k, value=v["value"], read_only=False,
-                                  config_source=v["source"], is_sensitive=False)
-                            for k, v in sorted(r.get("configs", {}).items()))
+            configs = () if hidden else tuple(build(config_cls, name=k, value=v["value"], read_only=False,
+                                                    config_source=v["source"], is_sensitive=False)
+                                              for k, v in sorted(r.get("configs", {}).items()))
+        attempted = r["name"] not in denied and r["name"] not in duplicates
         topics.append(build(
             result_cls, name=r["name"], topic_id=r.get("topic_id") if ok else None,
             error_code=ErrorCode(r["error_code"]), error_message=r.get("error_message"),
-            num_partitions=r.get("num_partitions", -1) if ok else -1,
-            replication_factor=r.get("replication_factor", -1) if ok else -1,
+            topic_config_error_code=ErrorCode.topic_authorization_failed if hidden and (ok or not attempted)
+            else ErrorCode.none,
+            num_partitions=r.get("num_partitions", -1) if ok and not hidden else -1,
+            replication_factor=r.get("replication_factor", -1) if ok and not hidden else -1,
             configs=configs))
     return build(schema, throttle_time=ZERO_THROTTLE, topics=tuple(topics))

@@ -5,8 +5,10 @@ and a transactional id whose coordinator does not know the partition) found
 by Kafka's rules and aborted, after which read_committed readers move on."""
 from __future__ import annotations
 
+import contextlib
 import datetime
 import functools
+import io
 import random
 import time
 import uuid

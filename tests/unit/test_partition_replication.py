@@ -141,3 +141,33 @@ def test_follower_out_of_range_and_not_a_replica(tmp_path):
     append(leader, batch(2))
     assert leader.fetch_for_follower(FOLLOWER, 9, -1, 0, 100, 0).error == ErrorCode.offset_out_of_range
     assert leader.fetch_for_follower(7, 0, -1, 0, 100, 0).error == ErrorCode.not_leader_or_follower
+
+
+def test_follower_applies_answers_and_reconciles_as_the_fetcher_does(tmp_path):
+    """What actors/follower.py does with each FollowerFetchResult, without
+    the task: data is appended (caught up once the leader's HW is reached),
+    an out-of-range answer truncates by Kafka's rules, other errors are left
+    to the fetcher's backoff."""
+    leader, follower = pair(tmp_path)
+    for _ in range(3):
+        append(leader, batch(1))  # one batch per offset: truncation can stop at each
+    assert not follower.follower_caught_up  # unknown until the first answer
+    answer = leader.fetch_for_follower(FOLLOWER, 0, -1, 0, 1 << 20, 0)
+    assert answer.error == 0 and answer.diverging is None and answer.log_end_offset == 3
+    assert follower.apply_fetched(answer) == 3
+    assert follower.follower_caught_up  # 3 >= the leader's HW then (0)
+    # Ahead of the leader: truncate to its log end.
+    ahead = leader.fetch_for_follower(FOLLOWER, 9, -1, 0, 1 << 20, 0)
+    assert ahead.error == ErrorCode.offset_out_of_range
+    ahead = ahead._replace(log_end_offset=1)
+    assert follower.reconcile_with_leader(ahead)
+    assert follower.log.log_end_offset == 1 and follower.high_watermark <= 1
+    # Behind the leader's log start: start over there.
+    behind = ahead._replace(log_end_offset=10, log_start_offset=5)
+    assert follower.reconcile_with_leader(behind)
+    assert follower.log.log_start_offset == 5 and follower.log.log_end_offset == 5
+    # Any other error: nothing to reconcile, the fetcher backs off.
+    assert not follower.reconcile_with_leader(leader.fetch_for_follower(7, 0, -1, 0, 1 << 20, 0))
+    # A new leadership starts with the lag unknown again.
+    assert follower.make_follower(2, LEADER, 1, [LEADER, FOLLOWER], [LEADER, FOLLOWER]) == 0
+    assert not follower.follower_caught_up

@@ -1,14 +1,12 @@
 """The partition replica actor: one Ray actor per replica, named
 `<topic>-<partition>@<broker id>`, owning that replica's log directory.
 
-A thin shell: cluster.partition.Partition holds the rules, storage.log.Log the
-bytes, storage.log_manager.LogManager the log directory, its checkpoints and
-the log duties' decisions. This module adds what needs an event loop or I/O,
-for the leader role: long-polled follower fetches, ISR shrink/expand committed
-to ZooKeeper (actors/isr_writer.py), progress reports to the node's purgatory
-(actors/replica_progress.py), the one timer of the periodic duties. The
-follower role (the fetcher) lives in actors/follower.py. Time comes from an
-injected core.clock.Clock.
+A thin shell: cluster.partition.Partition holds the rules, storage.log.Log the bytes,
+storage.log_manager.LogManager the log dir, checkpoints and log duties' decisions. This module
+adds what needs an event loop or I/O for the leader role: long-polled follower fetches, ISR
+changes committed to ZooKeeper (actors/isr_writer.py), progress reports to the node's purgatory
+(actors/replica_progress.py), the duty timer. The follower role is actors/follower.py's.
+Time comes from an injected core.clock.Clock.
 """
 from __future__ import annotations
 
@@ -23,6 +21,7 @@ from actors.replica_progress import ProgressReporter
 from actors.replica_timer import IDLE_AFTER_S, ChangeSignal, DutyTimer
 from actors.shared_regions import MappedRegions
 from cluster import replica_schedule as duties
+from cluster.partition import Partition
 from core import error_codes
 from core.clock import SYSTEM_CLOCK, Clock
 from core.local_calls import LocalCallServer
@@ -67,8 +66,9 @@ class ReplicaActor(FollowerRole):
             "log.cleaner.enable": True, **(replica_config or {})}
         self.logs = LogManager(log_dirs, topic, partition, config, clock)
         self.log_dir = self.logs.log_dir
-        self.partition = self.logs.open_partition(log_config, broker_id, min_insync_replicas)
-        self.log = self.logs.log
+        self.log, checkpointed_hw = self.logs.open_log(log_config)
+        self.partition = self.logs.partition = Partition(topic, partition, broker_id, self.log, checkpointed_hw,
+                                                         min_insync_replicas)
         # Long-polled calls wait for the next change (actors/replica_timer.py).
         self._changes = ChangeSignal()
         self._wake_waiters, self._wait_for_change = self._changes.wake, self._changes.wait

@@ -14,10 +14,9 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-CHECKPOINT = "checkpoint"
+from storage.log_manager import CHECKPOINT, CLEAN, RETENTION  # noqa: F401 - the log duties, decided there
+
 ISR = "isr"
-RETENTION = "retention"
-CLEAN = "clean"
 IDLE = "idle"
 
 

@@ -7,6 +7,9 @@ periodic log duties decide (checkpoint, retention, compaction).
 
 The replica actor (actors/partition_leader.py) runs the timer and awaits the
 jobs this class hands out on its I/O thread; the decisions are made here.
+Below the cluster layer: the replica's Partition is handed in (only its high
+watermark is read), and the duty names are this module's
+(cluster/replica_schedule.py uses them).
 """
 from __future__ import annotations
 
@@ -15,17 +18,24 @@ import logging
 import os
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-from cluster import replica_schedule as duties
-from cluster.partition import Partition
 from core.clock import SYSTEM_CLOCK, Clock
 from core.naming import partition_dir_name
 from storage.checkpoint import (LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECKPOINT,
                                 REPLICATION_OFFSET_CHECKPOINT, OffsetCheckpointFile)
 from storage.log import Log, LogConfig
 
+if TYPE_CHECKING:
+    from cluster.partition import Partition
+    from cluster.replica_schedule import ReplicaSchedule
+
 log = logging.getLogger("raykafka.replica")
+
+# The periodic log duties (cluster/replica_schedule.py schedules them by these names).
+CHECKPOINT = "checkpoint"
+RETENTION = "retention"
+CLEAN = "clean"
 
 CHECKPOINT_FILES = (RECOVERY_POINT_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT)
 # Kafka's replica.high.watermark.checkpoint.interval.ms default.
@@ -78,12 +88,13 @@ class LogManager:
         self.io_thread: ThreadPoolExecutor | None = None
         self._cleaner = None
         self.log: Log | None = None
+        # The replica's Partition, set by its owner once built: its high watermark is checkpointed.
         self.partition: Partition | None = None
 
     # ---- opening ---------------------------------------------------------------------------
-    def open_partition(self, log_config: dict, broker_id: int, min_insync_replicas: int) -> Partition:
-        """Load the log from the checkpointed recovery point and log start; the
-        Partition starts from the checkpointed high watermark."""
+    def open_log(self, log_config: dict) -> tuple[Log, int]:
+        """Load the log from the checkpointed recovery point and log start
+        -> (the log, the checkpointed high watermark the replica starts from)."""
         read = {name: self._checkpoints[name].read().get(self.key, 0) for name in CHECKPOINT_FILES}
         started = self.clock.monotonic()
         self.log = Log(str(self.log_dir / partition_dir_name(self.topic, self.partition_index)),
@@ -94,9 +105,7 @@ class LogManager:
         log.info("loaded %s-%d: log end %d, start %d, recovery point %d, in %.0f ms", self.topic,
                  self.partition_index, self.log.log_end_offset, self.log.log_start_offset,
                  read[RECOVERY_POINT_CHECKPOINT], (self.clock.monotonic() - started) * 1000)
-        self.partition = Partition(self.topic, self.partition_index, broker_id, self.log,
-                                   read[REPLICATION_OFFSET_CHECKPOINT], min_insync_replicas)
-        return self.partition
+        return self.log, read[REPLICATION_OFFSET_CHECKPOINT]
 
     # ---- the I/O thread --------------------------------------------------------------------
     def io_executor(self) -> ThreadPoolExecutor:
@@ -151,18 +160,18 @@ class LogManager:
         return self.log.config.flush_ms is not None and self.log.recovery_point < self.log.log_end_offset
 
     # ---- periodic duties -------------------------------------------------------------------
-    def plan(self, schedule: duties.ReplicaSchedule, now: float, idle: bool) -> None:
+    def plan(self, schedule: ReplicaSchedule, now: float, idle: bool) -> None:
         """Schedule the log duties this replica has right now (cheap: before every timer sleep)."""
         # Kafka's high-watermark checkpoint: every 5 s while there is traffic;
         # an idle replica's files are current after its last one.
-        schedule.set(duties.CHECKPOINT, not idle or self.checkpoint_pending(), CHECKPOINT_INTERVAL_S, now)
+        schedule.set(CHECKPOINT, not idle or self.checkpoint_pending(), CHECKPOINT_INTERVAL_S, now)
         retention_every = self.config["log.retention.check.interval.ms"] / 1000
-        schedule.enable(duties.RETENTION, retention_every, now, first_in=min(retention_every, RETENTION_FIRST_CHECK_S))
+        schedule.enable(RETENTION, retention_every, now, first_in=min(retention_every, RETENTION_FIRST_CHECK_S))
         cleaner_every = self.config["log.cleaner.backoff.ms"] / 1000
         if self.config["log.cleaner.enable"] and self.log.config.compacted:
-            schedule.enable(duties.CLEAN, cleaner_every, now, first_in=min(cleaner_every, CLEAN_FIRST_S))
+            schedule.enable(CLEAN, cleaner_every, now, first_in=min(cleaner_every, CLEAN_FIRST_S))
         else:
-            schedule.disable(duties.CLEAN)
+            schedule.disable(CLEAN)
 
     def flush_if_due(self) -> None:
         """flush.ms / flush.messages, with the checkpoint duty."""

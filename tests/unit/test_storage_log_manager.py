@@ -4,6 +4,7 @@ duties decide, on a ManualClock."""
 import os
 
 from cluster import replica_schedule as duties
+from cluster.partition import Partition
 from cluster.replica_schedule import ReplicaSchedule
 from core.clock import ManualClock
 from core.naming import partition_dir_name
@@ -23,7 +24,8 @@ def batch(n: int = 10) -> bytes:
 
 def manager(dirs, clock=None, **log_config):
     logs = LogManager([str(d) for d in dirs], "t", 0, CONFIG, clock or ManualClock())
-    p = logs.open_partition({"segment_bytes": 1 << 20, **log_config}, BROKER, 1)
+    log, hw = logs.open_log({"segment_bytes": 1 << 20, **log_config})
+    p = logs.partition = Partition("t", 0, BROKER, log, hw)
     assert p.make_leader(1, 0, [BROKER], [BROKER], now_ms=0) == 0
     return logs, p
 
@@ -55,8 +57,9 @@ def test_a_reopened_replica_starts_from_its_checkpoints(tmp_path):
     assert OffsetCheckpointFile(str(tmp_path / REPLICATION_OFFSET_CHECKPOINT)).read() == {key: 20}
     assert OffsetCheckpointFile(str(tmp_path / LOG_START_OFFSET_CHECKPOINT)).read() == {key: 0}
     again = LogManager([str(tmp_path)], "t", 0, CONFIG, ManualClock())
-    p2 = again.open_partition({"segment_bytes": 1 << 20}, BROKER, 1)
-    assert (p2.high_watermark, again.log.recovery_point, again.log.log_end_offset) == (20, 20, 20)
+    log, hw = again.open_log({"segment_bytes": 1 << 20})
+    again.partition = Partition("t", 0, BROKER, log, hw)
+    assert (hw, log.recovery_point, log.log_end_offset) == (20, 20, 20)
     again.close()
 
 

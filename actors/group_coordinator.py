@@ -48,7 +48,6 @@ import logging
 from typing import Any, Callable, Iterable, Optional
 
 import ray
-from kio.schema.errors import ErrorCode
 
 from actors.internal_topic_calls import (CoordinatorKind, RayNodeCalls, forget_coordinators, restarted_by_ray,
                                          sync_coordinators)
@@ -58,7 +57,9 @@ from cluster.groups import (AppendCompletion, CoordinatorStatus, GroupConfig, Gr
                             PartitionCommit, TopicPartition, TxnProducer)
 from cluster.internal_topic_log import InternalTopicLog
 from core.config import BrokerConfig
+from core.error_codes import ErrorCode
 from core.local_calls import LocalCallServer
+from core.naming import group_coordinator_actor_name
 from core.txn_messages import TxnCompletion
 
 log = logging.getLogger("raykafka.group_coordinator")
@@ -71,8 +72,7 @@ LOCAL_CALL_METHODS = ("join_group", "sync_group", "heartbeat", "leave_group", "c
                       "complete_transaction")
 
 
-def coordinator_actor_name(partition: int, broker_id: int) -> str:
-    return f"group-coordinator-{partition}@{broker_id}"
+coordinator_actor_name = group_coordinator_actor_name  # the name the edge looks up (core.naming)
 
 
 class GroupCoordinatorActor:

@@ -43,7 +43,6 @@ import logging
 from typing import Any, Iterable, Optional
 
 import ray
-from kio.schema.errors import ErrorCode
 
 from actors.internal_topic_calls import (CoordinatorKind, RayNodeCalls, forget_coordinators, restarted_by_ray,
                                          sync_coordinators)
@@ -55,7 +54,8 @@ from cluster.transactions.coordinator import EndTxnResult, InitProducerIdResult,
 from cluster.transactions.markers import TransactionMarkerChannelManager
 from cluster.transactions.state_manager import TransactionConfig, TransactionStateManager
 from core.config import BrokerConfig
-from core.naming import replica_actor_name
+from core.error_codes import ErrorCode
+from core.naming import group_coordinator_actor_name, replica_actor_name, transaction_coordinator_actor_name
 from core.txn_messages import TxnCompletion, TxnMarker, TxnMarkerResult
 
 log = logging.getLogger("raykafka.transaction_coordinator")
@@ -64,8 +64,7 @@ E = ErrorCode
 MARKER_TIMEOUT_MS = 30000
 
 
-def coordinator_actor_name(partition: int, broker_id: int) -> str:
-    return f"txn-coordinator-{partition}@{broker_id}"
+coordinator_actor_name = transaction_coordinator_actor_name  # the name the edge looks up (core.naming)
 
 
 class TransactionCoordinatorActor:
@@ -273,7 +272,6 @@ class TransactionCoordinatorActor:
         done = [m for m, r in zip(markers, results) if r.error == 0]
         if not done:
             return
-        from actors.group_coordinator import coordinator_actor_name as group_coordinator_actor_name
 
         name = group_coordinator_actor_name(partition, leader)
         try:

@@ -8,16 +8,13 @@ import functools
 import logging
 from typing import Callable, NamedTuple, Optional
 
-from cluster.transactions.state_manager import TRANSACTION_STATE_TOPIC
 from core.config import BrokerConfig
+from core.naming import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 
 __all__ = ["OFFSETS_TOPIC", "TRANSACTION_STATE_TOPIC", "InternalTopic", "InternalTopicConfigs", "internal_topic_spec",
            "offsets_topic_spec", "transaction_state_topic_spec"]
 
 log = logging.getLogger("raykafka.controller")
-
-OFFSETS_TOPIC = "__consumer_offsets"
-
 
 class InternalTopic(NamedTuple):
     name: str

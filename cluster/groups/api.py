@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple, Optional
 
-from kio.schema.errors import ErrorCode
+from core.error_codes import ErrorCode
 
 __all__ = [
     "AppendCompletion",

@@ -41,7 +41,7 @@ import time
 import uuid
 from typing import Callable, Iterable, Mapping, Optional, Sequence
 
-from kio.schema.errors import ErrorCode
+from core.error_codes import ErrorCode
 
 from cluster.groups.api import (
     UNKNOWN_MEMBER_ID,

@@ -28,7 +28,7 @@ import enum
 import logging
 from typing import Any, Callable, Iterable, Mapping, Optional, Protocol
 
-from kio.schema.errors import ErrorCode
+from core.error_codes import ErrorCode
 
 from cluster.groups.api import (
     AppendCompletion,

@@ -16,7 +16,7 @@ import asyncio
 import logging
 from typing import Awaitable, Callable, NamedTuple, Optional
 
-from kio.schema.errors import ErrorCode
+from core.error_codes import ErrorCode
 
 from cluster.transactions.log_records import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, TransactionState
 from cluster.transactions.markers import TransactionMarkerChannelManager

@@ -33,10 +33,10 @@ import asyncio
 import logging
 from typing import Awaitable, Callable, Optional
 
-from kio.schema.errors import ErrorCode
 
 from cluster.transactions.log_records import TransactionState
 from cluster.transactions.metadata import TransactionMetadata, TxnTransitMetadata
+from core.error_codes import ErrorCode
 from core.txn_messages import TxnMarker, TxnMarkerResult
 
 log = logging.getLogger("raykafka.transactions.markers")

@@ -26,18 +26,17 @@ import logging
 import time
 from typing import Awaitable, Callable, Iterable, NamedTuple, Optional
 
-from kio.schema.errors import ErrorCode
-
 from cluster.groups.records import java_string_hash_code
 from cluster.transactions.log_records import (RecordFormatError, TransactionState, decode_key, decode_value,
                                               encode_key, encode_value)
 from cluster.transactions.metadata import EXPIRATION_ALLOWED, TransactionMetadata, TxnTransitMetadata
+from core.error_codes import ErrorCode
+from core.naming import TRANSACTION_STATE_TOPIC  # noqa: F401  (re-exported)
 
 log = logging.getLogger("raykafka.transactions")
 E = ErrorCode
 S = TransactionState
 
-TRANSACTION_STATE_TOPIC = "__transaction_state"
 
 Record = tuple[bytes, Optional[bytes]]
 AppendFn = Callable[[int, list[Record]], Awaitable[ErrorCode]]

@@ -51,7 +51,7 @@ import ray
 
 from actors.internal_topic_calls import (CoordinatorKind, RayNodeCalls, forget_coordinators, restarted_by_ray,
                                          sync_coordinators)
-# OFFSETS_TOPIC: also net/'s import; offsets_topic_spec: actors/controller.py's.
+# offsets_topic_spec: actors/controller.py's import.
 from cluster.controller.internal_topics import OFFSETS_TOPIC, offsets_topic_spec  # noqa: F401
 from cluster.groups import (AppendCompletion, CoordinatorStatus, GroupConfig, GroupCoordinator, LeavingMember,
                             PartitionCommit, TopicPartition, TxnProducer)

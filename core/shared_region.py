@@ -14,6 +14,8 @@ from __future__ import annotations
 import mmap
 import os
 
+from core.processes import pid_alive
+
 SHM_DIR = "/dev/shm"
 
 
@@ -76,7 +78,7 @@ def remove_orphans(prefix: str = "raykafka-") -> int:
         if not name.startswith(prefix):
             continue
         pid_text = name[len(prefix):].split("-", 1)[0]
-        if not pid_text.isdigit() or _pid_alive(int(pid_text)):
+        if not pid_text.isdigit() or pid_alive(int(pid_text)):
             continue
         try:
             os.unlink(os.path.join(directory, name))
@@ -86,11 +88,3 @@ def remove_orphans(prefix: str = "raykafka-") -> int:
     return removed
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -23,6 +23,8 @@ from pathlib import Path
 
 from kazoo.client import KazooClient
 
+from core.processes import pid_alive
+
 log = logging.getLogger(__name__)
 
 DEBIAN_JAVA_DIR = Path("/usr/share/java")
@@ -213,14 +215,6 @@ def _pick_free_port(exclude: set[int]) -> int:
     raise ZooKeeperStartError(f"no free TCP port found in {AUTO_PORT_RANGE}")
 
 
-def _process_is_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _read_int_file(path: Path) -> int | None:
@@ -403,7 +397,7 @@ class EmbeddedZooKeeper:
 
     def _refuse_if_another_server_runs_here(self) -> None:
         pid = _read_int_file(self.pid_file)
-        if pid is None or not _process_is_alive(pid):
+        if pid is None or not pid_alive(pid):
             return
         try:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Awaitable
+from typing import Any, Awaitable, Callable
 
 from core.error_codes import ErrorCode
 
@@ -87,13 +87,55 @@ async def find_actor(name: str, namespace: str, timeout_s: float):
         return None
 
 
+class LocalCoordinators:
+    """The coordinator actors on this node of the partitions of an internal
+    topic (__consumer_offsets, __transaction_state) that this broker leads,
+    their handles cached until a call finds one gone."""
+
+    def __init__(self, edge: Any, topic: str, actor_name: Callable[[int, int], str]):
+        self.edge = edge
+        self.topic = topic
+        self.actor_name = actor_name
+        self.handles: dict[int, Any] = {}  # partition -> coordinator actor
+
+    def leads(self, partition: int) -> bool:
+        info = self.edge.metadata.partition(self.topic, partition)
+        return info is not None and info.leader == self.edge.broker_id
+
+    async def handle(self, partition: int):
+        """The coordinator actor of ``partition`` if this broker leads it, else None."""
+        if not self.leads(partition):
+            return None
+        handle = self.handles.get(partition)
+        if handle is None:
+            edge = self.edge
+            handle = await find_actor(self.actor_name(partition, edge.broker_id),
+                                      edge.config["raykafka.namespace"], edge.call_timeout_s)
+            if handle is None:
+                return None
+            self.handles[partition] = handle
+        return handle
+
+    async def all(self) -> list:
+        """(partition, handle) of every coordinator of a partition this broker leads."""
+        info = self.edge.metadata.topics.get(self.topic)
+        broker_id = self.edge.broker_id
+        partitions = sorted(p for p, s in info.partitions.items() if s.leader == broker_id) if info else []
+        handles = await asyncio.gather(*(self.handle(p) for p in partitions))
+        return [(p, h) for p, h in zip(partitions, handles) if h is not None]
+
+
 class CoordinatorRouter:
     """Group coordinators of the offsets partitions this broker leads, and
     the creation of Kafka's internal topics through the controller."""
 
     def __init__(self, edge: Any):
         self.edge = edge  # metadata, broker_id, config, call_timeout_s, local_channels, controller_call
-        self.handles: dict[int, Any] = {}  # __consumer_offsets partition -> group coordinator actor
+        self.groups = LocalCoordinators(edge, OFFSETS_TOPIC, group_coordinator_actor_name)
+        self.handles = self.groups.handles  # __consumer_offsets partition -> group coordinator actor
+        self.leads_offsets_partition = self.groups.leads
+        self.coordinator_handle = self.groups.handle
+        self.local_coordinators = self.groups.all
         self._topic_creations: dict[str, asyncio.Future] = {}
 
     # ---- which coordinator ----------------------------------------------------------------
@@ -103,32 +145,6 @@ class CoordinatorRouter:
 
         info = self.edge.metadata.topics.get(OFFSETS_TOPIC)
         return partition_for_group(group_id, len(info.partitions)) if info and info.partitions else None
-
-    def leads_offsets_partition(self, partition: int) -> bool:
-        info = self.edge.metadata.partition(OFFSETS_TOPIC, partition)
-        return info is not None and info.leader == self.edge.broker_id
-
-    async def coordinator_handle(self, partition: int):
-        """This node's coordinator actor of an offsets partition this broker leads, else None."""
-        if not self.leads_offsets_partition(partition):
-            return None
-        handle = self.handles.get(partition)
-        if handle is None:
-            edge = self.edge
-            handle = await find_actor(group_coordinator_actor_name(partition, edge.broker_id),
-                                      edge.config["raykafka.namespace"], edge.call_timeout_s)
-            if handle is None:
-                return None
-            self.handles[partition] = handle
-        return handle
-
-    async def local_coordinators(self) -> list:
-        """(partition, handle) of every coordinator of an offsets partition this broker leads."""
-        info = self.edge.metadata.topics.get(OFFSETS_TOPIC)
-        broker_id = self.edge.broker_id
-        partitions = sorted(p for p, s in info.partitions.items() if s.leader == broker_id) if info else []
-        handles = await asyncio.gather(*(self.coordinator_handle(p) for p in partitions))
-        return [(p, h) for p, h in zip(partitions, handles) if h is not None]
 
     # ---- calls ------------------------------------------------------------------------------
     async def group_call(self, group_id: str, method: str, *args, timeout_s: float | None = None):

@@ -25,7 +25,7 @@ from typing import Any, Awaitable, Optional
 from core.error_codes import ErrorCode
 
 from core.naming import TRANSACTION_STATE_TOPIC, transaction_coordinator_actor_name
-from net.coordinator_router import coordinator_answer, find_actor
+from net.coordinator_router import LocalCoordinators, coordinator_answer
 
 log = logging.getLogger("raykafka.edge.transactions")
 
@@ -37,7 +37,10 @@ class TransactionRouting:
         self.edge = edge
         self._producer_ids = None
         self._zk = None
-        self._handles: dict[int, Any] = {}
+        self._coordinators = LocalCoordinators(edge, TRANSACTION_STATE_TOPIC, transaction_coordinator_actor_name)
+        self._handles = self._coordinators.handles
+        self._handle = self._coordinators.handle
+        self.local_coordinators = self._coordinators.all
 
     # ---- producer ids ------------------------------------------------------------------------------
     def _zk_client(self):
@@ -93,27 +96,6 @@ class TransactionRouting:
         if broker is None:
             return ErrorCode.coordinator_not_available, -1, "", -1
         return ErrorCode.none, broker.broker_id, broker.host, broker.port
-
-    async def _handle(self, partition: int):
-        info = self.edge.metadata.partition(TRANSACTION_STATE_TOPIC, partition)
-        if info is None or info.leader != self.edge.broker_id:
-            return None
-        handle = self._handles.get(partition)
-        if handle is None:
-            edge = self.edge
-            handle = await find_actor(transaction_coordinator_actor_name(partition, edge.broker_id),
-                                      edge.config["raykafka.namespace"], edge.call_timeout_s)
-            if handle is None:
-                return None
-            self._handles[partition] = handle
-        return handle
-
-    async def local_coordinators(self) -> list:
-        """(partition, handle) of every transaction coordinator on this broker."""
-        info = self.edge.metadata.topics.get(TRANSACTION_STATE_TOPIC)
-        partitions = sorted(p for p, s in info.partitions.items() if s.leader == self.edge.broker_id) if info else []
-        handles = await asyncio.gather(*(self._handle(p) for p in partitions))
-        return [(p, h) for p, h in zip(partitions, handles) if h is not None]
 
     async def call(self, transactional_id: str, method: str, *args, timeout_s: Optional[float] = None):
         """Call the coordinator of ``transactional_id`` on this node -> (error or None, answer)."""

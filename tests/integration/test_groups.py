@@ -8,6 +8,7 @@ the group APIs are checked with kio-encoded requests.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import signal
 import subprocess
@@ -22,6 +23,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from cluster.groups import partition_for_group
 from cluster.groups.records import GroupMetadataKey, decode_group_metadata_value, decode_key
 from cli.groups import decode_assignment
+from tests import cli_runner
 from tests.broker_process import RAYKAFKA, REPO, BrokerProcess, broker_env
 from tests.kafka_admin import create_topic
 from tests.wire_client import WireClient
@@ -70,15 +72,7 @@ def produce(bootstrap: str, topic: str, per_partition: int, partitions: int = SI
     assert producer.flush(30) == 0
 
 
-def wait_for(condition, timeout_s: float, what: str, interval: float = 0.1):
-    deadline = time.monotonic() + timeout_s
-    last = None
-    while time.monotonic() < deadline:
-        last = condition()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out waiting for {what}; last: {last}")
+wait_for = functools.partial(cli_runner.wait_for, poll_s=0.1)
 
 
 # ---- wire helpers ------------------------------------------------------------------------------------

@@ -7,7 +7,6 @@ before its first throttle; the rates below are measured from that throttle on.
 """
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import threading
@@ -152,6 +151,9 @@ def test_producer_byte_rate_throttles_one_client_id(quota_broker):
     slow_rate = sum(n for at, n in slow["acked"] if window[0] <= at < window[1]) / 20
     fast_end = max(at for at, _ in fast["acked"])
     fast_rate = sum(n for _, n in fast["acked"]) / max(fast_end - started, 1)
+    print(f"producer quota {QUOTA} B/s: throttled client {slow_rate:.0f} B/s over 20 s "
+          f"({slow_rate / QUOTA:.3f} of the quota), other client {fast_rate:.0f} B/s, "
+          f"longest throttle {max(t for _, t in slow['throttles']):.2f} s (librdkafka's ThrottleEvent, seconds)")
     assert slow_rate <= 1.1 * QUOTA, f"throttled client sustained {slow_rate / QUOTA:.2f} MiB/s"
     assert not fast["throttles"] or max(t for _, t in fast["throttles"]) == 0
     assert fast_rate > 2 * max(slow_rate, QUOTA / 2), (fast_rate, slow_rate)

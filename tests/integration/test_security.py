@@ -4,13 +4,18 @@ One broker for the module, five listeners:
   PLAINTEXT (first: the ready line, admin), SSL (client certificates
   requested), MTLS (an SSL listener via listener.security.protocol.map,
   certificates required, principal mapping rules), SASL_PLAINTEXT (PLAIN,
-  SCRAM-SHA-256, SCRAM-SHA-512), SASL_SSL (PLAIN, SCRAM-SHA-512).
+  SCRAM-SHA-256, SCRAM-SHA-512), SASL_SSL (the same three).
 """
 from __future__ import annotations
 
+import json
+import os
+import shutil
 import socket
+import subprocess
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -28,6 +33,9 @@ from tests.wire_client import WireClient  # noqa: E402
 JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
         'password="admin-secret" user_admin="admin-secret" user_alice="alice-secret";')
 FAIL_DELAY_MS = 300
+# Every client authenticates with each mechanism over each SASL protocol.
+SASL_CASES = [(listener, mechanism) for listener in ("SASL_PLAINTEXT", "SASL_SSL")
+              for mechanism in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")]
 
 
 def _free_ports(n: int) -> list[int]:
@@ -60,7 +68,7 @@ def secured(tmp_path_factory):
         "listener.name.mtls.ssl.principal.mapping.rules": "RULE:^CN=(.*?),OU=.*$/$1/L,DEFAULT",
         "listener.name.sasl_plaintext.sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
         "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
-        "listener.name.sasl_ssl.sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-512",
+        "listener.name.sasl_ssl.sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
         "sasl.jaas.config": JAAS,  # the fallback, for SASL_SSL's PLAIN
         "connection.failed.authentication.delay.ms": str(FAIL_DELAY_MS),
         "offsets.topic.num.partitions": "1",
@@ -150,7 +158,7 @@ def test_sasl_scram_confluent(secured, mechanism):
     _round_trip(config, n=10)
 
 
-@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-512"])
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
 def test_sasl_ssl_confluent(secured, mechanism):
     user, password = ("admin", "admin-secret") if mechanism == "PLAIN" else ("scram-user", "scram-secret")
     config = _client_config(secured, "SASL_SSL", **{"sasl.mechanism": mechanism, "sasl.username": user,
@@ -277,8 +285,7 @@ def test_scram_credentials_admin(secured):
         bad["weak"].result(30)
 
 
-@pytest.mark.parametrize("listener,mechanism", [("SASL_PLAINTEXT", "PLAIN"), ("SASL_PLAINTEXT", "SCRAM-SHA-256"),
-                                                ("SASL_SSL", "SCRAM-SHA-512")])
+@pytest.mark.parametrize("listener,mechanism", SASL_CASES)
 def test_kafka_python_sasl(secured, listener, mechanism):
     kafka = pytest.importorskip("kafka")
     user, password = ("alice", "alice-secret") if mechanism == "PLAIN" else ("scram-user", "scram-secret")
@@ -298,7 +305,7 @@ def test_kafka_python_sasl(secured, listener, mechanism):
     assert values == [f"v{i}".encode() for i in range(5)]
 
 
-@pytest.mark.parametrize("listener,mechanism", [("SASL_PLAINTEXT", "SCRAM-SHA-512"), ("SASL_SSL", "PLAIN")])
+@pytest.mark.parametrize("listener,mechanism", SASL_CASES)
 def test_aiokafka_sasl(secured, listener, mechanism):
     aiokafka = pytest.importorskip("aiokafka")
     import asyncio
@@ -363,3 +370,31 @@ def test_metadata_per_listener_on_two_brokers(tmp_path):
         _round_trip(sasl, n=10)
     finally:
         cluster.stop()
+
+
+
+def test_kafkajs_sasl(secured):
+    """kafkajs (node, tests/js/sasl.js) authenticates with PLAIN and SCRAM-SHA-256/512 over
+    SASL_PLAINTEXT and SASL_SSL, producing and consuming through each; wrong passwords fail."""
+    node = shutil.which("node")
+    assert node, "node is not installed (./dev setup installs it)"
+    js_dir = Path(__file__).resolve().parents[1] / "js"
+    assert (js_dir / "node_modules" / "kafkajs" / "package.json").exists(), \
+        "kafkajs is not installed in tests/js (./dev setup runs npm ci there)"
+    cases = []
+    for listener, mechanism in SASL_CASES:
+        user, password = ("alice", "alice-secret") if mechanism == "PLAIN" else ("scram-user", "scram-secret")
+        common = {"broker": f"127.0.0.1:{secured['ports'][listener]}", "mechanism": mechanism, "username": user,
+                  "ca": str(secured["pki"]["ca"]) if listener == "SASL_SSL" else None}
+        name = f"{listener}-{mechanism}"
+        cases.append({**common, "name": name, "password": password, "expectFailure": False})
+        cases.append({**common, "name": f"{name}-wrong", "password": "wrong", "expectFailure": True})
+    env = dict(os.environ, KAFKAJS_NO_PARTITIONER_WARNING="1")
+    proc = subprocess.run([node, str(js_dir / "sasl.js"), json.dumps({"cases": cases})], cwd=js_dir, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, f"kafkajs failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}"
+    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    for listener, mechanism in SASL_CASES:
+        name = f"{listener}-{mechanism}"
+        assert results[name] == {"ok": True, "values": ["v0", "v1", "v2"]}, (name, results[name])
+        assert results[f"{name}-wrong"]["ok"], (name, results[f"{name}-wrong"])

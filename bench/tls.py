@@ -67,10 +67,37 @@ def _consume(config: dict, topic: str, total: int) -> float:
     return received / elapsed / 1e6
 
 
+def _tansu_plaintext(work: Path, total: int, record: bytes) -> dict:
+    """Produce and consume over Tansu's PLAINTEXT listener (in-memory storage)."""
+    import subprocess
+
+    from bench.run import TANSU_SH
+
+    port = _free_port()
+    with open(work / "tansu.log", "wb") as out:
+        tansu = subprocess.Popen(["bash", str(TANSU_SH), str(port)], stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 180
+        while b"ready in" not in (work / "tansu.log").read_bytes():
+            if tansu.poll() is not None or time.monotonic() > deadline:
+                return {"error": f"tansu did not start (see {work / 'tansu.log'})"}
+            time.sleep(0.2)
+        config = {"bootstrap.servers": f"127.0.0.1:{port}"}
+        produce = _produce(config, "bench-tansu", total, record)
+        consume = _consume(config, "bench-tansu", total)
+        return {"produce_MBps": round(produce, 1), "consume_MBps": round(consume, 1)}
+    finally:
+        tansu.terminate()
+        tansu.wait(30)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mb", type=int, default=200)
     parser.add_argument("--record-bytes", type=int, default=1024)
+    parser.add_argument("--tansu", action="store_true",
+                        help="also Tansu (the peer script's build, PLAINTEXT: it completes no TLS handshake "
+                             "with our PEM certificates) in the same run, after raykafka")
     args = parser.parse_args(argv)
     from tests.broker_process import BrokerProcess
     from tests.security_certs import make_pki
@@ -112,6 +139,9 @@ def main(argv=None) -> int:
             "consume_MBps": round(_consume(configs["PLAINTEXT"], "bench-plaintext", total), 1)}
     finally:
         broker.stop()
+    if args.tansu:
+        results["tansu PLAINTEXT"] = _tansu_plaintext(work, total, record)
+        print("tansu PLAINTEXT", results["tansu PLAINTEXT"], flush=True)
     print(json.dumps({"mb": args.mb, "record_bytes": args.record_bytes, "results": results}, indent=2))
     return 0
 

@@ -312,7 +312,8 @@ class Partition:
             try:
                 info = self.log.append_as_leader(records, self.leader_epoch, now_ms, origin=origin)
             except InvalidRecordsError as exc:
-                results.append(failed_append(exc.error_code, self.log.log_start_offset, str(exc)))
+                results.append(failed_append(exc.error_code, self.log.log_start_offset, str(exc),
+                                              record_errors=exc.record_errors))
                 continue
             results.append(AppendResult(0, info.first_offset, info.log_append_time, self.log.log_start_offset, None,
                                         info.last_offset, -1))

@@ -115,6 +115,24 @@ _COMPRESSION = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 from core.throttled_replicas import validate_throttled_replicas  # noqa: E402,F401
 
 
+# Kafka's MetadataVersion strings ("0.10.2", "0.11.0-IV2", "2.8", "3.0-IV1",
+# "3.9"): what message.format.version and inter.broker.protocol.version take.
+# Kafka reads two segments ("2.8.1" is 2.8), three for 0.x.
+_KAFKA_VERSION = re.compile(r"(0\.(8\.[0-2]|9\.0|10\.[0-2]|11\.0)|1\.[01]|2\.[0-8]|3\.[0-9])(\.\d+)?(-IV\d+)?")
+
+
+def _validate_kafka_version(value: str) -> None:
+    if not _KAFKA_VERSION.fullmatch(value):
+        raise ValueError(f"Version `{value}` is not a valid version")
+
+
+# Kafka 3.9's deprecated keys it still accepts, their value ignored: with an
+# inter-broker protocol of 3.0 or later Kafka writes only the v2 record
+# format (KIP-724), never down-converts for old fetchers here, and this
+# broker speaks no older protocol.
+MESSAGE_FORMAT_VERSION_DEFAULT = "3.0-IV1"
+
+
 def _defs(*items: ConfigDef) -> dict[str, ConfigDef]:
     return {item.name: item for item in items}
 
@@ -161,6 +179,17 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("log.cleaner.dedupe.buffer.size", "long", 134217728, min=1024 * 1024),
     ConfigDef("log.segment.delete.delay.ms", "long", 60000, min=0),
     ConfigDef("log.message.timestamp.type", "string", "CreateTime", choices=("CreateTime", "LogAppendTime")),
+    # Deprecated in Kafka 3.x and still accepted by 3.9 (see MESSAGE_FORMAT_VERSION_DEFAULT).
+    ConfigDef("log.message.format.version", "string", MESSAGE_FORMAT_VERSION_DEFAULT,
+              "Deprecated (Kafka 3.0); accepted, ignored: batches are always v2", no_effect=True,
+              validator=_validate_kafka_version),
+    ConfigDef("inter.broker.protocol.version", "string", "3.9-IV0",
+              "Brokers talk through Ray here; accepted for server.properties compatibility", no_effect=True,
+              validator=_validate_kafka_version),
+    ConfigDef("log.message.timestamp.difference.max.ms", "long", INT64_MAX, min=0, no_effect=True),
+    ConfigDef("log.message.timestamp.before.max.ms", "long", INT64_MAX, min=0, no_effect=True),
+    ConfigDef("log.message.timestamp.after.max.ms", "long", INT64_MAX, min=0, no_effect=True),
+    ConfigDef("log.message.downconversion.enable", "bool", True, no_effect=True),
     ConfigDef("log.preallocate", "bool", False, no_effect=True),
     ConfigDef("compression.type", "string", "producer", choices=_COMPRESSION),
     ConfigDef("message.max.bytes", "int", 1048588, min=0),
@@ -342,10 +371,19 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("max.message.bytes", "int", 1048588, min=0, broker_synonym="message.max.bytes"),
     ConfigDef("message.timestamp.type", "string", "CreateTime", choices=("CreateTime", "LogAppendTime"),
               broker_synonym="log.message.timestamp.type"),
-    ConfigDef("message.timestamp.before.max.ms", "long", INT64_MAX, min=0),
-    ConfigDef("message.timestamp.after.max.ms", "long", INT64_MAX, min=0),
-    ConfigDef("message.timestamp.difference.max.ms", "long", INT64_MAX, min=0),
-    ConfigDef("message.downconversion.enable", "bool", True, no_effect=True),
+    ConfigDef("message.timestamp.before.max.ms", "long", INT64_MAX, min=0,
+              broker_synonym="log.message.timestamp.before.max.ms"),
+    ConfigDef("message.timestamp.after.max.ms", "long", INT64_MAX, min=0,
+              broker_synonym="log.message.timestamp.after.max.ms"),
+    # Deprecated (Kafka 3.6, KIP-937) and still accepted by 3.9.
+    ConfigDef("message.timestamp.difference.max.ms", "long", INT64_MAX, min=0,
+              broker_synonym="log.message.timestamp.difference.max.ms"),
+    ConfigDef("message.downconversion.enable", "bool", True, no_effect=True,
+              broker_synonym="log.message.downconversion.enable"),
+    # Deprecated (Kafka 3.0, KIP-724) and still accepted by 3.9: validated
+    # as a version, stored and described, its value ignored.
+    ConfigDef("message.format.version", "string", MESSAGE_FORMAT_VERSION_DEFAULT, no_effect=True,
+              validator=_validate_kafka_version, broker_synonym="log.message.format.version"),
     ConfigDef("min.cleanable.dirty.ratio", "double", 0.5, min=0, max=1, broker_synonym="log.cleaner.min.cleanable.ratio"),
     ConfigDef("min.compaction.lag.ms", "long", 0, min=0, broker_synonym="log.cleaner.min.compaction.lag.ms"),
     ConfigDef("min.insync.replicas", "int", 1, min=1, broker_synonym="min.insync.replicas"),

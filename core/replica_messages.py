@@ -36,11 +36,14 @@ class AppendResult(NamedTuple):
     error_message: str | None
     last_offset: int
     high_watermark: int
+    # KIP-467: (batch index, message) of each record that made the set
+    # INVALID_RECORD, so the client fails exactly those (ProduceResponse v8+).
+    record_errors: tuple = ()
 
 
 def failed_append(error: int, log_start_offset: int = -1, message: str | None = None,
-                  high_watermark: int = -1) -> AppendResult:
-    return AppendResult(error, -1, -1, log_start_offset, message, -1, high_watermark)
+                  high_watermark: int = -1, record_errors: tuple = ()) -> AppendResult:
+    return AppendResult(error, -1, -1, log_start_offset, message, -1, high_watermark, tuple(record_errors))
 
 
 class ReadRun(NamedTuple):

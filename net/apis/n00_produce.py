@@ -30,6 +30,15 @@ def _immediate(code: ErrorCode, message: str | None = None):
     return future
 
 
+def _record_errors(error_cls, result) -> tuple:
+    """KIP-467's per-record errors (v8+): the batch index and message of
+    each record that failed the set, so the client fails exactly those."""
+    if error_cls is None or not result.error or not result.record_errors:
+        return ()
+    return tuple(build(error_cls, batch_index=index, batch_index_error_message=message)
+                 for index, message in result.record_errors)
+
+
 @api(0, 3, 13, advertised_min_version=0,
      tests=("tests/integration/test_clients.py::test_produce_consume_roundtrip",
             "tests/integration/test_protocol_edge.py::test_produce_errors"))
@@ -114,7 +123,7 @@ async def handle_produce(ctx, request):
         partition_responses = tuple(
             build(part_cls, index=index, error_code=ErrorCode(r.error), base_offset=r.base_offset,
                   log_append_time=millis_to_datetime(r.log_append_time), log_start_offset=r.log_start_offset,
-                  record_errors=(), error_message=r.error_message if r.error else None)
+                  record_errors=_record_errors(error_cls, r), error_message=r.error_message if r.error else None)
             for index, r in parts
         )
         responses.append(build(topic_cls, name=getattr(topic, "name", None),

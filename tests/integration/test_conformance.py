@@ -1,0 +1,125 @@
+"""What a Kafka client's own integration suite checks, through real clients
+(issue 29): per-record errors (KIP-467), the deprecated configuration keys
+Kafka 3.9 still accepts, a cooperative-sticky group shrinking with one
+assignment callback (KIP-429), and CreateTopics of many partitions within the
+client's operation timeout."""
+from __future__ import annotations
+
+import datetime
+import threading
+import time
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic,
+                                   ResourceType)
+
+from core.error_codes import ErrorCode
+from net.codec import request_schema
+from net.schema_build import nested
+from storage.records import build_batch
+from tests.cli_runner import wait_for
+from tests.wire_client import WireClient
+from tests.kafka_admin import create_topic, delete_topic
+
+
+def describe(admin: AdminClient, resource: ConfigResource) -> dict:
+    return admin.describe_configs([resource])[resource].result(timeout=30)
+
+
+# ---------------------------------------------------------------- 1. KIP-467 record errors
+def test_keyless_records_on_a_compacted_topic_fail_by_name(broker, topic_name):
+    """One batch of keyed and keyless records on a compacted topic: Kafka
+    rejects the batch with INVALID_RECORD, naming each keyless record
+    (batch index + message); librdkafka fails the named records with the
+    broker's message and the others of the batch as failed by a neighbour,
+    and nothing of the batch is written."""
+    create_topic(broker.bootstrap, topic_name, 1, config={"cleanup.policy": "compact"})
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 200, "retries": 0,
+                         "enable.idempotence": False, "batch.num.messages": 100})
+    reports: dict[int, KafkaError | None] = {}
+
+    def delivered(index):
+        return lambda err, _msg: reports.__setitem__(index, err)
+
+    keyless = {1, 4}
+    for i in range(6):
+        producer.produce(topic_name, value=f"v{i}".encode(), key=None if i in keyless else f"k{i}".encode(),
+                         partition=0, on_delivery=delivered(i))
+    assert producer.flush(30) == 0
+    assert len(reports) == 6 and all(err is not None for err in reports.values()), reports
+    for i in keyless:
+        assert reports[i].code() == KafkaError.INVALID_RECORD, reports[i]
+    for i in set(range(6)) - keyless:
+        # librdkafka's name for "failed because another record of its batch was invalid"
+        assert reports[i].code() == KafkaError._INVALID_DIFFERENT_RECORD, reports[i]
+
+    # The response itself, as Kafka words it (the Python binding does not
+    # expose the per-message text librdkafka keeps).
+    client = WireClient(broker.bootstrap)
+    schema = request_schema(0, 9)
+    topic_cls, part_cls = nested(schema, "TopicProduceData"), nested(schema, "PartitionProduceData")
+    batch = build_batch([(None if i in keyless else b"k", b"v", []) for i in range(6)], compression=0)
+    body = client.request(0, 9, transactional_id=None, acks=1, timeout=datetime.timedelta(seconds=5),
+                          topic_data=(topic_cls(name=topic_name, partition_data=(
+                              part_cls(index=0, records=batch),)),))
+    client.close()
+    answer = body.responses[0].partition_responses[0]
+    assert answer.error_code == ErrorCode.invalid_record
+    assert [e.batch_index for e in answer.record_errors] == sorted(keyless)
+    assert all(e.batch_index_error_message ==
+               f"Compacted topic cannot accept message without key in topic partition {topic_name}-0."
+               for e in answer.record_errors)
+    assert answer.error_message.startswith("One or more records have been rejected due to 2 record errors")
+
+    # A batch of keyed records alone is accepted.
+    producer.produce(topic_name, key=b"k", value=b"v", partition=0)
+    assert producer.flush(30) == 0
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": topic_name})
+    low, high = consumer.get_watermark_offsets(TopicPartition(topic_name, 0), timeout=30)
+    consumer.close()
+    assert (low, high) == (0, 1)
+    delete_topic(broker.bootstrap, topic_name)
+
+
+# ---------------------------------------------------------------- 2. deprecated configuration keys
+DEPRECATED_TOPIC_KEYS = {"message.format.version": "0.10.0", "message.timestamp.difference.max.ms": "60000",
+                         "message.downconversion.enable": "false"}
+
+
+def test_deprecated_topic_keys_are_accepted_and_described(broker, topic_name):
+    """Kafka 3.9 accepts message.format.version (deprecated since 3.0, value
+    ignored) and its other deprecated topic keys in CreateTopics,
+    AlterConfigs and IncrementalAlterConfigs, and returns them in
+    DescribeConfigs; an invalid version is still INVALID_CONFIG."""
+    create_topic(broker.bootstrap, topic_name, 1, config={"message.format.version": "2.8"})
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    resource = ConfigResource(ResourceType.TOPIC, topic_name)
+    assert describe(admin, resource)["message.format.version"].value == "2.8"
+
+    legacy = ConfigResource(ResourceType.TOPIC, topic_name, set_config=DEPRECATED_TOPIC_KEYS)
+    admin.alter_configs([legacy])[legacy].result(timeout=30)
+    described = describe(admin, resource)
+    for key, value in DEPRECATED_TOPIC_KEYS.items():
+        assert described[key].value == value, (key, described[key])
+
+    incremental = ConfigResource(ResourceType.TOPIC, topic_name, incremental_configs=[
+        ConfigEntry("message.format.version", "3.0-IV1", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([incremental])[incremental].result(timeout=30)
+    assert describe(admin, resource)["message.format.version"].value == "3.0-IV1"
+
+    bad = ConfigResource(ResourceType.TOPIC, topic_name, incremental_configs=[
+        ConfigEntry("message.format.version", "banana", incremental_operation=AlterConfigOpType.SET)])
+    with pytest.raises(KafkaException) as info:
+        admin.incremental_alter_configs([bad])[bad].result(timeout=30)
+    assert info.value.args[0].name() == "INVALID_CONFIG"
+
+    # The records still go through (the value is ignored: batches stay v2).
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    producer.produce(topic_name, key=b"k", value=b"v")
+    assert producer.flush(30) == 0
+
+    broker_id = admin.describe_cluster().result(timeout=10).nodes[0].id
+    broker_configs = describe(admin, ConfigResource(ResourceType.BROKER, str(broker_id)))
+    assert broker_configs["log.message.format.version"].value == "3.0-IV1"
+    delete_topic(broker.bootstrap, topic_name)

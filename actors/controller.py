@@ -59,6 +59,11 @@ class ControllerActor:
         zk = KafkaZkClient(self.zk_connect, session_timeout_ms=self.config["zookeeper.session.timeout.ms"])
         await asyncio.get_running_loop().run_in_executor(None, zk.start)
         self.service = ControllerService(self.broker_id, self.config, zk, self.namespace, self.zk_connect)
+        if self.config["raykafka.metrics.enabled"]:
+            # The balancer's gauges (core/metrics.py) are recorded in this process.
+            from core.metrics import registry
+
+            registry().start_reporting(self.config["raykafka.metrics.report.interval.ms"] / 1000)
         self.service.start(ray.get_runtime_context().current_actor)
 
     async def is_active(self) -> bool:

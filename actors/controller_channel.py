@@ -108,6 +108,10 @@ class RayControllerChannel(ControllerChannel):
     def update_log_config(self, key: ReplicaKey, log_config: Any, min_insync_replicas: int) -> Awaitable:
         return self.handle(key).update_log_config.remote(log_config, min_insync_replicas)
 
+    def replica_state(self, key: ReplicaKey) -> Awaitable | None:
+        handle = self.replica_handles.get(tuple(key))
+        return None if handle is None else handle.state.remote()
+
     def update_replication_throttle(self, key: ReplicaKey, leader_rate, follower_rate,
                                     **throttled_replicas: Any) -> Awaitable:
         return self.handle(key).update_replication_throttle.remote(leader_rate, follower_rate, **throttled_replicas)

@@ -113,6 +113,9 @@ def build_parser() -> argparse.ArgumentParser:
     topics.add_parser(sub)  # `raykafka topics ...` (cli/topics.py)
     reassign.add_parser(sub)  # `raykafka reassign ...` (cli/reassign.py)
     elect_leaders.add_parser(sub)  # `raykafka elect-leaders ...` (cli/elect_leaders.py)
+    from cli import balancer
+
+    balancer.add_parser(sub)  # `raykafka balancer ...` (cli/balancer.py)
     from cli import configs
 
     configs.add_parser(sub)  # `raykafka configs ...` (cli/configs.py)
@@ -168,6 +171,7 @@ class BrokerProcess:
         self.broker_id = -1
         self.stop_requested = threading.Event()
         self.revive_requested = threading.Event()
+        self.add_node_requested = threading.Event()
         self.zk_connect: str | None = None
         self.cluster = None  # ray.cluster_utils.Cluster with --nodes
         self.nodes: list[dict] = []  # one per broker this process started
@@ -185,6 +189,9 @@ class BrokerProcess:
         # With --nodes: SIGHUP restarts the brokers whose Ray node died, as if
         # their machines came back (same broker id, same log dir).
         signal.signal(signal.SIGHUP, lambda *_: self.revive_requested.set())
+        # With --nodes: SIGUSR1 adds a broker on a new Ray node, as if a machine
+        # joined the cluster (README "Scaling out").
+        signal.signal(signal.SIGUSR1, lambda *_: self.add_node_requested.set())
 
     def run(self) -> int:
         self._install_signal_handlers()
@@ -214,6 +221,12 @@ class BrokerProcess:
                     self._revive_dead_nodes()
                 except Exception:
                     log.exception("reviving dead nodes failed")
+            if self.add_node_requested.is_set():
+                self.add_node_requested.clear()
+                try:
+                    self._add_node()
+                except Exception:
+                    log.exception("adding a node failed")
         log.info("stopping broker %d", self.broker_id)
         self.shutdown()
         return 0
@@ -305,6 +318,34 @@ class BrokerProcess:
             for key in [k for k in self.restarts.pending() if k[0] == node["broker_id"]]:
                 self.restarts.forget(key)
             self._watch_node(fresh)
+        self._write_nodes_file()
+
+    def _add_node(self) -> None:
+        """One more broker on a new Ray node of this process's local cluster (--nodes)."""
+        if self.cluster is None:
+            log.warning("SIGUSR1: adding a node needs --nodes")
+            return
+        index = len(self.nodes)
+        log_dirs = [str((self.data_dir / f"node-{index}" / "logs").resolve())]
+        for d in log_dirs:
+            Path(d).mkdir(parents=True, exist_ok=True)
+        configured = self.config["broker.id"]
+        broker_id, _cluster_id = self._identify(self.zk_connect, log_dirs,
+                                                configured + index if configured >= 0 else -1)
+        log.info("adding broker %d on a new Ray node", broker_id)
+        extra = {}
+        metrics_port = self.config["raykafka.metrics.port"]
+        if metrics_port:
+            extra["metrics_export_port"] = metrics_port + index
+        ray_node = self.cluster.add_node(num_cpus=os.cpu_count() or 2, object_store_memory=256 * 1024 * 1024,
+                                         **extra)
+        # Starting a Ray node installs Ray's SIGTERM handler (exit 1): take it back.
+        self._install_signal_handlers()
+        self._raylet_pids.append(_raylet_pid(ray_node))
+        fresh = self._start_node(self.zk_connect, broker_id, log_dirs, ray_node.node_id, index)
+        self._wait_ready([fresh])
+        self.nodes.append(fresh)
+        self._watch_node(fresh)
         self._write_nodes_file()
 
     def _identify(self, zk_connect: str, log_dirs: list[str], configured: int) -> tuple[int, str]:

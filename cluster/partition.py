@@ -468,5 +468,6 @@ class Partition:
             "leader_epoch": self.leader_epoch, "isr": list(self.isr), "replicas": list(self.replicas),
             "high_watermark": self.high_watermark, "log_end_offset": self.log.log_end_offset,
             "log_start_offset": self.log.log_start_offset,
+            "size_bytes": self.log.size_in_bytes,  # the balancer's bytes left to move
             "min_insync_replicas": self.min_insync_replicas,  # UnderMinIsrPartitionCount (net/edge_metrics.py)
         }

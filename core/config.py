@@ -274,6 +274,24 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("leader.imbalance.per.broker.percentage", "int", 10,
               "Percent of a broker's partitions led by others above which the controller rebalances"),
     ConfigDef("leader.imbalance.check.interval.seconds", "long", 300, "How often the controller checks", min=1),
+    # ---- the balancer (issue 31; cluster/controller/balancer.py, README "Scaling out") --------------
+    ConfigDef("raykafka.balancer.enabled", "bool", True,
+              "Move replicas onto a node that joins and off a node lost for good (through reassignments)"),
+    ConfigDef("raykafka.balancer.max.concurrent.moves", "int", 2,
+              "Replica moves the balancer keeps in flight at once (each copies one partition's log)", min=1),
+    ConfigDef("raykafka.balancer.throttle.bytes.per.sec", "long", 10 * 1024 * 1024,
+              "Replication throttle (leader and follower rate) on each replica a balancer move copies", min=1),
+    ConfigDef("raykafka.balancer.imbalance.threshold", "double", 0.1,
+              "Balance when a live node's replica or preferred-leader count deviates from the mean by more "
+              "than this fraction (and by more than one)", min=0),
+    ConfigDef("raykafka.balancer.check.interval.ms", "long", 5000,
+              "How often the balancer checks for lost nodes and starts its next moves", min=100),
+    # Five minutes: longer than a node restart (Ray node, broker, replicas: ~1-2 min
+    # here), so a reboot or a rolling upgrade does not copy every log it held;
+    # shorter than Redpanda's 15 min default, because a lost node's partitions run
+    # under-replicated (one more failure from offline) until healed.
+    ConfigDef("raykafka.self.healing.delay.ms", "long", 300_000,
+              "A broker absent this long is given up on: its replicas are re-created on live nodes", min=0),
     # ---- replication quotas (KIP-73) -------------------------------------------------------------
     # Kafka sets the two rates dynamically (/config/brokers/<id>); a value here is
     # this broker's static default. They apply only to the replicas listed in a

@@ -139,6 +139,15 @@ CATALOGUE: tuple[MetricDef, ...] = (
     _c("kafka_controller_controllerstats_leaderelections", ("broker",),
        "kafka.controller:type=ControllerStats,name=LeaderElectionRateAndTimeMs (count)",
        "Leader changes (a partition's leader epoch moving), counted on the controller's broker"),
+    # the balancer (issue 31; cluster/controller/balancer.py), on the active controller's broker
+    _g("kafka_controller_balancer_movesinflight", ("broker",), "raykafka balancer (Cruise Control: ongoing-execution)",
+       "Replica moves the balancer has in flight"),
+    _g("kafka_controller_balancer_plannedmoves", ("broker",), "raykafka balancer (Cruise Control: num-proposals)",
+       "Moves left in the balancer's plan, not started yet"),
+    _g("kafka_controller_balancer_bytesleft", ("broker",), "raykafka balancer",
+       "Bytes the moves in flight still have to copy"),
+    _g("kafka_controller_balancer_imbalancescore", ("broker",), "raykafka balancer",
+       "Largest relative deviation of a live node's replica or preferred-leader count from the mean"),
     # purgatory
     _g("kafka_server_delayedoperationpurgatory_purgatorysize", ("broker", "delayedOperation"),
        "kafka.server:type=DelayedOperationPurgatory,name=PurgatorySize",

@@ -1436,6 +1436,50 @@ class KafkaZkClient:
             lambda data: None if data is None else (_decode_reassignment(data) or {}), callback,
         )
 
+    # ---- the balancer (issue 31): /balancer/paused, /balancer/state ----------------------------------
+    def is_balancer_paused(self) -> bool:
+        return self._exists(zk_paths.BALANCER_PAUSED) is not None
+
+    def set_balancer_paused(self, paused: bool, reason: str = "") -> bool:
+        """Pause (create /balancer/paused) or resume (delete it); True if it changed."""
+        if paused:
+            return self._create_if_absent(zk_paths.BALANCER_PAUSED, encode_json({"version": 1, "reason": reason}))
+        return self._delete(zk_paths.BALANCER_PAUSED)
+
+    def watch_balancer_paused(self, callback: Callable[[bool], Any]) -> WatchHandle:
+        """callback(paused) now and whenever /balancer/paused appears or goes."""
+        return self._watch_data(zk_paths.BALANCER_PAUSED, WatchHandle("balancer_paused"),
+                                lambda data: data is not None, callback)
+
+    def get_balancer_state(self) -> dict[str, Any] | None:
+        """What the active controller last published (cluster/controller/balancer.py); None if never."""
+        found = self._get(zk_paths.BALANCER_STATE)
+        return None if found is None or not found[0] else decode_json(found[0])
+
+    def set_balancer_state(self, state: Mapping[str, Any], *,
+                           expected_controller_epoch_zk_version: int | None = None) -> None:
+        """Write /balancer/state; fenced on the controller epoch (ControllerMovedError) when given."""
+        data = encode_json(dict(state))
+        path = zk_paths.BALANCER_STATE
+        if expected_controller_epoch_zk_version is None:
+            self._set_or_create(path, data)
+            return
+        self._create_if_absent(zk_paths.BALANCER)
+        for _ in range(5):
+            try:
+                self._fenced(f"set {path}", expected_controller_epoch_zk_version,
+                             lambda transaction: transaction.set_data(path, data))
+                return
+            except ZkNoNodeError:
+                pass
+            try:
+                self._fenced(f"create {path}", expected_controller_epoch_zk_version,
+                             lambda transaction: transaction.create(path, data))
+                return
+            except ZkNodeExistsError:
+                pass
+        raise ZkError(f"set or create {path}: raced with concurrent deletes")
+
     def get_preferred_replica_election(self) -> list[tuple[str, int]]:
         """Partitions of the pending /admin/preferred_replica_election; [] when absent."""
         found = self._get(zk_paths.PREFERRED_REPLICA_ELECTION)

@@ -63,6 +63,16 @@ KAFKA_ACL = "/kafka-acl"
 KAFKA_ACL_CHANGES = "/kafka-acl-changes"
 LATEST_PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 
+# raykafka's balancer (issue 31; no Kafka equivalent). The operator's pause
+# switch and the controller's published plan are separate znodes so neither
+# writer overwrites the other: /balancer/paused exists while paused (written
+# by `raykafka balancer --pause`, read and watched by every controller);
+# /balancer/state is written only by the active controller (fenced on its
+# epoch) and read by a new controller at failover and by `--status`.
+BALANCER = "/balancer"
+BALANCER_PAUSED = "/balancer/paused"
+BALANCER_STATE = "/balancer/state"
+
 # Old-consumer root; still in Kafka 3.x's list of persistent paths.
 CONSUMERS = "/consumers"
 

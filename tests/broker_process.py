@@ -119,6 +119,19 @@ class BrokerProcess:
             time.sleep(0.5)
         raise RuntimeError(f"brokers {dead} not revived in {timeout_s}s:\n" + self.log_tail())
 
+    def add_node(self, timeout_s: float = 180) -> dict:
+        """SIGUSR1: the CLI adds a broker on a new Ray node (a machine joining); -> its entry."""
+        before = {n["broker_id"] for n in self.nodes()}
+        self.proc.send_signal(signal.SIGUSR1)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            fresh = [n for n in self.nodes() if n["broker_id"] not in before]
+            if fresh:
+                self._track_tree()
+                return fresh[0]
+            time.sleep(0.5)
+        raise RuntimeError(f"no node added in {timeout_s}s:\n" + self.log_tail())
+
     def cpu_seconds(self) -> float:
         """CPU time used so far by the whole broker tree (user + system)."""
         total = 0.0

@@ -106,6 +106,12 @@ class ControllerChannel(abc.ABC):
     async def close_replicas(self, broker_id: int, timeout_s: float) -> int:
         """Clean shutdown of one broker's replicas (flush, checkpoint); -> how many were asked."""
 
+    def replica_state(self, key: ReplicaKey) -> Awaitable[dict] | None:
+        """The replica's state (cluster/partition.Partition.state: offsets, log size)
+        for the balancer's bytes left; None where it cannot be asked without
+        creating the replica. Not abstract: a channel without it reports no sizes."""
+        return None
+
     # ---- edges: UpdateMetadata ---------------------------------------------------------------------
     @abc.abstractmethod
     def has_edge(self, broker_id: int) -> bool:

@@ -17,6 +17,7 @@ import logging
 import time
 from typing import Any, Awaitable, Callable
 
+from cluster.controller.balancer import Balancer
 from cluster.controller.channel import ControllerChannel, LeaderAndIsr, ReplicaKey, ReplicaSpec
 from cluster.controller.configs import ConfigManager
 from cluster.controller.topic_deletion import TopicDeletionManager
@@ -91,6 +92,8 @@ class Controller:
         self.growth = PartitionGrowth(self)
         self.elections = Elections(self)
         self.reassignment = Reassignments(self)
+        # Replicas follow the nodes: balance on join, heal on loss (issue 31).
+        self.balancer = Balancer(self)
 
     # ---- event queue ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -142,6 +145,7 @@ class Controller:
         for task in (self._worker, self._controller_watch, self.elections._rebalance_task):
             if task is not None:
                 task.cancel()
+        self.balancer.stop()
 
     async def close(self) -> None:
         """stop(), then close the ZooKeeper session off the event loop
@@ -188,6 +192,7 @@ class Controller:
         # Reassignments a previous controller left in flight resume where they were.
         await self.reassignment._check_reassignments(list(self.ctx.reassignments))
         self.elections._start_auto_rebalance()
+        await self.balancer.on_elected()
         log.info("controller %d ready (epoch %d) in %.0f ms", self.broker_id, epoch,
                  (time.monotonic() - started) * 1000)
 
@@ -591,6 +596,11 @@ class Controller:
             self._watch_edge(broker_id)
         if not new_ids and not dead_ids:
             return
+        await self._apply_broker_changes_to_partitions(new_ids, dead_ids)
+        await self.balancer.on_brokers_changed(new_ids, dead_ids)
+
+    async def _apply_broker_changes_to_partitions(self, new_ids: list[int], dead_ids: list[int]) -> None:
+        ctx = self.ctx
         touched = [(tp, r) for tp, r in ctx.all_partitions()
                    if set(r) & (set(new_ids) | set(dead_ids))]
         ctx.replica_sm.transition([(t, p, b) for (t, p), r in touched for b in r if b in dead_ids],
@@ -641,6 +651,7 @@ class Controller:
         await self._send_update_metadata()
         await self.azk.delete_isr_change_notifications([n.name for n in notes])
         await self.reassignment._check_reassignments([tp for tp in changed if tp in self.ctx.reassignments])
+        await self.balancer.on_reassignments_checked()
 
     async def _on_topic_change(self) -> None:
         """Topics written to ZooKeeper by someone else (e.g. an admin tool)."""

@@ -192,7 +192,10 @@ class Controller:
         # Reassignments a previous controller left in flight resume where they were.
         await self.reassignment._check_reassignments(list(self.ctx.reassignments))
         self.elections._start_auto_rebalance()
-        await self.balancer.on_elected()
+        try:
+            await self.balancer.on_elected()
+        except Exception:  # the controller works on without its balancer
+            log.exception("the balancer could not take over")
         log.info("controller %d ready (epoch %d) in %.0f ms", self.broker_id, epoch,
                  (time.monotonic() - started) * 1000)
 

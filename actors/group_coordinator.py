@@ -21,6 +21,11 @@ A thin asyncio shell over ``cluster.groups.GroupCoordinator`` (the rules) and
   thread that touches the coordinator.
 * Requests: the edge (``net/apis/n08..n16, n28, n42, n47``) calls the methods
   below with plain values; they answer with the ``cluster.groups.api`` values.
+* KIP-848 consumer groups (``n68`` ConsumerGroupHeartbeat, ``n69``
+  ConsumerGroupDescribe) go to ``cluster.groups.consumer.ConsumerGroupCoordinator``,
+  which shares this partition's log, loading and offset store with the
+  classic coordinator; the group APIs of both kinds ask it first whether a
+  group is a consumer group.
 * Transactions: TxnOffsetCommit's records go to the log as a transactional
   batch of the producer and stay pending until the transaction coordinator,
   having written the producer's COMMIT/ABORT marker to this partition, calls
@@ -53,8 +58,10 @@ from actors.internal_topic_calls import (CoordinatorKind, RayNodeCalls, forget_c
                                          sync_coordinators)
 # offsets_topic_spec: actors/controller.py's import.
 from cluster.controller.internal_topics import OFFSETS_TOPIC, offsets_topic_spec  # noqa: F401
-from cluster.groups import (AppendCompletion, CoordinatorStatus, GroupConfig, GroupCoordinator, LeavingMember,
-                            PartitionCommit, TopicPartition, TxnProducer)
+from cluster.groups import (AppendCompletion, CoordinatorStatus, GroupConfig, GroupCoordinator, GroupDescription,
+                            JoinGroupResult, LeaveGroupResult, LeavingMember, PartitionCommit, SyncGroupResult,
+                            TopicPartition, TxnProducer)
+from cluster.groups.consumer import ConsumerGroupConfig, ConsumerGroupCoordinator, ConsumerHeartbeat
 from cluster.internal_topic_log import InternalTopicLog
 from core.config import BrokerConfig
 from core.error_codes import ErrorCode
@@ -69,7 +76,7 @@ E = ErrorCode
 # What the edge of this node may call over the direct channel: the per-request calls.
 LOCAL_CALL_METHODS = ("join_group", "sync_group", "heartbeat", "leave_group", "commit_offsets", "fetch_offsets",
                       "describe_groups", "list_groups", "delete_groups", "delete_offsets", "txn_commit_offsets",
-                      "complete_transaction")
+                      "complete_transaction", "consumer_group_heartbeat", "consumer_group_describe")
 
 
 coordinator_actor_name = group_coordinator_actor_name  # the name the edge looks up (core.naming)
@@ -85,6 +92,8 @@ class GroupCoordinatorActor:
         broker_config = BrokerConfig(config)
         self.group_config = dataclasses.replace(GroupConfig.from_broker_config(broker_config),
                                                 offsets_topic_num_partitions=num_partitions)
+        self.consumer_group_config = ConsumerGroupConfig.from_broker_config(broker_config)
+        self.consumer_groups: Optional[ConsumerGroupCoordinator] = None
         call_timeout_s = broker_config.get("raykafka.actor.call.timeout.ms", 30000) / 1000
         self.node_calls = RayNodeCalls(OFFSETS_TOPIC, partition, broker_id, namespace, call_timeout_s,
                                        bool(broker_config.get("raykafka.local.calls", True)))
@@ -106,6 +115,9 @@ class GroupCoordinatorActor:
             self._driver = AsyncTimerDriver(timer, asyncio.get_running_loop())
             self.coordinator = GroupCoordinator(timer, self._append_records, self.group_config,
                                                 partition=self.partition)
+            self.consumer_groups = ConsumerGroupCoordinator(self.coordinator, timer, self._append_records,
+                                                            self.consumer_group_config)
+            self.coordinator.manager.other_records = self.consumer_groups.replay
         return self.coordinator
 
     # ---- ownership: controller -> coordinator --------------------------------------------------
@@ -122,17 +134,27 @@ class GroupCoordinatorActor:
                 self.state_log.keep_leading(leader_epoch, replica)
                 return 0
         self.state_log.lead(leader_epoch, replica)
-        coordinator.begin_loading()
-        self.state_log.start_load(self._replay, coordinator.begin_loading)
+        self._begin_loading()
+        self.state_log.start_load(self._replay, self._begin_loading)
         return 0
+
+    def _begin_loading(self) -> None:
+        self.coordinator.begin_loading()
+        self.consumer_groups.begin_loading()
+
+    def _unload(self) -> None:
+        self.consumer_groups.unload()
+        self.coordinator.unload()
 
     def _replay(self, batches: list, end: int) -> str:
         coordinator = self.coordinator
         if coordinator.status is not CoordinatorStatus.LOADING:
-            coordinator.begin_loading()
+            self._begin_loading()
         coordinator.replay_batches(batches)
         coordinator.complete_loading()
-        return f"{len(coordinator.groups)} groups"
+        self.consumer_groups.complete_loading()
+        return f"{len(coordinator.groups) - len(self.consumer_groups.groups)} classic groups, " \
+               f"{len(self.consumer_groups.groups)} consumer groups"
 
     async def resign(self, leader_epoch: int) -> int:
         """Another broker leads the partition now (or nobody): unload."""
@@ -140,7 +162,7 @@ class GroupCoordinatorActor:
         if 0 <= leader_epoch < self.state_log.leader_epoch:
             return int(E.fenced_leader_epoch)
         was = coordinator.status
-        self.state_log.resign(leader_epoch, unload=coordinator.unload if was is not CoordinatorStatus.NOT_LOADED else None)
+        self.state_log.resign(leader_epoch, unload=self._unload if was is not CoordinatorStatus.NOT_LOADED else None)
         if was is not CoordinatorStatus.NOT_LOADED:
             log.info("group coordinator for %s-%d unloaded (leader epoch %d)", OFFSETS_TOPIC, self.partition,
                      leader_epoch)
@@ -187,6 +209,9 @@ class GroupCoordinatorActor:
     async def join_group(self, group_id: str, member_id: str, group_instance_id: Optional[str], client_id: str,
                          client_host: str, rebalance_timeout_ms: int, session_timeout_ms: int, protocol_type: str,
                          protocols: list, api_version: int, reason: Optional[str] = None):
+        if self._ensure() and self.consumer_groups.owns(group_id):
+            # Classic members in a consumer group are not served yet (migration).
+            return JoinGroupResult.failed(member_id, E.inconsistent_group_protocol)
         future, callback = self._answer()
         self._ensure().join_group(group_id, member_id, group_instance_id, client_id, client_host,
                                   rebalance_timeout_ms, session_timeout_ms, protocol_type, protocols, callback,
@@ -195,6 +220,8 @@ class GroupCoordinatorActor:
 
     async def sync_group(self, group_id: str, generation_id: int, member_id: str, group_instance_id: Optional[str],
                          protocol_type: Optional[str], protocol_name: Optional[str], assignments: dict):
+        if self._ensure() and self.consumer_groups.owns(group_id):
+            return SyncGroupResult(E.unknown_member_id)
         future, callback = self._answer()
         self._ensure().sync_group(group_id, generation_id, member_id, group_instance_id, protocol_type,
                                   protocol_name, assignments, callback)
@@ -202,19 +229,27 @@ class GroupCoordinatorActor:
 
     async def heartbeat(self, group_id: str, member_id: str, group_instance_id: Optional[str],
                         generation_id: int) -> ErrorCode:
+        if self._ensure() and self.consumer_groups.owns(group_id):
+            return E.unknown_member_id
         return self._ensure().heartbeat(group_id, member_id, group_instance_id, generation_id)
 
     async def leave_group(self, group_id: str, members: list[tuple[str, Optional[str], Optional[str]]]):
+        if self._ensure() and self.consumer_groups.owns(group_id):
+            return LeaveGroupResult(E.unknown_member_id)
         return self._ensure().leave_group(group_id, [LeavingMember(*m) for m in members])
 
     async def commit_offsets(self, group_id: str, member_id: str, group_instance_id: Optional[str],
-                             generation_id: int, offsets: dict) -> dict:
-        """offsets: {(topic, partition): (offset, leader_epoch, metadata, expire_timestamp_ms | None)}"""
+                             generation_id: int, offsets: dict, api_version: int = 9) -> dict:
+        """offsets: {(topic, partition): (offset, leader_epoch, metadata, expire_timestamp_ms | None)}.
+        ``generation_id`` is a consumer group member's member epoch."""
         future, callback = self._answer()
         commits = {TopicPartition(*tp): PartitionCommit(offset=o, leader_epoch=epoch, metadata=metadata,
                                                         expire_timestamp_ms=expire)
                    for tp, (o, epoch, metadata, expire) in offsets.items()}
-        self._ensure().commit_offsets(group_id, member_id, group_instance_id, generation_id, commits, callback)
+        coordinator = self._ensure()
+        if not self.consumer_groups.commit_offsets(group_id, member_id, group_instance_id, generation_id, commits,
+                                                   callback, api_version):
+            coordinator.commit_offsets(group_id, member_id, group_instance_id, generation_id, commits, callback)
         return await future
 
     async def txn_commit_offsets(self, group_id: str, producer_id: int, producer_epoch: int, member_id: str,
@@ -223,8 +258,11 @@ class GroupCoordinatorActor:
         future, callback = self._answer()
         commits = {TopicPartition(*tp): PartitionCommit(offset=o, leader_epoch=epoch, metadata=metadata)
                    for tp, (o, epoch, metadata) in offsets.items()}
-        self._ensure().txn_commit_offsets(group_id, TxnProducer(producer_id, producer_epoch), member_id,
-                                          group_instance_id, generation_id, commits, callback)
+        coordinator, producer = self._ensure(), TxnProducer(producer_id, producer_epoch)
+        if not self.consumer_groups.commit_offsets(group_id, member_id, group_instance_id, generation_id, commits,
+                                                   callback, producer=producer):
+            coordinator.txn_commit_offsets(group_id, producer, member_id, group_instance_id, generation_id, commits,
+                                           callback)
         return await future
 
     async def complete_transaction(self, completion: TxnCompletion) -> int:
@@ -240,13 +278,43 @@ class GroupCoordinatorActor:
         return self._ensure().fetch_offsets(group_id, tps, require_stable)
 
     async def describe_groups(self, group_ids: list[str]):
-        return self._ensure().describe_groups(group_ids)
+        """DescribeGroups: a consumer group is no classic group (Kafka: "Dead",
+        GROUP_ID_NOT_FOUND from v6; clients describe it with ConsumerGroupDescribe)."""
+        coordinator = self._ensure()
+        return [GroupDescription(g, E.none, state="Dead") if self.consumer_groups.owns(g)
+                else coordinator.describe_group(g) for g in group_ids]
 
-    async def list_groups(self, states_filter: Optional[list[str]] = None):
-        return self._ensure().list_groups(states_filter)
+    async def list_groups(self, states_filter: Optional[list[str]] = None, types_filter: Optional[list[str]] = None):
+        """ListGroups of both kinds; ``types_filter`` (v5): "classic", "consumer"."""
+        coordinator = self._ensure()
+        types = {t.lower() for t in types_filter or ()}
+        error, classic = coordinator.list_groups(states_filter)
+        listings = []
+        if not types or "classic" in types:
+            listings += [g for g in classic if not self.consumer_groups.owns(g.group_id)]
+        if not types or "consumer" in types:
+            listings += self.consumer_groups.listings(states_filter)
+        return error, listings
 
     async def delete_groups(self, group_ids: list[str]) -> dict:
-        return self._ensure().delete_groups(group_ids)
+        coordinator = self._ensure()
+        errors = self.consumer_groups.delete_groups(group_ids)
+        rest = [g for g in group_ids if errors.get(g, E.none) == E.none]
+        classic = coordinator.delete_groups(rest) if rest else {}
+        # A deleted consumer group's offsets holder may be gone already: that is fine.
+        return {g: errors[g] if g in errors else classic.get(g, E.group_id_not_found) for g in group_ids}
+
+    async def consumer_group_heartbeat(self, request: ConsumerHeartbeat, image):
+        """ConsumerGroupHeartbeat (KIP-848) -> ConsumerHeartbeatResult, once its records are durable."""
+        self._ensure()
+        future, callback = self._answer()
+        self.consumer_groups.heartbeat(request, image, callback)
+        return await future
+
+    async def consumer_group_describe(self, group_ids: list[str], image=None):
+        self._ensure()
+        self.consumer_groups.see_image(image)
+        return self.consumer_groups.describe(group_ids)
 
     async def delete_offsets(self, group_id: str, partitions: list):
         return self._ensure().delete_offsets(group_id, [TopicPartition(*tp) for tp in partitions])

@@ -243,6 +243,23 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("group.min.session.timeout.ms", "int", 6000, min=0),
     ConfigDef("group.max.session.timeout.ms", "int", 1800000, min=0),
     ConfigDef("group.max.size", "int", INT32_MAX, min=1),
+    # ---- KIP-848 consumer groups (cluster/groups/consumer) ------------------------------------------
+    ConfigDef("group.coordinator.rebalance.protocols", "list", ["classic", "consumer"],
+              "Group protocols served (Kafka 4.0: classic and consumer)", no_effect=True),
+    ConfigDef("group.consumer.heartbeat.interval.ms", "int", 5000,
+              "The heartbeat interval given to consumer-protocol members", min=1),
+    ConfigDef("group.consumer.session.timeout.ms", "int", 45000,
+              "A consumer-protocol member without a heartbeat this long is fenced", min=1),
+    ConfigDef("group.consumer.min.heartbeat.interval.ms", "int", 5000, min=1, no_effect=True),
+    ConfigDef("group.consumer.max.heartbeat.interval.ms", "int", 15000, min=1, no_effect=True),
+    ConfigDef("group.consumer.min.session.timeout.ms", "int", 45000, min=1, no_effect=True),
+    ConfigDef("group.consumer.max.session.timeout.ms", "int", 60000, min=1, no_effect=True),
+    ConfigDef("group.consumer.max.size", "int", INT32_MAX, "Most members of a consumer group", min=1),
+    ConfigDef("group.consumer.assignors", "list", ["uniform", "range"],
+              "Server-side assignors of consumer groups; the first is the default"),
+    ConfigDef("group.consumer.migration.policy", "string", "bidirectional",
+              "Online migration between classic and consumer groups",
+              choices=("disabled", "upgrade", "downgrade", "bidirectional")),
     # ---- transactions (transaction coordinator, __transaction_state) -----------------------------
     # As for __consumer_offsets, every partition is a replica actor plus a
     # coordinator actor on its leader; the topic is created on the first

@@ -192,3 +192,15 @@ class CoordinatorRouter:
             log.warning("creating %s failed: %s (%s)", topic, E(code).name, message)
             return E.coordinator_not_available
         return None
+
+
+def topics_image(metadata: Any):
+    """The topics this edge knows, as the consumer group coordinator needs
+    them to resolve subscriptions (names, regexes) into topic ids and
+    partition counts (cluster.groups.consumer.TopicsImage)."""
+    from cluster.groups.consumer import TopicsImage
+
+    topics = tuple(sorted((info.name, info.topic_id, len(info.partitions))
+                          for info in metadata.topics.values() if info.topic_id is not None))
+    internal = frozenset(info.name for info in metadata.topics.values() if info.internal)
+    return TopicsImage(metadata.version, topics, internal)

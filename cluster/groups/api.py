@@ -194,6 +194,7 @@ class GroupListing:
     group_id: str
     protocol_type: str
     state: str
+    group_type: str = "classic"  # ListGroups v5: "classic" or "consumer" (KIP-848)
 
 
 # -- persistence -------------------------------------------------------------------

@@ -173,6 +173,8 @@ class GroupMetadataManager:
         # Order of offset-commit appends, for "later append wins".
         self._append_sequence = 0
         self._expiration_task: Optional[_OffsetExpirationTask] = None
+        # Records of other kinds (KIP-848 consumer groups): (key, value) -> whether taken.
+        self.other_records: Optional[Callable[[bytes, Optional[bytes]], bool]] = None
         self._reset_loading_state()
 
     # ======================================================================
@@ -278,14 +280,15 @@ class GroupMetadataManager:
                     self._loading_groups[key.group] = decode_group_metadata_value(value_bytes)
             else:
                 assert isinstance(key, UnknownKey)
-                self._loading_unknown_keys += 1
+                if self.other_records is None or not self.other_records(key_bytes, value_bytes):
+                    self._loading_unknown_keys += 1
 
     def complete_loading(self) -> None:
         """Build the groups from what was replayed and start serving."""
         if self.status is not CoordinatorStatus.LOADING:
             raise IllegalStateError("complete_loading() without begin_loading()")
         if self._loading_unknown_keys:
-            log.warning("skipped %d records of unknown key versions (KIP-848 groups are not supported)",
+            log.warning("skipped %d records of unknown key versions",
                         self._loading_unknown_keys)
         groups: dict[str, GroupMetadata] = {}
         for group_id, value in self._loading_groups.items():

@@ -51,7 +51,7 @@ async def handle_offset_commit(ctx, request):
         error, answer = await edge.group_call(
             request.group_id, "commit_offsets", request.group_id, request.member_id,
             getattr(request, "group_instance_id", None), request.generation_id_or_member_epoch, offsets,
-            timeout_s=edge.config["offsets.commit.timeout.ms"] / 1000 + edge.call_timeout_s)
+            ctx.api_version, timeout_s=edge.config["offsets.commit.timeout.ms"] / 1000 + edge.call_timeout_s)
         if error is not None:
             errors.update({tp: error for tp in offsets})
         else:

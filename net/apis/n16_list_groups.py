@@ -1,7 +1,7 @@
 """ListGroups (16): the groups coordinated on this broker (every coordinator
 of an offsets partition it leads), as in Kafka: admin clients ask every
-broker. State filter from v4 (KIP-518), type filter from v5 (all groups here
-are "classic")."""
+broker. State filter from v4 (KIP-518), type filter from v5: "classic"
+groups and KIP-848 "consumer" groups."""
 import asyncio
 
 from core.error_codes import ErrorCode
@@ -11,9 +11,6 @@ from net import authorization
 from net.authorization import Operation, ResourceType
 from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for
-
-GROUP_TYPE = "classic"
-
 
 @api(16, 0, 5, tests=("tests/integration/test_groups.py::test_groups_cli_list_describe_reset_delete",
                       "tests/integration/test_groups.py::test_describe_list_delete_groups_wire"))
@@ -25,12 +22,12 @@ async def handle_list_groups(ctx, request):
     types = {t.lower() for t in getattr(request, "types_filter", ()) or ()}
     error = ErrorCode.none
     listings = []
-    if not types or GROUP_TYPE in types:
+    if not types or types & {"classic", "consumer"}:
         coordinators = await edge.local_coordinators()
 
         async def one(handle):
             try:
-                return await edge.call(handle.list_groups.remote(states or None))
+                return await edge.call(handle.list_groups.remote(states or None, sorted(types) or None))
             except ActorCallFailed:
                 return ErrorCode.coordinator_not_available, []
 
@@ -45,4 +42,4 @@ async def handle_list_groups(ctx, request):
         listings = [g for g in listings if g.group_id in visible]
     return build(schema, throttle_time=ZERO_THROTTLE, error_code=error, groups=tuple(
         build(listed_cls, group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.state,
-              group_type=GROUP_TYPE) for g in sorted(listings, key=lambda g: g.group_id)))
+              group_type=getattr(g, "group_type", "classic")) for g in sorted(listings, key=lambda g: g.group_id)))

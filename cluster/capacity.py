@@ -29,6 +29,47 @@ CPU_BUDGET = 0.5
 MEMORY_BUDGET = 0.5
 
 CAPACITY_KEY = "raykafka.replicas.per.node.max"
+# With hibernation (issue 30) the live limit above bounds live actors, and this one the
+# partitions a node hosts; a hibernated replica holds no process, no open file, no socket.
+HOSTED_KEY = "raykafka.partitions.per.node.max"
+# The smallest log a hosted partition is promised room for on disk (one small segment and
+# its indexes); and the open files a hosted partition may hold in the edge (a segment read
+# by sendfile, its index) while its replica hibernates.
+DISK_BYTES_PER_PARTITION = 2**20
+FDS_PER_PARTITION = 2
+DISK_BUDGET = FD_BUDGET = 0.5
+
+
+def default_partitions_per_node(open_files_limit: int, free_disk_bytes: int) -> int:
+    """min(open-file limit * 0.5 / 2, free log-dir bytes * 0.5 / 1 MiB), at least 1.
+
+    The CPU and memory of a hosted partition are those of its live replica,
+    bounded by raykafka.replicas.per.node.max; what a hibernated one still
+    costs is disk and, when it is read, file descriptors. This machine
+    (nofile 20,000, ~69 GB free): min(5,000, ~35,000) = 5,000; Kafka's own
+    guidance is ~4,000 partitions per broker."""
+    by_fd = math.floor(open_files_limit * FD_BUDGET / FDS_PER_PARTITION)
+    by_disk = math.floor(free_disk_bytes * DISK_BUDGET / DISK_BYTES_PER_PARTITION)
+    return max(1, min(by_fd, by_disk))
+
+
+def node_hosted_capacity(configured: int | None, log_dir: str) -> int:
+    """This node's hosted limit: the configured value, else the default from its open-file limit and
+    the free space of its (first) log dir."""
+    if configured is not None:
+        return configured
+    import os
+    import resource
+    import shutil
+
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    os.makedirs(log_dir, exist_ok=True)
+    return default_partitions_per_node(soft if soft > 0 else 1024, shutil.disk_usage(log_dir).free)
+
+
+def always_live(replicas: Iterable[int], internal: bool) -> bool:
+    """Replicas that never hibernate: internal topics' and replicated (RF > 1) ones."""
+    return internal or len(list(replicas)) > 1
 
 
 def default_replicas_per_node(cores: float, memory_bytes: int, cpu_budget: float = CPU_BUDGET,
@@ -79,11 +120,12 @@ class CapacityViolation:
     capacity: int
     reserved: int = 0
     reserved_for: str = ""
+    key: str = CAPACITY_KEY
 
     def message(self) -> str:
         kept = (f" ({self.reserved} kept for {self.reserved_for})" if self.reserved else "")
         return (f"would place {self.adding} replica{'s' if self.adding != 1 else ''} on broker {self.broker} "
-                f"holding {self.hosting} of {CAPACITY_KEY}={self.capacity}{kept}; "
+                f"holding {self.hosting} of {self.key}={self.capacity}{kept}; "
                 f"add a node or raise the limit")
 
 
@@ -95,11 +137,16 @@ class NodeCapacity:
     created (they are refused only when the limit itself is too small)."""
 
     def __init__(self, capacity: Mapping[int, int | None], hosting: Mapping[int, int],
-                 reserved: Mapping[int, int] | None = None, reserved_for: str = ""):
+                 reserved: Mapping[int, int] | None = None, reserved_for: str = "", key: str = CAPACITY_KEY,
+                 live: "NodeCapacity | None" = None):
         self.capacity = dict(capacity)
         self.hosting = dict(hosting)
         self.reserved = dict(reserved or {})
         self.reserved_for = reserved_for
+        self.key = key
+        # With hibernation: `capacity` is the hosted limit, and `live` the live limit over the
+        # replicas that never hibernate (internal, RF > 1), which it alone must also fit.
+        self.live = live
 
     def room(self, broker: int, internal: bool = False) -> int | None:
         """Replicas `broker` may still take (None: no limit)."""
@@ -121,18 +168,26 @@ class NodeCapacity:
             if room is not None and adding[broker] > room:
                 kept = 0 if internal else self.reserved.get(broker, 0)
                 return CapacityViolation(broker, adding[broker], self.hosting.get(broker, 0),
-                                         self.capacity[broker], kept, self.reserved_for if kept else "")
+                                         self.capacity[broker], kept, self.reserved_for if kept else "", self.key)
+        if self.live is not None:
+            return self.live.check(_always_live_part(assignment, internal), internal)
         return None
 
-    def add(self, assignment: Mapping[int, Iterable[int]]) -> None:
+    def add(self, assignment: Mapping[int, Iterable[int]], internal: bool = False) -> None:
         """Count an accepted creation (several topics in one request)."""
         for broker, n in replicas_per_broker([assignment]).items():
             self.hosting[broker] = self.hosting.get(broker, 0) + n
+        if self.live is not None:
+            self.live.add(_always_live_part(assignment, internal))
 
     def usage(self) -> dict[int, tuple[int, int | None]]:
         """broker -> (replicas hosted, capacity)."""
         brokers = set(self.capacity) | set(self.hosting)
         return {b: (self.hosting.get(b, 0), self.capacity.get(b)) for b in sorted(brokers)}
+
+
+def _always_live_part(assignment: Mapping[int, Iterable[int]], internal: bool) -> dict[int, list[int]]:
+    return {p: list(r) for p, r in assignment.items() if always_live(list(r), internal)}
 
 
 def place_with_room(num_partitions: int, replication_factor: int, brokers: list[int],

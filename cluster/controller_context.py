@@ -45,6 +45,8 @@ class BrokerState:
     # raykafka.replicas.per.node.max of the broker's node, as it registered it
     # (None: a broker that states none, e.g. an older version: no limit).
     replicas_max: int | None = None
+    # Its hosted limit when its replicas hibernate (issue 30): raykafka.partitions.per.node.max.
+    partitions_max: int | None = None
 
 
 class ControllerContext:

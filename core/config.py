@@ -354,6 +354,19 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("raykafka.replicas.per.node.max", "int", None,
               "Partition replicas (Ray actors) this broker's node may host; creations beyond it are refused "
               "with POLICY_VIOLATION. Unset: min(cores * 0.5 / 0.011, memory * 0.5 / 48 MiB)", min=1),
+    # Idle replicas hibernate (issue 30, cluster/replica_pool.py): with it on,
+    # raykafka.replicas.per.node.max bounds the live replica actors (the
+    # least recently used idle one is hibernated when a wake would pass it),
+    # and the hosted limit below bounds the partitions a node holds.
+    ConfigDef("raykafka.replica.hibernate.ms", "int", 60000,
+              "An unreplicated (RF=1), non-internal leader replica with no request for this long checkpoints "
+              "and ends its actor; the next request wakes it (same name, log, epoch). 60 s: a wake costs "
+              "about as much CPU as 40-60 s of an idle live replica (cluster/replica_pool.py). 0: never",
+              min=0),
+    ConfigDef("raykafka.partitions.per.node.max", "int", None,
+              "Partition replicas this broker's node may host (live or hibernated) when replicas hibernate; "
+              "creations beyond it are refused with POLICY_VIOLATION. Unset: min(open-file limit / 2, "
+              "free log-dir space / 2 / 1 MiB) (cluster/capacity.py, default_partitions_per_node)", min=1),
     ConfigDef("raykafka.edge.processes", "int", 1,
               "Edge actors (Kafka listener processes) per node; above 1 they share the listener port "
               "with SO_REUSEPORT and the kernel spreads new connections across them", min=1, max=16),

@@ -141,5 +141,15 @@ class LocalChannels:
         for key in [k for k in self._retry_at if k not in keep]:
             del self._retry_at[key]
 
+    def forget(self, handle: Any) -> None:
+        """Close the channel of one actor that ended (a hibernated replica)."""
+        key = actor_key(handle)
+        client = self._clients.pop(key, None)
+        if client is not None:
+            client.close()
+        self._opened_at.pop(key, None)
+        self._opening.pop(key, None)
+        self._retry_at.pop(key, None)
+
     def close(self) -> None:
         self.keep_only(())

@@ -26,6 +26,7 @@ from typing import Any
 
 from core import metrics as m
 from core.error_codes import ErrorCode
+from core.pooled_replica import PooledReplica
 
 log = logging.getLogger("raykafka.metrics")
 
@@ -336,6 +337,12 @@ class NodeSampler:
 
     async def _handle(self, topic: str, partition: int, broker_id: int):
         key = (topic, partition, broker_id)
+        if broker_id == self.broker_id:
+            handle = self.service.leader_handle(topic, partition)
+            if type(handle) is PooledReplica:
+                # Sampled only while live: a sample never wakes a hibernated replica.
+                pool = self.service.replicas.pool
+                return pool.live_handle((topic, partition)) if pool is not None else None
         handle = self._handles.get(key)
         if handle is None:
             if broker_id == self.broker_id:
@@ -409,6 +416,17 @@ class NodeSampler:
                         if len(part.isr) < len(part.replicas):
                             under_replicated += 1
         g("kafka_server_replicamanager_leadercount").set(one, len(led))
+        pool = service.replicas.pool
+        if pool is not None:  # issue 30: live replicas are a cache over the hosted ones
+            stats = pool.stats()
+            g("raykafka_replica_pool_hosted").set(one, stats.hosted)
+            g("raykafka_replica_pool_live").set(one, stats.live)
+            g("raykafka_replica_pool_hibernated").set(one, stats.hibernated)
+            g("raykafka_replica_pool_wake_p99_ms").set(one, stats.wake_p99_ms)
+            wakeups = self.registry.counter("raykafka_replica_pool_wakeups")
+            wakeups.values[one] = stats.wakeups
+            hibernations = self.registry.counter("raykafka_replica_pool_hibernations")
+            hibernations.values[one] = stats.hibernations
         g("kafka_server_replicamanager_partitioncount").set(one, len(hosted))
         g("kafka_server_replicamanager_underreplicatedpartitions").set(one, under_replicated)
         controller_here = metadata.controller_id == me

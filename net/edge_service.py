@@ -101,6 +101,12 @@ class EdgeService:
     def purgatory(self, handle) -> None:
         self.replicas.purgatory = handle
 
+    def attach_replica_pool(self, pool) -> None:
+        """This node's replica pool (cluster/replica_pool.py): pooled leaders resolve through it; a
+        hibernated replica's direct channel is closed with it."""
+        self.replicas.pool = pool
+        pool.on_hibernated = lambda key, handle: self.local_channels.forget(handle)
+
     # ---- metadata from the controller ----------------------------------------------------
     def forget_cached_reads(self, topic: str | None = None, partition: int | None = None) -> None:
         """Drop the fetch answers this edge keeps (read-ahead runs, local tail
@@ -118,7 +124,7 @@ class EdgeService:
         if self.metrics is not None and before:
             self.metrics.metadata_changed(before, self.metadata.topics, self.metadata.controller_id, self.broker_id)
         self.replicas.set_leaders(leader_handles)
-        self.local_channels.keep_only([*self.replicas.leader_handles.values(), self.replicas.purgatory,
+        self.local_channels.keep_only([*self.replicas.live_handles(), self.replicas.purgatory,
                                        *self.coordinators.handles.values()])
         self.forget_cached_reads()  # leaders may have moved: nothing read before is answered again
         self.controller_handle = controller_handle

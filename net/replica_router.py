@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
 import os
 import time
@@ -16,6 +17,7 @@ from typing import Any
 from core.error_codes import ErrorCode
 
 from core.local_channels import LocalChannels
+from core.pooled_replica import PooledReplica
 from core.replica_messages import failed_append
 from core.shared_region import SharedRegion
 from net.actor_calls import ActorCallFailed, call, call_failure
@@ -92,36 +94,8 @@ class PartitionAppender:
     async def _run(self, batch: list, leader_epoch: int) -> None:
         router = self.router
         try:
-            handle = router.leader_handle(self.topic, self.partition)
-            if handle is None:
-                results = [failed_append(int(ErrorCode.not_leader_or_follower))] * len(batch)
-            else:
-                timeout_ms = max(item[2] for item in batch)
-                timeout_s = timeout_ms / 1000 + router.call_timeout_s
-                region = self._shared_region()
-                size = sum(len(item[0]) for item in batch)
-                results = None
-                local_tail = router.local_tail
-                want_tail = local_tail is not None
-                if region is not None and size <= region.size:
-                    offset, placed = 0, []
-                    for records, acks, set_timeout, _epoch, _future in batch:
-                        region.write(offset, records)
-                        placed.append((offset, len(records), acks, set_timeout))
-                        offset += len(records)
-                    results = await router.node_call(handle, "append_shared", region.path, placed,
-                                                     leader_epoch, want_tail, timeout_s=timeout_s)
-                    if results is None:  # the leader cannot map it (another node?): stop trying
-                        self.close()
-                if results is None:
-                    sets = [(item[0], item[1], item[2]) for item in batch]
-                    results = await router.call(handle.append.remote(sets, leader_epoch, want_tail),
-                                                timeout_s=timeout_s)
-                if want_tail:
-                    # append(..., tail=True) answers (results, CommittedTail or None)
-                    results, committed = results
-                    if committed is not None:
-                        local_tail.publish(self.topic, self.partition, committed)
+            async with router.pinned(router.leader_handle(self.topic, self.partition)) as handle:
+                results = await self._call(handle, batch, leader_epoch)
         except ActorCallFailed as exc:
             # The leader may still be reading the region: never reuse it.
             self.close(disable=False)
@@ -136,6 +110,38 @@ class PartitionAppender:
                 item[4].set_result(result)
         if self.queue:
             self._send_next()
+
+    async def _call(self, handle, batch: list, leader_epoch: int) -> list:
+        router = self.router
+        if handle is None:
+            return [failed_append(int(ErrorCode.not_leader_or_follower))] * len(batch)
+        timeout_ms = max(item[2] for item in batch)
+        timeout_s = timeout_ms / 1000 + router.call_timeout_s
+        region = self._shared_region()
+        size = sum(len(item[0]) for item in batch)
+        results = None
+        local_tail = router.local_tail
+        want_tail = local_tail is not None
+        if region is not None and size <= region.size:
+            offset, placed = 0, []
+            for records, acks, set_timeout, _epoch, _future in batch:
+                region.write(offset, records)
+                placed.append((offset, len(records), acks, set_timeout))
+                offset += len(records)
+            results = await router.node_call(handle, "append_shared", region.path, placed,
+                                             leader_epoch, want_tail, timeout_s=timeout_s)
+            if results is None:  # the leader cannot map it (another node?): stop trying
+                self.close()
+        if results is None:
+            sets = [(item[0], item[1], item[2]) for item in batch]
+            results = await router.call(handle.append.remote(sets, leader_epoch, want_tail),
+                                        timeout_s=timeout_s)
+        if want_tail:
+            # append(..., tail=True) answers (results, CommittedTail or None)
+            results, committed = results
+            if committed is not None:
+                local_tail.publish(self.topic, self.partition, committed)
+        return results
 
 
 class ReplicaRouter:
@@ -154,6 +160,9 @@ class ReplicaRouter:
         self.leader_handles: dict[tuple[str, int], Any] = {}
         self._appenders: dict[tuple[str, int], PartitionAppender] = {}
         self.purgatory: Any = None  # this node's purgatory actor
+        # Live and hibernated replicas of this node (cluster/replica_pool.py, issue 30);
+        # None: hibernation off, every leader handle is a live actor's.
+        self.pool = None
 
     def set_leaders(self, leader_handles: dict) -> None:
         """The leader replicas of the latest UpdateMetadata; appenders of
@@ -173,6 +182,45 @@ class ReplicaRouter:
             appender = self._appenders[key] = PartitionAppender(self, topic, partition)
         return appender
 
+    def live_handles(self) -> list:
+        """Handles of the live leader replicas (pooled ones resolved, hibernated ones left out)."""
+        out = []
+        for handle in self.leader_handles.values():
+            if type(handle) is PooledReplica:
+                handle = self.pool.live_handle((handle.topic, handle.partition)) if self.pool is not None else None
+            if handle is not None:
+                out.append(handle)
+        return out
+
+    @contextlib.asynccontextmanager
+    async def pinned(self, handle, timeout_s: float | None = None):
+        """A live handle for `handle` while the block runs: a pooled replica is
+        woken if it hibernates (the request waits, within its timeout) and not
+        hibernated before the block ends. Other handles (and None) pass through."""
+        if type(handle) is not PooledReplica:
+            yield handle
+            return
+        if self.pool is None:
+            yield None  # pooled by a controller whose edge has no pool (hibernation off here)
+            return
+        key = (handle.topic, handle.partition)
+        try:
+            live = await asyncio.wait_for(self.pool.acquire(key), timeout_s or self.call_timeout_s)
+        except KeyError:
+            yield None
+            return
+        except asyncio.TimeoutError:
+            raise ActorCallFailed(ErrorCode.request_timed_out, f"waking {key[0]}-{key[1]} timed out") from None
+        except ActorCallFailed:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the wake failed: as if the leader had gone
+            failure = call_failure(exc)
+            raise (failure or ActorCallFailed(ErrorCode.not_leader_or_follower, repr(exc))) from None
+        try:
+            yield live
+        finally:
+            self.pool.release(key)
+
     def call(self, ref, timeout_s: float | None = None):
         """Await a Ray call's ref, bounded; failures as ActorCallFailed
         (net/actor_calls.call, returned to be awaited: no frame of its own)."""
@@ -180,7 +228,13 @@ class ReplicaRouter:
 
     async def node_call(self, handle, method: str, *args, timeout_s: float | None = None):
         """A call to a replica or the purgatory of this node: over its direct
-        channel when the edge has one, else through Ray; failures as in call()."""
+        channel when the edge has one, else through Ray; failures as in call().
+        A pooled replica is woken first if it hibernates (pinned())."""
+        if type(handle) is PooledReplica:
+            async with self.pinned(handle, timeout_s) as live:
+                if live is None:
+                    raise ActorCallFailed(ErrorCode.not_leader_or_follower, "no such replica here")
+                return await self.node_call(live, method, *args, timeout_s=timeout_s)
         try:
             return await self.local_channels.call(handle, method, args, timeout_s or self.call_timeout_s)
         except Exception as exc:

@@ -694,7 +694,8 @@ class Controller:
             except TopicSpecError as exc:
                 results.append(_error(spec["name"], exc.error, str(exc)))
                 continue
-            capacity.add(plan.assignment)  # later topics of this request (validate_only too) count it
+            # later topics of this request (validate_only too) count it
+            capacity.add(plan.assignment, spec["name"].startswith("__"))
             topic_id = new_zk_topic_id()
             if not validate_only:
                 try:
@@ -808,7 +809,7 @@ class Controller:
 def _broker_state(broker_id: int, info: dict) -> BrokerState:
     return BrokerState(broker_id=broker_id, host=info.get("host"), port=info.get("port"), rack=info.get("rack"),
                        ray_node_id=info.get("ray_node_id"), log_dirs=list(info.get("log_dirs") or []),
-                       replicas_max=info.get("replicas_max"))
+                       replicas_max=info.get("replicas_max"), partitions_max=info.get("partitions_max"))
 
 
 def _error(name: str, code: int, message: str) -> dict:

@@ -31,7 +31,7 @@ from cluster.leader_imbalance import imbalance_ratios, imbalanced_partitions
 from cluster.partition_state_machine import PartitionStateName as PS
 from cluster.reassignment import ReassignmentError, ReplicaAssignment, build_reassignment
 from cluster.replica_state_machine import ReplicaState as RS
-from cluster.capacity import NodeCapacity, internal_topic_reserve, replicas_per_broker
+from cluster.capacity import HOSTED_KEY, NodeCapacity, always_live, internal_topic_reserve, replicas_per_broker
 from cluster.topic_admin import TopicSpecError, assign_within_capacity, check_capacity
 
 log = logging.getLogger("raykafka.controller")
@@ -63,7 +63,7 @@ class PartitionOperations:
                     continue
                 # Later topics of the same request see these replicas (validate_only too:
                 # it must answer what the real request would).
-                capacity.add(added)
+                capacity.add(added, name.startswith("__"))
                 if not validate_only:
                     try:
                         merged = await self.c.azk.add_partitions(name, added)
@@ -148,7 +148,16 @@ class PartitionOperations:
         if OFFSETS_TOPIC not in ctx.topics:
             reserved = internal_topic_reserve(ctx.brokers, self.config["offsets.topic.num.partitions"],
                                               self.config["offsets.topic.replication.factor"])
-        return NodeCapacity(capacity, hosting, reserved, OFFSETS_TOPIC)
+        hosted = {b: info.partitions_max for b, info in ctx.brokers.items()}
+        if all(v is None for v in hosted.values()):
+            return NodeCapacity(capacity, hosting, reserved, OFFSETS_TOPIC)
+        # Replicas hibernate (issue 30): CreateTopics is refused past the hosted limit, and
+        # past the live one only by the replicas that never hibernate (internal, RF > 1).
+        live_hosting = replicas_per_broker(
+            {p: r for p, r in t.assignment.items() if always_live(r, name.startswith("__"))}
+            for name, t in ctx.topics.items())
+        live = NodeCapacity(capacity, live_hosting, reserved, OFFSETS_TOPIC)
+        return NodeCapacity(hosted, hosting, reserved, OFFSETS_TOPIC, key=HOSTED_KEY, live=live)
 
     def _described_broker_config(self, name: str):
         """The broker config DescribeConfigs shows for broker `name`: this

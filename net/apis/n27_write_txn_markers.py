@@ -30,8 +30,11 @@ async def _write(edge, topic: str, partition: int, markers: list[TxnMarker]) -> 
     if handle is None:
         return [E.not_leader_or_follower] * len(markers)
     try:
-        results = await asyncio.wait_for(handle.write_txn_markers.remote(markers, MARKER_TIMEOUT_MS),
-                                         MARKER_TIMEOUT_MS / 1000 + edge.call_timeout_s)
+        async with edge.replicas.pinned(handle) as live:  # a hibernated replica wakes (issue 30)
+            if live is None:
+                return [E.not_leader_or_follower] * len(markers)
+            results = await asyncio.wait_for(live.write_txn_markers.remote(markers, MARKER_TIMEOUT_MS),
+                                             MARKER_TIMEOUT_MS / 1000 + edge.call_timeout_s)
     except asyncio.TimeoutError:
         return [E.request_timed_out] * len(markers)
     except Exception as exc:  # noqa: BLE001 - the leader is gone or moving

@@ -1,0 +1,145 @@
+"""Idle replicas hibernate and wake on demand (issue 30): a real broker
+subprocess, confluent-kafka clients. Each test module starts its own broker,
+with a short raykafka.replica.hibernate.ms and a small live limit so the
+pool evicts and wakes within seconds.
+"""
+from __future__ import annotations
+
+import time
+import uuid
+
+import psutil
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.broker_process import BrokerProcess
+from tests.cli_runner import wait_for
+
+LIVE_MAX = 4
+TOPICS, PARTITIONS = 3, 4  # 12 partitions hosted, at most 4 live
+
+
+def replica_processes(broker: BrokerProcess) -> int:
+    count = 0
+    for p in broker.tree():
+        try:
+            if "ReplicaActor" in " ".join(p.cmdline()):
+                count += 1
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+    return count
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    b = BrokerProcess(tmp_path_factory.mktemp("hibernation") / "data",
+                      {"raykafka.replica.hibernate.ms": "1500", "raykafka.replicas.per.node.max": str(LIVE_MAX),
+                       "raykafka.metrics.report.interval.ms": "1000"})
+    b.start()
+    yield b
+    b.stop()
+
+
+def produce_one(bootstrap: str, topic: str, partition: int, value: bytes) -> float:
+    """Seconds until the record is acknowledged (acks=all)."""
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0})
+    acked = []
+    started = time.monotonic()
+    producer.produce(topic, value, partition=partition,
+                     on_delivery=lambda err, msg: acked.append((err, time.monotonic())))
+    producer.flush(60)
+    assert acked and acked[0][0] is None, acked
+    return acked[0][1] - started
+
+
+def read_all(bootstrap: str, topic: str, partition: int, expected: int) -> list[bytes]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex[:6]}",
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    consumer.assign([TopicPartition(topic, partition, 0)])
+    values = []
+    deadline = time.monotonic() + 60
+    while len(values) < expected and time.monotonic() < deadline:
+        msg = consumer.poll(1)
+        if msg is not None and msg.error() is None:
+            values.append(msg.value())
+    consumer.close()
+    return values
+
+
+def test_partitions_past_the_live_limit_are_hosted_written_and_read_back(broker):
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    names = [f"hib-{uuid.uuid4().hex[:6]}-{i}" for i in range(TOPICS)]
+    futures = admin.create_topics([NewTopic(n, PARTITIONS, 1) for n in names], operation_timeout=120)
+    for future in futures.values():
+        future.result(timeout=150)
+    seen_live = [replica_processes(broker)]
+    for name in names:
+        for p in range(PARTITIONS):
+            produce_one(broker.bootstrap, name, p, f"{name}/{p}".encode())
+            seen_live.append(replica_processes(broker))
+    for name in names:
+        for p in range(PARTITIONS):
+            assert read_all(broker.bootstrap, name, p, 1) == [f"{name}/{p}".encode()]
+            seen_live.append(replica_processes(broker))
+    md = admin.list_topics(timeout=30)
+    for name in names:
+        assert all(md.topics[name].partitions[p].leader >= 0 for p in range(PARTITIONS))
+    # Internal topics' replicas (__consumer_offsets, 3 here) never hibernate and are not pooled.
+    offsets_replicas = len(md.topics["__consumer_offsets"].partitions) if "__consumer_offsets" in md.topics else 0
+    assert max(seen_live) <= LIVE_MAX + offsets_replicas, seen_live
+    # Idle ones hibernate: only the internal topic's replicas stay live.
+    wait_for(lambda: replica_processes(broker) <= offsets_replicas, 30, "idle replicas to hibernate")
+
+
+def test_first_produce_to_a_hibernated_partition_is_acked_and_nothing_is_lost(broker):
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    name = f"wake-{uuid.uuid4().hex[:6]}"
+    admin.create_topics([NewTopic(name, 2, 1)], operation_timeout=120)[name].result(timeout=150)
+    produce_one(broker.bootstrap, name, 0, b"before")
+    wait_for(lambda: broker.wait_for_log(f"hibernated {name}-0", 0) or replica_processes(broker) <= 3, 30,
+             "the partition to hibernate")
+    times = []
+    for i in range(3):
+        wait_for(lambda: replica_processes(broker) <= 3, 30, "the partition to hibernate again")
+        times.append(produce_one(broker.bootstrap, name, 0, f"after-{i}".encode()))
+    assert read_all(broker.bootstrap, name, 0, 4) == [b"before", b"after-0", b"after-1", b"after-2"]
+    print(f"first produce to a hibernated partition: {[round(t * 1000) for t in times]} ms")
+
+
+def test_a_consumer_group_resumes_on_hibernated_partitions_from_its_committed_offsets(broker):
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    name = f"group-{uuid.uuid4().hex[:6]}"
+    admin.create_topics([NewTopic(name, 2, 1)], operation_timeout=120)[name].result(timeout=150)
+    for i in range(4):
+        produce_one(broker.bootstrap, name, i % 2, f"r{i}".encode())
+    group = f"g-{uuid.uuid4().hex[:6]}"
+    config = {"bootstrap.servers": broker.bootstrap, "group.id": group, "enable.auto.commit": False,
+              "auto.offset.reset": "earliest"}
+    consumer = Consumer(config)
+    consumer.subscribe([name])
+    got = []
+    deadline = time.monotonic() + 60
+    while len(got) < 2 and time.monotonic() < deadline:
+        msg = consumer.poll(1)
+        if msg is not None and msg.error() is None:
+            got.append(msg)
+            consumer.commit(msg, asynchronous=False)
+    consumer.close()
+    assert len(got) == 2
+    wait_for(lambda: replica_processes(broker) <= 3, 30, "the partitions to hibernate")
+    for i in range(4, 6):
+        produce_one(broker.bootstrap, name, i % 2, f"r{i}".encode())
+    wait_for(lambda: replica_processes(broker) <= 3, 30, "the partitions to hibernate again")
+    consumer = Consumer(config)
+    consumer.subscribe([name])
+    rest = []
+    deadline = time.monotonic() + 60
+    while len(rest) < 4 and time.monotonic() < deadline:
+        msg = consumer.poll(1)
+        if msg is not None and msg.error() is None:
+            rest.append(msg.value())
+    consumer.close()
+    # Every record not committed before, none of those committed (one per partition was
+    # read and committed first).
+    assert len(rest) == 4 and not set(rest) & {m.value() for m in got}, (rest, [m.value() for m in got])

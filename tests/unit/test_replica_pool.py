@@ -1,0 +1,185 @@
+"""cluster/replica_pool.py without Ray: a fake starter and a manual clock (issue 30)."""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from cluster.capacity import (HOSTED_KEY, NodeCapacity, default_partitions_per_node)
+from cluster.controller.channel import LeaderAndIsr
+from cluster.replica_pool import ReplicaPool, hibernation_blocker
+from core.pooled_replica import HibernateAnswer
+
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+class FakeStarter:
+    def __init__(self):
+        self.live: dict[str, LeaderAndIsr] = {}
+        self.started: list[str] = []
+        self.forwarded: list[tuple[str, LeaderAndIsr]] = []
+        self.refuse: set[str] = set()
+        self.max_live = 0
+        self.gate: asyncio.Event | None = None
+
+    async def start(self, spec, request):
+        if self.gate is not None:
+            await self.gate.wait()
+        self.live[spec] = request
+        self.started.append(spec)
+        self.max_live = max(self.max_live, len(self.live))
+        return spec  # the handle is the name
+
+    async def leader_and_isr(self, handle, request):
+        self.forwarded.append((handle, request))
+        self.live[handle] = request
+        return 0
+
+    async def hibernate(self, handle):
+        if handle in self.refuse:
+            return HibernateAnswer(False, "open transaction")
+        return HibernateAnswer(True)
+
+    def end(self, handle):
+        del self.live[handle]
+
+
+def request(epoch=1, controller_epoch=1):
+    return LeaderAndIsr(controller_epoch, 0, epoch, [0], [0], 3)
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def test_leader_and_isr_starts_nothing_and_a_request_wakes_with_it():
+    async def scenario():
+        starter, clock = FakeStarter(), Clock()
+        pool = ReplicaPool(starter, live_max=2, hibernate_s=60, clock=clock)
+        for p in range(5):
+            assert await pool.leader_and_isr(("t", p), f"t-{p}", request()) == 0
+        assert starter.started == [] and pool.stats().hosted == 5 and pool.stats().live == 0
+        handle = await pool.acquire(("t", 3))
+        assert handle == "t-3" and starter.live["t-3"] == request()
+        pool.release(("t", 3))
+        assert pool.stats().wakeups == 1 and pool.stats().live == 1
+    run(scenario())
+
+
+def test_idle_replicas_hibernate_and_wake_with_the_newest_leader_and_isr():
+    async def scenario():
+        starter, clock = FakeStarter(), Clock()
+        pool = ReplicaPool(starter, live_max=5, hibernate_s=60, clock=clock)
+        await pool.leader_and_isr(("t", 0), "t-0", request(1))
+        await pool.acquire(("t", 0))
+        pool.release(("t", 0))
+        clock.now = 59
+        assert await pool.hibernate_idle() == 0
+        clock.now = 61
+        assert await pool.hibernate_idle() == 1
+        assert starter.live == {} and pool.stats().hibernated == 1
+        # A newer epoch while hibernated is kept, not forwarded (no wake)
+        assert await pool.leader_and_isr(("t", 0), "t-0", request(2)) == 0
+        assert starter.forwarded == []
+        await pool.acquire(("t", 0))
+        assert starter.live["t-0"].leader_epoch == 2
+        # stale requests are fenced
+        assert await pool.leader_and_isr(("t", 0), "t-0", request(1)) == 74
+        assert await pool.leader_and_isr(("t", 0), "t-0", request(2, controller_epoch=0)) == 11
+    run(scenario())
+
+
+def test_a_replica_in_use_never_hibernates():
+    async def scenario():
+        starter, clock = FakeStarter(), Clock()
+        pool = ReplicaPool(starter, live_max=5, hibernate_s=1, clock=clock)
+        await pool.leader_and_isr(("t", 0), "t-0", request())
+        await pool.acquire(("t", 0))  # a parked fetch: in flight for long
+        clock.now = 100
+        assert await pool.hibernate_idle() == 0
+        pool.release(("t", 0))
+        clock.now = 102
+        assert await pool.hibernate_idle() == 1
+    run(scenario())
+
+
+def test_a_wake_past_the_live_limit_evicts_the_least_recently_used_idle_replica():
+    async def scenario():
+        starter, clock = FakeStarter(), Clock()
+        pool = ReplicaPool(starter, live_max=2, hibernate_s=600, clock=clock)
+        for p in range(4):
+            await pool.leader_and_isr(("t", p), f"t-{p}", request())
+        for p in (0, 1):
+            clock.now += 1
+            await pool.acquire(("t", p))
+            pool.release(("t", p))
+        clock.now += 1
+        await pool.acquire(("t", 0))  # 0 used last: 1 is the LRU
+        pool.release(("t", 0))
+        await pool.acquire(("t", 2))
+        assert set(starter.live) == {"t-0", "t-2"}
+        starter.refuse.add("t-0")  # 0 refuses (open transaction): the next LRU goes
+        pool.release(("t", 2))
+        clock.now += 1
+        await pool.acquire(("t", 3))
+        assert set(starter.live) == {"t-0", "t-3"} and starter.max_live == 2
+        assert pool.stats().refusals == 1
+    run(scenario())
+
+
+def test_concurrent_requests_share_one_wake_and_wait_for_it():
+    async def scenario():
+        starter, clock = FakeStarter(), Clock()
+        starter.gate = asyncio.Event()
+        pool = ReplicaPool(starter, live_max=2, hibernate_s=60, clock=clock)
+        await pool.leader_and_isr(("t", 0), "t-0", request())
+        waiters = [asyncio.ensure_future(pool.acquire(("t", 0))) for _ in range(5)]
+        await asyncio.sleep(0)
+        assert not any(w.done() for w in waiters)
+        starter.gate.set()
+        assert await asyncio.gather(*waiters) == ["t-0"] * 5
+        assert starter.started == ["t-0"]
+    run(scenario())
+
+
+def test_a_wake_with_no_idle_replica_to_evict_waits_then_goes_over_the_limit():
+    async def scenario():
+        starter, clock = FakeStarter(), Clock()
+        pool = ReplicaPool(starter, live_max=1, hibernate_s=60, clock=clock, slot_wait_s=0)
+        await pool.leader_and_isr(("t", 0), "t-0", request())
+        await pool.leader_and_isr(("t", 1), "t-1", request())
+        await pool.acquire(("t", 0))  # busy
+        assert await pool.acquire(("t", 1)) == "t-1"
+        assert pool.stats().over_limit == 1
+    run(scenario())
+
+
+def test_hibernation_blockers():
+    assert hibernation_blocker("__consumer_offsets", True, 1, 5, 5, False) == "internal topic"
+    assert hibernation_blocker("t", True, 3, 5, 5, False).startswith("replicated")
+    assert hibernation_blocker("t", True, 1, 4, 5, False) == "unreplicated tail"
+    assert hibernation_blocker("t", True, 1, 5, 5, True) == "open transaction"
+    assert hibernation_blocker("t", False, 1, 5, 5, False) == "not the leader"
+    assert hibernation_blocker("t", True, 1, 5, 5, False) == ""
+
+
+def test_hosted_limit_refuses_past_it_and_the_live_limit_only_for_replicas_that_never_hibernate():
+    assert default_partitions_per_node(20_000, 69 * 10**9) == 5_000
+    assert default_partitions_per_node(20_000, 1 * 2**30) == 512
+    live = NodeCapacity({0: 3}, {0: 0})
+    capacity = NodeCapacity({0: 10}, {0: 0}, key=HOSTED_KEY, live=live)
+    assert capacity.check({p: [0] for p in range(10)}) is None  # RF=1: hosted limit only
+    violation = capacity.check({p: [0] for p in range(11)})
+    assert violation.key == HOSTED_KEY and f"{HOSTED_KEY}=10" in violation.message()
+    assert capacity.check({p: [0] for p in range(3)}, internal=True) is None
+    assert capacity.check({p: [0] for p in range(4)}, internal=True).key != HOSTED_KEY
+    capacity.add({0: [0], 1: [0]}, internal=True)  # 2 of 3 live slots now held for good
+    assert capacity.check({0: [0]}, internal=True) is None
+    assert capacity.check({0: [0], 1: [0]}, internal=True) is not None
+    assert capacity.check({p: [0] for p in range(8)}) is None  # RF=1 still fits the hosted limit

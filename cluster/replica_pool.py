@@ -16,8 +16,8 @@ here instead of to the actor. A hibernated replica's LeaderAndIsr is kept
 it comes back with the same name, log, leader epoch and ISR; nothing a
 client or the controller sees changes.
 
-The default idle time before hibernating (`raykafka.replica.hibernate.ms`,
-60 s) is the ski-rental break-even on this machine: a wake costs about one
+The idle time to hibernate after (`raykafka.replica.hibernate.ms`; 60 s
+recommended, 0 = off, the default until the whole suite has run with it) is the ski-rental break-even on this machine: a wake costs about one
 actor start (~0.4-0.7 s of a core, ENVIRONMENT.md), an idle live replica
 ~0.011 core-seconds per second, so staying live for ~40-60 s costs what one
 wake does. Hibernating after that long costs at most about twice the best

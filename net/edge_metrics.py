@@ -341,7 +341,7 @@ class NodeSampler:
             handle = self.service.leader_handle(topic, partition)
             if type(handle) is PooledReplica:
                 # Sampled only while live: a sample never wakes a hibernated replica.
-                pool = self.service.replicas.pool
+                pool = _replica_pool(self.service)
                 return pool.live_handle((topic, partition)) if pool is not None else None
         handle = self._handles.get(key)
         if handle is None:
@@ -416,7 +416,7 @@ class NodeSampler:
                         if len(part.isr) < len(part.replicas):
                             under_replicated += 1
         g("kafka_server_replicamanager_leadercount").set(one, len(led))
-        pool = service.replicas.pool
+        pool = _replica_pool(service)
         if pool is not None:  # issue 30: live replicas are a cache over the hosted ones
             stats = pool.stats()
             g("raykafka_replica_pool_hosted").set(one, stats.hosted)
@@ -525,3 +525,9 @@ def _state_name(listing) -> str:
 
 def now() -> float:
     return time.perf_counter()
+
+
+def _replica_pool(service):
+    """The edge's replica pool (issue 30), or None (hibernation off)."""
+    replicas = getattr(service, "replicas", None)
+    return getattr(replicas, "pool", None)

@@ -31,6 +31,16 @@ def replica_processes(broker: BrokerProcess) -> int:
     return count
 
 
+def internal_replicas(broker: BrokerProcess) -> int:
+    """Replicas that never hibernate: the internal topics' (RF=1 on one node)."""
+    md = AdminClient({"bootstrap.servers": broker.bootstrap}).list_topics(timeout=30)
+    return sum(len(t.partitions) for name, t in md.topics.items() if name.startswith("__"))
+
+
+def wait_all_hibernated(broker: BrokerProcess) -> None:
+    wait_for(lambda: replica_processes(broker) == internal_replicas(broker), 60, "idle replicas to hibernate")
+
+
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
     b = BrokerProcess(tmp_path_factory.mktemp("hibernation") / "data",
@@ -89,7 +99,7 @@ def test_partitions_past_the_live_limit_are_hosted_written_and_read_back(broker)
     offsets_replicas = len(md.topics["__consumer_offsets"].partitions) if "__consumer_offsets" in md.topics else 0
     assert max(seen_live) <= LIVE_MAX + offsets_replicas, seen_live
     # Idle ones hibernate: only the internal topic's replicas stay live.
-    wait_for(lambda: replica_processes(broker) <= offsets_replicas, 30, "idle replicas to hibernate")
+    wait_all_hibernated(broker)
 
 
 def test_first_produce_to_a_hibernated_partition_is_acked_and_nothing_is_lost(broker):
@@ -97,11 +107,9 @@ def test_first_produce_to_a_hibernated_partition_is_acked_and_nothing_is_lost(br
     name = f"wake-{uuid.uuid4().hex[:6]}"
     admin.create_topics([NewTopic(name, 2, 1)], operation_timeout=120)[name].result(timeout=150)
     produce_one(broker.bootstrap, name, 0, b"before")
-    wait_for(lambda: broker.wait_for_log(f"hibernated {name}-0", 0) or replica_processes(broker) <= 3, 30,
-             "the partition to hibernate")
     times = []
     for i in range(3):
-        wait_for(lambda: replica_processes(broker) <= 3, 30, "the partition to hibernate again")
+        wait_all_hibernated(broker)
         times.append(produce_one(broker.bootstrap, name, 0, f"after-{i}".encode()))
     assert read_all(broker.bootstrap, name, 0, 4) == [b"before", b"after-0", b"after-1", b"after-2"]
     print(f"first produce to a hibernated partition: {[round(t * 1000) for t in times]} ms")
@@ -127,10 +135,10 @@ def test_a_consumer_group_resumes_on_hibernated_partitions_from_its_committed_of
             consumer.commit(msg, asynchronous=False)
     consumer.close()
     assert len(got) == 2
-    wait_for(lambda: replica_processes(broker) <= 3, 30, "the partitions to hibernate")
+    wait_all_hibernated(broker)
     for i in range(4, 6):
         produce_one(broker.bootstrap, name, i % 2, f"r{i}".encode())
-    wait_for(lambda: replica_processes(broker) <= 3, 30, "the partitions to hibernate again")
+    wait_all_hibernated(broker)
     consumer = Consumer(config)
     consumer.subscribe([name])
     rest = []

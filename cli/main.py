@@ -34,12 +34,43 @@ REPLACE_READY_TIMEOUT_S = 30
 RESTART_WAIT_S = 30
 
 
+RAY_AUTH_TOKEN_FILE_NAME = "ray-auth-token"
+
+
 def _environment_for_ray() -> None:
-    # Keep every Ray address on loopback and skip token auth for the embedded
-    # cluster (see shared/notes/ENVIRONMENT.md). Users can override both.
+    # Keep every Ray address on loopback (see shared/notes/ENVIRONMENT.md).
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+
+def ray_token_for_own_cluster(data_dir: Path) -> str | None:
+    """Ray's token authentication for a cluster this process starts (README,
+    Security): anyone who can attach a Ray driver can call every actor of the
+    broker, so GCS, raylets and drivers require the cluster's token. It comes
+    from RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH when the operator set one, else
+    from <data-dir>/ray-auth-token, generated (mode 0600) at the first start.
+    Not ~/.ray/auth_token: every Ray driver of the user finds that one by
+    itself, and a broker's token is for the broker's operators only.
+    RAY_AUTH_MODE=disabled (tests' throwaway clusters) turns it off.
+    Returns the token file used (None: disabled, or a token in the environment)."""
+    mode = os.environ.setdefault("RAY_AUTH_MODE", "token").strip().lower()
+    if mode != "token":
+        log.warning("RAY_AUTH_MODE=%s: the broker's Ray cluster accepts drivers without a token; anyone "
+                    "who reaches its ports can call the broker's actors", mode)
+        return None
+    if os.environ.get("RAY_AUTH_TOKEN"):
+        return None
+    if os.environ.get("RAY_AUTH_TOKEN_PATH"):
+        return os.environ["RAY_AUTH_TOKEN_PATH"]
+    path = data_dir / RAY_AUTH_TOKEN_FILE_NAME
+    if not path.exists():
+        import secrets
+
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(secrets.token_hex(32))
+    os.environ["RAY_AUTH_TOKEN_PATH"] = str(path)
+    return str(path)
 
 
 # Ray replies above this size go through the shared-memory object store
@@ -173,6 +204,8 @@ class BrokerProcess:
         self.revive_requested = threading.Event()
         self.add_node_requested = threading.Event()
         self.zk_connect: str | None = None
+        self.zk_digest_file: str | None = None
+        self.ray_auth_token_path: str | None = None
         self.cluster = None  # ray.cluster_utils.Cluster with --nodes
         self.nodes: list[dict] = []  # one per broker this process started
         # Supervision (cli/supervision.py): a pending park() call per watched
@@ -234,6 +267,7 @@ class BrokerProcess:
     def start(self) -> tuple[str, int]:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         zk_connect = self.config["zookeeper.connect"]
+        self._setup_zookeeper_security(embedded=not zk_connect)
         if not zk_connect:
             from metadata.embedded_zookeeper import EmbeddedZooKeeper
 
@@ -263,6 +297,32 @@ class BrokerProcess:
         self._write_nodes_file()
         return self.nodes[0]["host"], self.nodes[0]["port"]
 
+    def _setup_zookeeper_security(self, embedded: bool) -> None:
+        """Credentials, TLS and znode ACLs for every ZooKeeper session of this
+        broker, its Ray workers' included (metadata/zk_security.py). The
+        embedded ZooKeeper (loopback only) gets digest credentials generated at
+        its first start, and Kafka's ACLs unless zookeeper.set.acl=false is set."""
+        from metadata import zk_security
+
+        digest_file = None
+        if embedded and not self.config["raykafka.zookeeper.digest.file"]:
+            digest_file = self.data_dir / "zookeeper" / zk_security.DIGEST_FILE_NAME
+            zk_security.generate_digest_file(digest_file)
+        config = self.config
+        if embedded and not config.is_explicit("zookeeper.set.acl"):
+            config = config.with_values({"zookeeper.set.acl": True})
+        try:
+            security = zk_security.from_config(config, str(digest_file) if digest_file else None)
+        except (zk_security.ZkSecurityError, OSError) as exc:
+            raise StartupError(f"ZooKeeper security: {exc}") from None
+        self.zk_digest_file = str(digest_file or config["raykafka.zookeeper.digest.file"] or "") or None
+        path = zk_security.write_client_config(security, self.data_dir / zk_security.CLIENT_CONFIG_FILE_NAME)
+        os.environ[zk_security.ENV_VAR] = path  # inherited by the raylets, so by every worker
+        zk_security.install(security)
+        if security.set_acl:
+            log.info("ZooKeeper: znodes get Kafka's ACLs (writable by the brokers' %s identity only)",
+                     "digest" if security.digest else "TLS")
+
     def _metrics_urls(self) -> list[str]:
         """Ray's Prometheus endpoint of each node running a broker of this process."""
         import ray
@@ -283,8 +343,13 @@ class BrokerProcess:
         # `raykafka start --ray-address <ray_address> --override zookeeper.connect=<zk_connect>`.
         ray_address = self.cluster.address if self.cluster is not None else \
             ray.get_runtime_context().gcs_address
+        # The paths of the secrets (never the secrets): a driver attaching to this
+        # Ray cluster needs RAY_AUTH_MODE=token and RAY_AUTH_TOKEN_PATH=ray_auth_token_path;
+        # another broker joining this ZooKeeper needs raykafka.zookeeper.digest.file.
         plain = [{**{k: v for k, v in n.items() if not k.startswith("_")}, "pid": os.getpid(),
-                  "zk_connect": self.zk_connect, "ray_address": ray_address} for n in self.nodes]
+                  "zk_connect": self.zk_connect, "ray_address": ray_address,
+                  "ray_auth_token_path": self.ray_auth_token_path, "zk_digest_file": self.zk_digest_file}
+                 for n in self.nodes]
         (self.data_dir / "nodes.json").write_text(json.dumps(plain, indent=1))
 
     def _revive_dead_nodes(self) -> None:
@@ -393,10 +458,18 @@ class BrokerProcess:
 
         namespace = self.config["raykafka.namespace"]
         if self.args.ray_address:
+            # The cluster's own token settings apply (RAY_AUTH_MODE, RAY_AUTH_TOKEN[_PATH]
+            # or ~/.ray/auth_token, as for any Ray driver). The workers read the
+            # ZooKeeper client settings from the same path on every node.
+            from metadata import zk_security
+
+            runtime_env = {**BROKER_RUNTIME_ENV,
+                           "env_vars": {zk_security.ENV_VAR: os.environ[zk_security.ENV_VAR]}}
             ray.init(address=self.args.ray_address, namespace=namespace, logging_level=logging.WARNING,
-                     runtime_env=BROKER_RUNTIME_ENV)
+                     runtime_env=runtime_env)
             self._install_signal_handlers()
             return [ray.get_runtime_context().get_node_id()]
+        self.ray_auth_token_path = ray_token_for_own_cluster(self.data_dir)
         # Our own cluster: the raylets (and so every worker) inherit the hook
         # from this process's environment, and the job has no runtime
         # environment, which would double each replica's start-up cost

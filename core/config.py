@@ -155,6 +155,25 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("zookeeper.connect", "string", None, "ZooKeeper connect string; unset = start an embedded ZooKeeper"),
     ConfigDef("zookeeper.session.timeout.ms", "int", 18000, min=1000),
     ConfigDef("zookeeper.connection.timeout.ms", "int", None, min=1),
+    # ZooKeeper security (metadata/zk_security.py). The embedded ZooKeeper
+    # always uses generated digest credentials and these ACLs.
+    ConfigDef("zookeeper.set.acl", "bool", False,
+              "Create znodes with Kafka's ACLs: all rights to the brokers' identity, read for others "
+              "(none on /config/users and /config/brokers)"),
+    ConfigDef("raykafka.zookeeper.digest.file", "string", None,
+              "File holding user:password, sent to ZooKeeper with its digest scheme (addauth); "
+              "embedded ZooKeeper: generated under <data-dir>/zookeeper at first start"),
+    ConfigDef("zookeeper.ssl.client.enable", "bool", False, "TLS to ZooKeeper's secure client port"),
+    ConfigDef("zookeeper.ssl.keystore.location", "string", None,
+              "PEM file: client certificate chain and private key"),
+    ConfigDef("zookeeper.ssl.keystore.password", "password", None, "Password of the PEM private key"),
+    ConfigDef("zookeeper.ssl.keystore.type", "string", None, "PEM only", choices=("PEM",)),
+    ConfigDef("zookeeper.ssl.truststore.location", "string", None,
+              "PEM file: trusted CA certificates (unset: the system's)"),
+    ConfigDef("zookeeper.ssl.truststore.password", "password", None, "Not used with PEM (an error if set)"),
+    ConfigDef("zookeeper.ssl.truststore.type", "string", None, "PEM only", choices=("PEM",)),
+    ConfigDef("zookeeper.ssl.endpoint.identification.algorithm", "string", "HTTPS",
+              "HTTPS: check ZooKeeper's hostname against its certificate; empty: don't"),
     ConfigDef("log.segment.bytes", "int", 1073741824, min=14),
     ConfigDef("log.roll.ms", "long", None, min=1),
     ConfigDef("log.roll.hours", "int", 168, min=1),

@@ -32,7 +32,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from core.naming import topic_name_error
-from metadata import zk_paths
+from metadata import zk_paths, zk_security
 
 log = logging.getLogger(__name__)
 
@@ -402,9 +402,12 @@ class KafkaZkClient:
         session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
         connection_timeout_ms: int | None = None,
         request_timeout_ms: int | None = None,
+        security: "zk_security.ZkClientSecurity | None" = None,
     ):
         """
         connect_string: "host:port[,host:port...][/chroot]"; the chroot is created on start().
+        security: credentials, TLS and znode ACLs (metadata/zk_security.py); default: this
+            process's (zk_security.current()).
         connection_timeout_ms: how long start() waits for a session (default: the session timeout).
         request_timeout_ms: how long any single call waits (default: the session timeout,
             since a request cannot usefully outlive the session it was sent on).
@@ -423,6 +426,7 @@ class KafkaZkClient:
         self._session_lost_callbacks: list[Callable[[], Any]] = []
         self._new_session_callbacks: list[Callable[[int], Any]] = []
         self._kazoo_watches: list[Any] = []  # keep recipe objects alive with the client
+        self.security = security if security is not None else zk_security.current()
 
     # ------------------------------------------------------------ lifecycle
 
@@ -438,6 +442,7 @@ class KafkaZkClient:
         self._kazoo = KazooClient(
             hosts=self.connect_string,
             timeout=self.session_timeout_ms / 1000.0,
+            **self.security.kazoo_kwargs(),
             # kazoo's default backs off reconnects up to an hour; a broker must
             # keep trying every second or so to get its session back.
             connection_retry=dict(max_tries=-1, delay=0.1, backoff=2, max_delay=1.0),
@@ -544,7 +549,8 @@ class KafkaZkClient:
     def _create_chroot(self) -> None:
         # kazoo expects the chroot to exist; Kafka creates it the same way, with a
         # short-lived session on the bare hosts.
-        bootstrap = KazooClient(hosts=self._hosts, timeout=self.session_timeout_ms / 1000.0)
+        bootstrap = KazooClient(hosts=self._hosts, timeout=self.session_timeout_ms / 1000.0,
+                                **self.security.kazoo_kwargs())
         try:
             bootstrap.start(timeout=self.connection_timeout_ms / 1000.0)
         except KazooTimeoutError:
@@ -621,7 +627,8 @@ class KafkaZkClient:
                 makepath: bool = False) -> str:
         return self._await(
             f"create {path}",
-            lambda zk: zk.create_async(path, data, ephemeral=ephemeral, sequence=sequence, makepath=makepath),
+            lambda zk: zk.create_async(path, data, acl=self.security.acl_for(path), ephemeral=ephemeral,
+                                       sequence=sequence, makepath=makepath),
         )
 
     def _create_if_absent(self, path: str, data: bytes = b"", makepath: bool = True) -> bool:
@@ -714,6 +721,46 @@ class KafkaZkClient:
         for path in zk_paths.PERSISTENT_PATHS:
             if self._exists(path) is None:
                 self._create_if_absent(path)
+        if self.security.set_acl:
+            self.secure_existing_paths()
+
+    def secure_existing_paths(self) -> None:
+        """zookeeper.set.acl on a cluster whose znodes were created without it
+        (Kafka's zookeeper-security-migration, for what matters most): Kafka's
+        ACLs on the persistent paths and their parents, and on everything under
+        /config and the ACL paths, where credentials and ACLs live. Znodes that
+        already carry other ACLs are left alone."""
+        roots = {zk_paths.CONFIG, zk_paths.KAFKA_ACL, zk_paths.KAFKA_ACL_CHANGES,
+                 "/kafka-acl-extended", "/kafka-acl-extended-changes"}
+        tops = set()
+        for path in zk_paths.PERSISTENT_PATHS:
+            parts = path.strip("/").split("/")
+            tops.update("/" + "/".join(parts[:i + 1]) for i in range(len(parts)))
+        for path in sorted(tops - roots):
+            self._secure(path)
+        for root in sorted(roots):
+            self._secure_tree(root, limit=100_000)
+
+    def _secure(self, path: str) -> bool:
+        """Kafka's ACL on ``path`` if it is world-writable now; False if it does not exist."""
+        from kazoo.security import OPEN_ACL_UNSAFE
+
+        try:
+            acls, stat = self._await(f"get acl {path}", lambda zk: zk.get_acls_async(path), retry=True)
+        except ZkNoNodeError:
+            return False
+        if list(acls) == list(OPEN_ACL_UNSAFE):
+            self._await(f"set acl {path}", lambda zk: zk.set_acls_async(path, self.security.acl_for(path),
+                                                                       stat.aversion))
+        return True
+
+    def _secure_tree(self, root: str, limit: int) -> None:
+        todo = [root]
+        while todo and limit > 0:
+            path = todo.pop()
+            limit -= 1
+            if self._secure(path):
+                todo.extend(f"{path.rstrip('/')}/{child}" for child in (self._children(path) or ()))
 
     def exists(self, path: str) -> bool:
         return self._exists(path) is not None

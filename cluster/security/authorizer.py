@@ -234,9 +234,11 @@ class ZkAclStore:
 
     # ---- lifecycle ------------------------------------------------------------------------
     def start(self) -> "ZkAclStore":
-        from kazoo.client import KazooClient
+        from metadata.zk_security import kazoo_client
 
-        zk = KazooClient(hosts=self.zk_connect, timeout=self.session_timeout_ms / 1000)
+        # This process's ZooKeeper credentials; with zookeeper.set.acl the ACL
+        # znodes it creates are writable by the brokers only.
+        zk = kazoo_client(self.zk_connect, timeout=self.session_timeout_ms / 1000)
         zk.start(timeout=max(self.session_timeout_ms / 1000, 10))
         self._zk = zk
         for path in (LITERAL_ACL_PATH, acl_root(PatternType.PREFIXED), LITERAL_CHANGES_PATH,

@@ -664,6 +664,8 @@ def test_sigterm_moves_leaders_before_the_broker_exits(cluster, tmp_path, new_to
     joined = BrokerProcess(tmp_path / "joined" / "data", log_name="joined.log", extra_args=[
         "--ray-address", nodes[0]["ray_address"]], overrides={
         "zookeeper.connect": nodes[0]["zk_connect"], "broker.id": str(JOINED_BROKER_ID),
+        # The embedded ZooKeeper's generated credentials: its znodes are the brokers' only.
+        "raykafka.zookeeper.digest.file": nodes[0]["zk_digest_file"], "zookeeper.set.acl": "true",
         "controlled.shutdown.retry.backoff.ms": "500"})
     joined.start(timeout_s=180)
     try:

@@ -53,6 +53,8 @@ def ray_token_for_own_cluster(data_dir: Path) -> str | None:
     itself, and a broker's token is for the broker's operators only.
     RAY_AUTH_MODE=disabled (tests' throwaway clusters) turns it off.
     Returns the token file used (None: disabled, or a token in the environment)."""
+    if "ray" in sys.modules:
+        raise RuntimeError("Ray's authentication must be set up before ray is imported")
     mode = os.environ.setdefault("RAY_AUTH_MODE", "token").strip().lower()
     if mode != "token":
         log.warning("RAY_AUTH_MODE=%s: the broker's Ray cluster accepts drivers without a token; anyone "
@@ -454,6 +456,9 @@ class BrokerProcess:
     def _start_ray(self, count: int) -> list[str]:
         """Start (or join) Ray; returns the Ray node id for each broker to start."""
         _environment_for_ray()
+        if not self.args.ray_address:
+            # Before Ray's first import: its config reads RAY_AUTH_MODE once per process.
+            self.ray_auth_token_path = ray_token_for_own_cluster(self.data_dir)
         import ray
 
         namespace = self.config["raykafka.namespace"]
@@ -469,7 +474,6 @@ class BrokerProcess:
                      runtime_env=runtime_env)
             self._install_signal_handlers()
             return [ray.get_runtime_context().get_node_id()]
-        self.ray_auth_token_path = ray_token_for_own_cluster(self.data_dir)
         # Our own cluster: the raylets (and so every worker) inherit the hook
         # from this process's environment, and the job has no runtime
         # environment, which would double each replica's start-up cost

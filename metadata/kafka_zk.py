@@ -722,6 +722,11 @@ class KafkaZkClient:
             if self._exists(path) is None:
                 self._create_if_absent(path)
         if self.security.set_acl:
+            # The ACL roots too, so that nobody else can create them (and the
+            # ACLs in them) before an authorizer is configured.
+            for path in zk_paths.ACL_ROOT_PATHS:
+                if self._exists(path) is None:
+                    self._create_if_absent(path, makepath=True)
             self.secure_existing_paths()
 
     def secure_existing_paths(self) -> None:
@@ -730,8 +735,7 @@ class KafkaZkClient:
         ACLs on the persistent paths and their parents, and on everything under
         /config and the ACL paths, where credentials and ACLs live. Znodes that
         already carry other ACLs are left alone."""
-        roots = {zk_paths.CONFIG, zk_paths.KAFKA_ACL, zk_paths.KAFKA_ACL_CHANGES,
-                 "/kafka-acl-extended", "/kafka-acl-extended-changes"}
+        roots = {zk_paths.CONFIG, *(p for p in zk_paths.ACL_ROOT_PATHS if p.count("/") == 1)}
         tops = set()
         for path in zk_paths.PERSISTENT_PATHS:
             parts = path.strip("/").split("/")

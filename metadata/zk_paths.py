@@ -61,6 +61,10 @@ CLUSTER = "/cluster"
 CLUSTER_ID = "/cluster/id"
 KAFKA_ACL = "/kafka-acl"
 KAFKA_ACL_CHANGES = "/kafka-acl-changes"
+KAFKA_ACL_EXTENDED = "/kafka-acl-extended"
+KAFKA_ACL_EXTENDED_CHANGES = "/kafka-acl-extended-changes"
+# Where Kafka's AclAuthorizer keeps ACLs and their change notifications (ZkAclStore).
+ACL_ROOT_PATHS = (KAFKA_ACL, f"{KAFKA_ACL_EXTENDED}/prefixed", KAFKA_ACL_CHANGES, KAFKA_ACL_EXTENDED_CHANGES)
 LATEST_PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 
 # raykafka's balancer (issue 31; no Kafka equivalent). The operator's pause

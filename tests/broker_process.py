@@ -23,17 +23,25 @@ RAYKAFKA = REPO / ".venv" / "bin" / "raykafka"
 READY = re.compile(r"raykafka ready on (\S+):(\d+)")
 
 
-def broker_env() -> dict[str, str]:
+def broker_env(changes: dict[str, str | None] | None = None) -> dict[str, str]:
+    """The test brokers' environment: a throwaway Ray cluster without token auth,
+    unless ``changes`` says otherwise (a None value removes the variable)."""
     env = dict(os.environ)
     env.update(RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0", RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0",
                PYTHONUNBUFFERED="1")
+    for key, value in (changes or {}).items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
     return env
 
 
 class BrokerProcess:
     def __init__(self, data_dir: Path, overrides: dict[str, str] | None = None, log_name: str = "broker.log",
-                 extra_args: list[str] | None = None):
+                 extra_args: list[str] | None = None, env_changes: dict[str, str | None] | None = None):
         self.extra_args = list(extra_args or [])
+        self.env_changes = dict(env_changes or {})
         self.data_dir = Path(data_dir)
         self.overrides = {"listeners": "PLAINTEXT://127.0.0.1:0", "zookeeper.session.timeout.ms": "6000",
                           **(overrides or {})}
@@ -54,7 +62,8 @@ class BrokerProcess:
             args += ["--override", f"{key}={value}"]
         self.data_dir.parent.mkdir(parents=True, exist_ok=True)
         log_file = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log_file, env=broker_env(), cwd=REPO)
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log_file, env=broker_env(self.env_changes),
+                                     cwd=REPO)
         threading.Thread(target=self._pump, args=(self.proc.stdout, log_file), daemon=True).start()
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:

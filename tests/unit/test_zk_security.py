@@ -97,6 +97,9 @@ def test_set_acl_secures_znodes_created_before_it(tmp_path, chroot_connect, monk
             intruder.create("/config/users/mallory", b"{}")
         with pytest.raises(NoAuthError):
             intruder.create("/brokers/topics/evil", b"{}")
+        for root in ("/kafka-acl", "/kafka-acl-extended/prefixed", "/kafka-acl-changes"):
+            with pytest.raises(NoAuthError):  # made by the broker, before any authorizer, so nobody else can
+                intruder.create(f"{root}/Topic", b"")
     finally:
         intruder.stop()
         intruder.close()

@@ -35,7 +35,7 @@ _SOURCE_OPTIONS = [
     "maxOffsetsPerTrigger", "minPartitions", "maxRecordsPerPartition", "failOnDataLoss", "includeHeaders",
     "kafkaConsumer.pollTimeoutMs", "fetchOffset.numRetries", "fetchOffset.retryIntervalMs", "groupIdPrefix",
     # raykafka's own
-    "readPath", "ray.address", "ray.namespace", "fetchMaxBytes",
+    "readPath", "ray.address", "ray.authTokenPath", "ray.namespace", "fetchMaxBytes",
 ]
 SPELLING = {name.lower(): name for name in _SOURCE_OPTIONS}
 
@@ -175,6 +175,7 @@ class ReadOptions:
     read_path: str = "auto"
     ray_namespace: str = "raykafka"
     ray_address: str | None = None
+    ray_auth_token_path: str | None = None  # the broker's Ray token, for the Ray-native path
     client_id: str = "raykafka-spark"
     request_timeout_ms: int = 30000
     poll_timeout_ms: int = 120000
@@ -332,6 +333,7 @@ def parse_read_options(options, streaming: bool) -> ReadOptions:
         read_path=read_path,
         ray_namespace=(opts.get("ray.namespace") or "raykafka").strip(),
         ray_address=(opts.get("ray.address") or "").strip() or None,
+        ray_auth_token_path=(opts.get("ray.authtokenpath") or "").strip() or None,
         client_id=(opts.get("kafka.client.id") or "raykafka-spark").strip(),
         request_timeout_ms=request_timeout,
         poll_timeout_ms=_positive_int("kafkaConsumer.pollTimeoutMs", opts.get("kafkaconsumer.polltimeoutms")) or 120000,

@@ -13,12 +13,19 @@
 
 What this handles so the user does not have to (measured on this machine):
 - Ray nodes are started from Spark tasks and need the interpreter's ``bin/``
-  on PATH (``ray start`` is found by name) and, unless Ray token auth is set
-  up, ``RAY_AUTH_MODE=disabled`` (else they fail with InvalidAuthToken after
-  ~45 s). In local mode a Ray-on-Spark start hook (:class:`LocalStartHook`)
-  passes these to every node's start command, whatever environment the Spark
-  session was started with; on a cluster the workers' environment is checked
-  and the error says what is missing.
+  on PATH (``ray start`` is found by name) and Ray's token: the cluster runs
+  with token authentication (``RAY_AUTH_MODE=token``; ``ray_auth="disabled"``
+  or that environment variable turns it off), because whoever attaches a Ray
+  driver can call every actor of the broker on it. Every node, the driver,
+  the broker and the Spark planner get the same ``RAY_AUTH_MODE`` and
+  ``RAY_AUTH_TOKEN_PATH`` (spark/ray_auth.py says why worker nodes failed
+  with InvalidAuthToken when they did not). In local mode a Ray-on-Spark
+  start hook (:class:`LocalStartHook`) passes these to every node's start
+  command, whatever environment the Spark session was started with; the
+  token is the operator's (RAY_AUTH_TOKEN_PATH, RAY_AUTH_TOKEN) or a new one
+  in the cluster's temp dir. On a cluster the workers' environment is
+  checked and the error says what is missing: there the token file must be
+  at RAY_AUTH_TOKEN_PATH on every worker.
 - Ray-on-Spark forces multi-node mode on its worker nodes, which rewrites a
   127.0.0.1 head address to the machine's outward-facing IP; on one machine
   the head goes on 127.0.0.2 instead, so Ray traffic stays on loopback.
@@ -44,6 +51,7 @@ import threading
 import time
 from pathlib import Path
 
+from spark import ray_auth
 from spark.session import PROJECT_ROOT, worker_environment
 
 log = logging.getLogger("raykafka.spark")
@@ -62,7 +70,7 @@ class RayOnSparkError(RuntimeError):
     pass
 
 
-def _check_worker_environment(spark) -> None:
+def _check_worker_environment(spark, auth_mode: str) -> None:
     """Run one tiny task to see the environment Spark's Python workers really get."""
     wanted_bin = str(Path(sys.executable).parent)
 
@@ -70,14 +78,22 @@ def _check_worker_environment(spark) -> None:
         import os as _os
         import shutil as _shutil
 
-        yield (_os.environ.get("PATH", ""), _os.environ.get("RAY_AUTH_MODE"), _shutil.which("ray") or "")
+        token_path = _os.environ.get("RAY_AUTH_TOKEN_PATH") or _os.path.expanduser("~/.ray/auth_token")
+        has_token = bool(_os.environ.get("RAY_AUTH_TOKEN")) or _os.access(token_path, _os.R_OK)
+        yield (_os.environ.get("PATH", ""), _os.environ.get("RAY_AUTH_MODE"), _shutil.which("ray") or "",
+               has_token)
 
-    path, auth, ray_bin = spark.sparkContext.parallelize([0], 1).mapPartitions(probe).collect()[0]
+    path, auth, ray_bin, has_token = spark.sparkContext.parallelize([0], 1).mapPartitions(probe).collect()[0]
     problems = []
     if wanted_bin not in path.split(os.pathsep) and not ray_bin:
         problems.append(f"{wanted_bin} (with the `ray` command) is not on the workers' PATH")
-    if auth is None and not os.path.exists(os.path.expanduser("~/.ray/auth_token")):
-        problems.append("RAY_AUTH_MODE is not set for the workers (Ray token auth would reject them)")
+    if (auth or "disabled").lower() != auth_mode:
+        # `ray start --address` turns token auth on only when told to (spark/ray_auth.py).
+        problems.append(f"RAY_AUTH_MODE is {auth!r} for the workers, {auth_mode!r} here: their Ray nodes "
+                        "would be rejected (InvalidAuthToken)")
+    if auth_mode == "token" and not has_token:
+        problems.append("the workers have no Ray token (RAY_AUTH_TOKEN_PATH naming a readable file on each "
+                        "worker, or ~/.ray/auth_token)")
     if problems:
         raise RayOnSparkError(
             "Spark's Python workers cannot start Ray worker nodes: " + "; ".join(problems) + ". Create the "
@@ -105,7 +121,8 @@ class LocalStartHook(_StartHookBase):
 
     def custom_environment_variables(self):
         env = worker_environment(local=True, ray=True)
-        return {key: env[key] for key in ("PATH", "RAY_AUTH_MODE", "RAY_USAGE_STATS_ENABLED", "PYTHONPATH")}
+        return {key: env[key] for key in ("PATH", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH", "RAY_USAGE_STATS_ENABLED",
+                                          "PYTHONPATH") if key in env}
 
 
 def _is_loopback(host: str | None) -> bool:
@@ -122,8 +139,14 @@ class RayOnSpark:
     a raykafka broker joined to it. Stops everything it started."""
 
     def __init__(self, spark, max_worker_nodes: int = 1, *, object_store_memory_worker_node: int = 256 << 20,
-                 object_store_memory_head_node: int = 128 << 20, setup_kwargs: dict | None = None):
+                 object_store_memory_head_node: int = 128 << 20, setup_kwargs: dict | None = None,
+                 ray_auth: str | None = None):
+        """ray_auth: "token" or "disabled"; default: $RAY_AUTH_MODE, else "token"."""
         self.spark = spark
+        self.ray_auth = (ray_auth or os.environ.get("RAY_AUTH_MODE") or "token").strip().lower()
+        if self.ray_auth not in ("token", "disabled"):
+            raise ValueError(f"ray_auth must be 'token' or 'disabled', got {self.ray_auth!r}")
+        self.token_path: str | None = None
         self.max_worker_nodes = max_worker_nodes
         self.setup_kwargs = dict(setup_kwargs or {})
         self.setup_kwargs.setdefault("object_store_memory_worker_node", object_store_memory_worker_node)
@@ -141,14 +164,19 @@ class RayOnSpark:
 
         local = self.spark.sparkContext.master.startswith("local")
         if not local:
-            _check_worker_environment(self.spark)
+            _check_worker_environment(self.spark, self.ray_auth)
+        self.temp_root = tempfile.mkdtemp(prefix="rk-ros-", dir="/tmp")
+        for key in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_TOKEN"):
+            self._saved_env.setdefault(key, os.environ.get(key))
+        if self.ray_auth == "token":
+            self.token_path = ray_auth.token_file(self.temp_root)
+        ray_auth.use_token(self.token_path)
         # The head node runs under this process: same environment as the workers
         # (restored by stop()).
         for key, value in worker_environment(local=local, ray=True).items():
             if key != "PYSPARK_PYTHON":
                 self._saved_env.setdefault(key, os.environ.get(key))
                 os.environ[key] = value
-        self.temp_root = tempfile.mkdtemp(prefix="rk-ros-", dir="/tmp")
         started = time.monotonic()
         kwargs = dict(self.setup_kwargs)
         head_options = dict(kwargs.pop("head_node_options", None) or {})
@@ -182,7 +210,7 @@ class RayOnSpark:
         log.info("Ray-on-Spark up at %s in %.1f s", address, time.monotonic() - started)
         from spark import register
 
-        register(self.spark, ray_address=address)
+        register(self.spark, ray_address=address, ray_auth_token_path=self.token_path)
         return address
 
     def start_broker(self, data_dir: str | os.PathLike, overrides: dict[str, str] | None = None,
@@ -220,6 +248,8 @@ class RayOnSpark:
             else:
                 os.environ[key] = value
         self._saved_env.clear()
+        ray_auth.reload_ray_auth()  # this process's next Ray connection: as before start()
+        self.token_path = None
         if self.temp_root:
             shutil.rmtree(self.temp_root, ignore_errors=True)
             self.temp_root = None

@@ -42,10 +42,12 @@ class RayPathUnavailable(RuntimeError):
     pass
 
 
-def connect(address: str | None) -> bool:
+def connect(address: str | None, auth_token_path: str | None = None) -> bool:
     """Connect this process (Spark's planner, a Python worker) to the Ray
-    cluster at ``address`` (the ``ray.address`` option; else $RAY_ADDRESS);
-    False when there is none to connect to."""
+    cluster at ``address`` (the ``ray.address`` option; else $RAY_ADDRESS)
+    with the token in ``auth_token_path`` (the ``ray.authTokenPath`` option;
+    else this process's RAY_AUTH_* environment); False when there is none to
+    connect to, or it refuses us."""
     try:
         import ray
     except ImportError:
@@ -58,6 +60,10 @@ def connect(address: str | None) -> bool:
     if not _reachable(address):
         log.warning("Ray at %s is not reachable; reading over the Kafka protocol", address)
         return False
+    if auth_token_path:
+        from spark.ray_auth import use_token
+
+        use_token(auth_token_path)
     try:
         ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False,
                  configure_logging=False)
@@ -83,7 +89,7 @@ def _reachable(address: str, timeout_s: float = 2.0) -> bool:
 
 def plan_slices(ranges, leaders: dict[tuple[str, int], int], namespace: str, isolation_level: int = 0,
                 timeout_s: float = 60.0, required: bool = False,
-                address: str | None = None) -> list[list[Slice] | None]:
+                address: str | None = None, auth_token_path: str | None = None) -> list[list[Slice] | None]:
     """File slices covering each range from its start, or None where the
     replica actor cannot be asked (``required`` turns that into an error).
 
@@ -94,7 +100,7 @@ def plan_slices(ranges, leaders: dict[tuple[str, int], int], namespace: str, iso
             raise RayPathUnavailable("readPath=ray reads read_uncommitted only: with "
                                      "kafka.isolation.level=read_committed use readPath=kafka or auto")
         return [None] * len(ranges)
-    if not connect(address):
+    if not connect(address, auth_token_path):
         if required:
             raise RayPathUnavailable("readPath=ray needs the address of the broker's Ray cluster: set the option "
                                      "'ray.address' (or RAY_ADDRESS in the Spark workers' environment)")
@@ -136,6 +142,41 @@ def plan_slices(ranges, leaders: dict[tuple[str, int], int], namespace: str, iso
             continue
         error, _hw, _lso, _log_start, slices = next(answers)
         out.append([tuple(s) for s in slices] if error == ErrorCode.none else None)
+    return out
+
+
+def authorize_slices(client, ranges, slices: list[list[Slice] | None],
+                     required: bool = False) -> list[list[Slice] | None]:
+    """The Ray-native path reads segment files, past the broker's TLS, SASL,
+    ACLs and quotas; so it serves only what the broker would serve the
+    reading principal. Before any file slice is used, the broker is asked
+    over the Kafka protocol, as the principal the Kafka path reads as (the
+    source's own connection), for a Fetch of each partition at the end of
+    its range: Kafka's READ check on the topic comes first in a Fetch.
+    TOPIC_AUTHORIZATION_FAILED fails the query, as it would over the Kafka
+    path; a partition the broker did not answer for reads over the Kafka
+    protocol (``required``: readPath=ray fails instead)."""
+    positions = {(r.topic, r.partition): r.end for r, s in zip(ranges, slices) if s is not None}
+    if not positions:
+        return slices
+    answers = client.read_access(positions)
+    out: list[list[Slice] | None] = []
+    for r, planned in zip(ranges, slices):
+        if planned is None:
+            out.append(None)
+            continue
+        code = answers.get((r.topic, r.partition), ErrorCode.unknown_server_error)
+        if code == ErrorCode.topic_authorization_failed:
+            from spark.wire import KafkaError
+
+            raise KafkaError(f"Not authorized to read topic {r.topic} (TOPIC_AUTHORIZATION_FAILED)", code)
+        if code in (ErrorCode.none, ErrorCode.offset_out_of_range):
+            out.append(planned)
+        elif required:
+            raise RayPathUnavailable(f"readPath=ray: the broker did not confirm READ on {r.topic}-{r.partition} "
+                                     f"({ErrorCode(code).name.upper()})")
+        else:
+            out.append(None)
     return out
 
 

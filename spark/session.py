@@ -36,9 +36,12 @@ def worker_environment(*, local: bool = True, ray: bool = False) -> dict[str, st
         bin_dir = str(Path(sys.executable).parent)
         parts = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p]
         env["PATH"] = os.pathsep.join(dict.fromkeys([bin_dir, *parts]))
-        # Without this, Ray-on-Spark worker nodes fail with InvalidAuthToken
-        # (Ray's token auth is on by default). Set RAY_AUTH_MODE yourself to keep it.
-        env["RAY_AUTH_MODE"] = os.environ.get("RAY_AUTH_MODE", "disabled")
+        # Every Ray node needs the cluster's auth mode and token explicitly:
+        # `ray start --address` does not turn token auth on by itself, and its
+        # raylet is then rejected with InvalidAuthToken (spark/ray_auth.py).
+        env["RAY_AUTH_MODE"] = os.environ.get("RAY_AUTH_MODE", "token")
+        if os.environ.get("RAY_AUTH_TOKEN_PATH"):
+            env["RAY_AUTH_TOKEN_PATH"] = os.environ["RAY_AUTH_TOKEN_PATH"]
         env["RAY_USAGE_STATS_ENABLED"] = os.environ.get("RAY_USAGE_STATS_ENABLED", "0")
         if local:
             # keep every Ray address on 127.0.0.1 (single machine)

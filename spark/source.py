@@ -128,12 +128,14 @@ def _input_partitions(options: ReadOptions, resolver: OffsetResolver, ranges: li
     ranges = plan_ranges(ranges, options.min_partitions, options.max_records_per_partition)
     slices = [None] * len(ranges)
     if ranges and options.read_path in ("ray", "auto"):
-        from spark.ray_path import plan_slices
+        from spark.ray_path import authorize_slices, plan_slices
 
         md = resolver.client.metadata(sorted({r.topic for r in ranges})).topics
         leaders = {(t, p): leader for t, parts in md.items() for p, leader in parts.items()}
         slices = plan_slices(ranges, leaders, options.ray_namespace, options.isolation_level,
-                             required=options.read_path == "ray", address=options.ray_address)
+                             required=options.read_path == "ray", address=options.ray_address,
+                             auth_token_path=options.ray_auth_token_path)
+        slices = authorize_slices(resolver.client, ranges, slices, required=options.read_path == "ray")
     return [KafkaInputPartition(i, r.topic, r.partition, r.start, r.end, s)
             for i, (r, s) in enumerate(zip(ranges, slices))]
 

@@ -350,6 +350,44 @@ class KafkaWireClient:
             return result
         raise KafkaError(f"Fetch of {topic}-{partition} at offset {offset} failed: {last}", last_code)
 
+    def read_access(self, positions: dict[tuple[str, int], int]) -> dict[tuple[str, int], ErrorCode]:
+        """What the broker answers this client's principal for a Fetch of each
+        partition at the given offset (one request per leader, no waiting, at
+        most a byte asked for): TOPIC_AUTHORIZATION_FAILED without READ on the
+        topic (Kafka checks it before anything else), NONE or
+        OFFSET_OUT_OF_RANGE when reading is allowed, other codes where the
+        question got no answer (a leader moved, a connection failed)."""
+        schema = request_schema(*FETCH)
+        topic_cls, part_cls = nested(schema, "FetchTopic"), nested(schema, "FetchPartition")
+        answers: dict[tuple[str, int], ErrorCode] = {}
+        by_leader: dict[int, dict[str, list[tuple[int, int]]]] = {}
+        for (topic, partition), offset in positions.items():
+            try:
+                leader = self.leader(topic, partition)
+            except KafkaError as exc:
+                answers[(topic, partition)] = ErrorCode(exc.code if exc.code is not None else
+                                                        ErrorCode.leader_not_available)
+                continue
+            by_leader.setdefault(leader, {}).setdefault(topic, []).append((partition, offset))
+        for leader, topics in by_leader.items():
+            request_topics = tuple(topic_cls(topic=t, partitions=tuple(part_cls(
+                partition=p, current_leader_epoch=-1, fetch_offset=offset, last_fetched_epoch=-1,
+                log_start_offset=-1, partition_max_bytes=1) for p, offset in parts)) for t, parts in topics.items())
+            try:
+                body = self._broker(leader).request(
+                    FETCH, replica_id=-1, max_wait=0 * _MS, min_bytes=0, max_bytes=1, isolation_level=0,
+                    session_id=0, session_epoch=-1, topics=request_topics, forgotten_topics_data=(), rack_id="")
+            except (OSError, KafkaError):
+                self._drop(leader)
+                for t, parts in topics.items():
+                    answers.update({(t, p): ErrorCode.network_exception for p, _ in parts})
+                continue
+            for t in body.responses:
+                for p in t.partitions:
+                    code = body.error_code or p.error_code
+                    answers[(t.topic, int(p.partition_index))] = ErrorCode(code)
+        return answers
+
     def discard_pending(self) -> None:
         """Drop connections with requests in flight (an abandoned pipelined fetch)."""
         for broker_id, conn in list(self._by_id.items()):

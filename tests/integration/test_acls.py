@@ -298,6 +298,35 @@ def test_metadata_hides_undescribable_topics(acl_broker):
     assert AclOperation.ALTER in admin_ops.authorized_operations and len(admin_ops.authorized_operations) == 7
 
 
+def test_spark_ray_path_serves_only_principals_with_read(acl_broker):
+    """The Spark source's Ray-native path reads segment files past the broker:
+    before it uses them it asks the broker, as the principal the source reads
+    as (User:ANONYMOUS on PLAINTEXT here), for READ on the topic (spark/ray_path.py)."""
+    from collections import namedtuple
+
+    from spark.ray_path import authorize_slices
+    from spark.wire import KafkaError as WireError, KafkaWireClient
+
+    topic = _topic(acl_broker)
+    assert _produce(_config(acl_broker, "admin"), topic) == set()
+    _allow(acl_broker, "ANONYMOUS", AclOperation.DESCRIBE, ResourceType.TOPIC, topic)  # may plan, not read
+    Range = namedtuple("Range", "topic partition start end")
+    ranges, slices = [Range(topic, 0, 0, 3)], [[("/segment", 0, 100)]]
+    client = KafkaWireClient(acl_broker["broker"].bootstrap)
+    try:
+        assert client.read_access({(topic, 0): 3}) == {(topic, 0): 29}  # TOPIC_AUTHORIZATION_FAILED
+        with pytest.raises(WireError, match="TOPIC_AUTHORIZATION_FAILED"):
+            authorize_slices(client, ranges, slices)
+        _allow(acl_broker, "ANONYMOUS", AclOperation.READ, ResourceType.TOPIC, topic)
+        deadline = time.monotonic() + 30
+        while client.read_access({(topic, 0): 3})[(topic, 0)] != 0:
+            assert time.monotonic() < deadline, "READ for User:ANONYMOUS never took effect"
+            time.sleep(0.2)
+        assert authorize_slices(client, ranges, slices) == slices
+    finally:
+        client.close()
+
+
 def test_acls_survive_a_restart(acl_broker):
     topic = _topic(acl_broker)
     _allow(acl_broker, "alice", AclOperation.WRITE, ResourceType.TOPIC, topic)

@@ -24,11 +24,16 @@ def test_ray_on_spark_broker_read_into_dataframes(tmp_path):
     from spark.session import local_session
 
     started = time.monotonic()
+    saved_mode = os.environ.get("RAY_AUTH_MODE")
     # A plain local session: RayOnSpark brings what Ray-on-Spark needs itself.
     spark = local_session(app_name="raykafka-ray-on-spark")
     try:
-        with RayOnSpark(spark) as cluster:
+        # Token auth, as by default (the suite's environment turns it off for its throwaway clusters):
+        # every Ray node, the driver, the broker and the Spark planner need the token.
+        with RayOnSpark(spark, ray_auth="token") as cluster:
             assert ray.is_initialized()
+            assert os.environ["RAY_AUTH_MODE"] == "token" and cluster.token_path
+            assert os.path.exists(cluster.token_path)
             bootstrap = cluster.start_broker(tmp_path / "data")
             broker = cluster.brokers[0]
             topic = "ray-on-spark"
@@ -60,6 +65,7 @@ def test_ray_on_spark_broker_read_into_dataframes(tmp_path):
         assert not ray.is_initialized()
         assert temp_root and not os.path.exists(temp_root)
         assert "RAY_ADDRESS" not in os.environ
+        assert os.environ.get("RAY_AUTH_MODE") == saved_mode  # this process's own setting is back
     finally:
         spark.stop()
     assert time.monotonic() - started < 240

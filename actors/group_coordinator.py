@@ -59,7 +59,7 @@ from actors.internal_topic_calls import (CoordinatorKind, RayNodeCalls, forget_c
 # offsets_topic_spec: actors/controller.py's import.
 from cluster.controller.internal_topics import OFFSETS_TOPIC, offsets_topic_spec  # noqa: F401
 from cluster.groups import (AppendCompletion, CoordinatorStatus, GroupConfig, GroupCoordinator, GroupDescription,
-                            JoinGroupResult, LeaveGroupResult, LeavingMember, PartitionCommit, SyncGroupResult,
+                            LeavingMember, PartitionCommit,
                             TopicPartition, TxnProducer)
 from cluster.groups.consumer import ConsumerGroupConfig, ConsumerGroupCoordinator, ConsumerHeartbeat
 from cluster.internal_topic_log import InternalTopicLog
@@ -208,10 +208,14 @@ class GroupCoordinatorActor:
 
     async def join_group(self, group_id: str, member_id: str, group_instance_id: Optional[str], client_id: str,
                          client_host: str, rebalance_timeout_ms: int, session_timeout_ms: int, protocol_type: str,
-                         protocols: list, api_version: int, reason: Optional[str] = None):
+                         protocols: list, api_version: int, reason: Optional[str] = None, image=None):
         if self._ensure() and self.consumer_groups.owns(group_id):
-            # Classic members in a consumer group are not served yet (migration).
-            return JoinGroupResult.failed(member_id, E.inconsistent_group_protocol)
+            # A classic member of a consumer group (a group migrating to the consumer protocol).
+            future, callback = self._answer()
+            self.consumer_groups.classic_join(group_id, member_id, group_instance_id, client_id, client_host,
+                                              rebalance_timeout_ms, session_timeout_ms, protocol_type, protocols,
+                                              api_version, callback, image)
+            return await future
         future, callback = self._answer()
         self._ensure().join_group(group_id, member_id, group_instance_id, client_id, client_host,
                                   rebalance_timeout_ms, session_timeout_ms, protocol_type, protocols, callback,
@@ -221,7 +225,8 @@ class GroupCoordinatorActor:
     async def sync_group(self, group_id: str, generation_id: int, member_id: str, group_instance_id: Optional[str],
                          protocol_type: Optional[str], protocol_name: Optional[str], assignments: dict):
         if self._ensure() and self.consumer_groups.owns(group_id):
-            return SyncGroupResult(E.unknown_member_id)
+            return self.consumer_groups.classic_sync(group_id, generation_id, member_id, group_instance_id,
+                                                     protocol_type, protocol_name)
         future, callback = self._answer()
         self._ensure().sync_group(group_id, generation_id, member_id, group_instance_id, protocol_type,
                                   protocol_name, assignments, callback)
@@ -230,12 +235,12 @@ class GroupCoordinatorActor:
     async def heartbeat(self, group_id: str, member_id: str, group_instance_id: Optional[str],
                         generation_id: int) -> ErrorCode:
         if self._ensure() and self.consumer_groups.owns(group_id):
-            return E.unknown_member_id
+            return self.consumer_groups.classic_heartbeat(group_id, member_id, group_instance_id, generation_id)
         return self._ensure().heartbeat(group_id, member_id, group_instance_id, generation_id)
 
     async def leave_group(self, group_id: str, members: list[tuple[str, Optional[str], Optional[str]]]):
         if self._ensure() and self.consumer_groups.owns(group_id):
-            return LeaveGroupResult(E.unknown_member_id)
+            return self.consumer_groups.classic_leave(group_id, [LeavingMember(*m) for m in members])
         return self._ensure().leave_group(group_id, [LeavingMember(*m) for m in members])
 
     async def commit_offsets(self, group_id: str, member_id: str, group_instance_id: Optional[str],

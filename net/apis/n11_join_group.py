@@ -5,6 +5,7 @@ from core.error_codes import ErrorCode
 
 from net import authorization
 from net.authorization import Operation, ResourceType
+from net.coordinator_router import topics_image
 from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, has_field, nested, response_schema_for, timedelta_ms
 
@@ -32,7 +33,7 @@ async def handle_join_group(ctx, request):
             getattr(request, "group_instance_id", None), ctx.header.client_id or "", client_host(ctx),
             rebalance_ms, session_ms, request.protocol_type,
             [(p.name, bytes(p.metadata)) for p in request.protocols], ctx.api_version,
-            getattr(request, "reason", None),
+            getattr(request, "reason", None), topics_image(edge.metadata),  # for classic members of consumer groups
             timeout_s=max(rebalance_ms, session_ms) / 1000 + edge.call_timeout_s)
     if result is None:
         return build(schema, throttle_time=ZERO_THROTTLE, error_code=error, generation_id=-1,

@@ -15,6 +15,7 @@ from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for, timedelta_ms
 
 TESTS = ("tests/integration/test_consumer_protocol.py::test_consumer_protocol_members_join_and_leave_under_load",
+         "tests/integration/test_consumer_protocol.py::test_classic_and_consumer_members_share_a_group_during_upgrade",
          "tests/unit/test_group_consumer_protocol.py::test_join_reconcile_no_double_ownership")
 
 

@@ -191,6 +191,57 @@ def test_consumer_protocol_members_join_and_leave_under_load(cbroker):
     assert len(produced) > 500
 
 
+@pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
+def test_classic_and_consumer_members_share_a_group_during_upgrade(cbroker, strategy):
+    """A classic group (librdkafka, group.protocol=classic) is joined by a
+    consumer-protocol member: the group is upgraded online, both kinds of
+    member consume side by side with no partition owned twice, and when the
+    classic member leaves the other one takes everything."""
+    topic, group = unique("upgrade"), unique("upgrade-group")
+    create_topic(cbroker.bootstrap, topic, SIX)
+    history, consumed = History(), {}
+    producer = Producer({"bootstrap.servers": cbroker.bootstrap, "linger.ms": 5})
+    produced = []
+
+    def send(count: int) -> None:
+        for i in range(count):
+            producer.produce(topic, value=b"%d" % i, partition=i % SIX,
+                             on_delivery=lambda err, msg: err is None and produced.append((msg.partition(),
+                                                                                          msg.offset())))
+        assert producer.flush(30) == 0
+
+    send(60)
+    classic = Member("classic", cbroker.bootstrap, topic, group, history, consumed,
+                     extra={"group.protocol": "classic", "partition.assignment.strategy": strategy,
+                            "session.timeout.ms": 6000, "heartbeat.interval.ms": 300})
+    members = [classic]
+    try:
+        wait_for(lambda: owned_by(history).get("classic") == set(range(SIX)), 60, "the classic member owns all")
+        members.append(Member("modern", cbroker.bootstrap, topic, group, history, consumed))
+        wait_for(lambda: sorted(len(ps) for ps in owned_by(history).values()) == [3, 3], 60,
+                 "a classic and a consumer-protocol member with three partitions each")
+        coordinator = _coordinator_client(cbroker, group)
+        try:
+            [described] = coordinator.request(69, 1, group_ids=(group,), include_authorized_operations=False).groups
+            assert described.error_code == 0, described
+            assert sorted(m.member_type for m in described.members) == [0, 1]  # classic, consumer
+        finally:
+            coordinator.close()
+        send(60)
+        wait_for(lambda: set(produced) <= set(consumed), 60, "records consumed by the mixed group")
+        members.pop(0).stop()
+        wait_for(lambda: owned_by(history).get("modern") == set(range(SIX)), 60,
+                 "the consumer-protocol member owns all after the classic one left")
+        send(60)
+        wait_for(lambda: set(produced) <= set(consumed), 60, "records consumed after the classic member left")
+    finally:
+        for member in members:
+            member.stop()
+    assert history.violations == [], history.violations
+    twice = {k: v for k, v in consumed.items() if len(v) > 1}
+    assert not twice, f"records consumed more than once: {sorted(twice.items())[:10]}"
+
+
 def _coordinator_client(broker, group: str) -> WireClient:
     client = WireClient(broker.bootstrap)
     try:

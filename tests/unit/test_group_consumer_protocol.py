@@ -252,3 +252,95 @@ def test_offsets_with_member_epoch_and_admin():
     assert cl.cg.delete_groups(["g"]) == {"g": E.none}
     [described] = cl.cg.describe(["g"])
     assert described.error == E.group_id_not_found
+
+
+# ---- mixed groups: classic members in a consumer group, online upgrade -------------------------------
+
+class ClassicClient:
+    """An eager classic consumer (range) driven through the consumer group's classic APIs."""
+
+    def __init__(self, cluster: Cluster, member_id: str, generation: int, owned: dict) -> None:
+        self.cluster, self.member_id, self.generation, self.owned = cluster, member_id, generation, owned
+
+    def heartbeat(self):
+        return self.cluster.cg.classic_heartbeat("g", self.member_id, None, self.generation)
+
+    def rejoin(self):
+        from cluster.groups.consumer_protocol import encode_subscription
+        from cli.groups import decode_assignment
+
+        self.owned = {}  # eager: everything is revoked before joining
+        reply = Reply()
+        self.cluster.cg.classic_join("g", self.member_id, None, "c", "/h", 60000, 10000, "consumer",
+                                     [("range", encode_subscription(["t1"]))], 9, reply, IMAGE)
+        joined = reply.value
+        assert joined.error == E.none and joined.leader_id == "" and not joined.members, joined
+        self.generation = joined.generation_id
+        synced = self.cluster.cg.classic_sync("g", self.generation, self.member_id, None, "consumer", "range")
+        assert synced.error == E.none, synced
+        self.owned = {T1: frozenset(decode_assignment(synced.assignment).get("t1", ()))}
+        self.owned = {t: ps for t, ps in self.owned.items() if ps}
+
+
+def test_online_upgrade_classic_and_consumer_members_share_a_group():
+    cl = Cluster()
+    h = cl.h
+    results = h.form_group("g", 2)  # classic: each member has one partition of t1
+    classic_group = h.coordinator.group("g")
+    generation = classic_group.generation_id
+    classics = [ClassicClient(cl, r.member_id, r.generation_id, {T1: frozenset({i})})
+                for i, r in enumerate(sorted(results, key=lambda r: r.member_id))]
+    # the classic members own what the leader assigned
+    from cli.groups import decode_assignment
+    for c in classics:
+        c.owned = {T1: frozenset(decode_assignment(classic_group.members[c.member_id].assignment)["t1"])}
+    new = Client(cl, "new")
+    first = new.beat()  # converts the group
+    group = cl.cg.groups["g"]
+    assert group.group_epoch == generation + 1 and set(group.members) == {c.member_id for c in classics} | {"new"}
+    assert h.coordinator.group("g").size == 0  # the classic group is now only the holder of offsets
+    assert first.error == E.none
+    everyone = classics + [new]
+
+    def check():
+        seen = {}
+        for c in everyone:
+            for t, ps in c.owned.items():
+                for p in ps:
+                    assert (t, p) not in seen, f"{p} owned by {seen[(t, p)]} and {c.member_id}"
+                    seen[(t, p)] = c.member_id
+        return seen
+
+    for _ in range(8):
+        for c in classics:
+            if c.heartbeat() == E.rebalance_in_progress:
+                c.rejoin()
+            check()
+        new.beat()
+        check()
+    assert len(check()) == 6 and all(len(c.owned.get(T1, ())) == 2 for c in everyone)
+    assert group.state.value == "Stable"
+    # a classic member leaves with LeaveGroup
+    from cluster.groups import LeavingMember
+    left = cl.cg.classic_leave("g", [LeavingMember(classics[0].member_id)])
+    assert left.error == E.none and left.members[0].error == E.none
+    everyone = everyone[1:]
+    classics = classics[1:]
+    for _ in range(8):
+        for c in classics:
+            if c.heartbeat() == E.rebalance_in_progress:
+                c.rejoin()
+            check()
+        new.beat()
+        check()
+    assert len(check()) == 6
+    # the log replays into the same mixed group
+    reloaded = Cluster()
+    reloaded.h.coordinator.manager.other_records = reloaded.cg.replay
+    reloaded.h.coordinator.begin_loading()
+    reloaded.cg.begin_loading()
+    reloaded.h.coordinator.replay(h.log)
+    reloaded.h.coordinator.complete_loading()
+    reloaded.cg.complete_loading()
+    assert reloaded.cg.groups["g"].members == group.members
+    assert reloaded.h.coordinator.group("g") is not None and reloaded.h.coordinator.group("g").size == 0

@@ -32,6 +32,7 @@ from cluster.groups.consumer.api import (ConsumerGroupDescription, ConsumerHeart
                                          DescribedConsumerMember, DescribedTopicPartitions, TopicsImage,
                                          WireAssignment)
 from cluster.groups.consumer.assignors import ASSIGNORS, AssignmentSpec
+from cluster.groups.consumer.classic_members import ClassicMemberHandling
 from cluster.groups.consumer.model import (JOIN_GROUP_MEMBER_EPOCH, LEAVE_GROUP_MEMBER_EPOCH,
                                            LEAVE_GROUP_STATIC_MEMBER_EPOCH, ConsumerGroup, ConsumerMember,
                                            MemberState, is_subset, normalized, reconcile)
@@ -101,7 +102,7 @@ def to_wire(assignment: Assignment) -> WireAssignment:
     return tuple((t, tuple(sorted(ps))) for t, ps in sorted(assignment.items(), key=lambda kv: kv[0].bytes))
 
 
-class ConsumerGroupCoordinator:
+class ConsumerGroupCoordinator(ClassicMemberHandling):
     def __init__(self, classic: Any, timer: Any, append_records: Callable[[list], Any],
                  config: Optional[ConsumerGroupConfig] = None) -> None:
         """``classic``: the partition's classic GroupCoordinator (status,
@@ -214,6 +215,9 @@ class ConsumerGroupCoordinator:
         classic = self.classic.group(group_id)
         if classic is not None and not classic.is_(GroupState.DEAD) and (
                 classic.size > 0 or not classic.is_(GroupState.EMPTY)):
+            if create and self._upgrade_allowed() and classic.protocol_type == "consumer" \
+                    and classic.size <= self.config.max_size:
+                return self._convert_classic_group(classic, records)
             raise _Failure(E.group_id_not_found, f"Group {group_id} is not a consumer group.")
         if not create:
             raise _Failure(E.unknown_member_id, f"Group {group_id} has no member with this id.")
@@ -342,7 +346,9 @@ class ConsumerGroupCoordinator:
     def _update_group(self, group: ConsumerGroup, bump: bool, records: list) -> None:
         """Bump the group epoch if membership, subscriptions or the subscribed
         topics changed, and compute the new target assignment."""
-        metadata = self._subscription_metadata(group)
+        # Until an edge has shown us the topics (just after a load), the stored
+        # subscription metadata stands: an empty image is no reason to unassign.
+        metadata = self._subscription_metadata(group) if self.image.version >= 0 else group.subscription_metadata
         metadata_changed = metadata != group.subscription_metadata
         if metadata_changed or bump:
             group.group_epoch += 1
@@ -361,7 +367,8 @@ class ConsumerGroupCoordinator:
         for member in group.members.values():
             names = set(member.subscribed_topic_names)
             if member.subscribed_topic_regex:
-                names.update(self._matches(member.subscribed_topic_regex))
+                pattern = re.compile(member.subscribed_topic_regex)
+                names.update(n for n in metadata if pattern.fullmatch(n))
             subscriptions[member.member_id] = frozenset(metadata[n][0] for n in names if n in metadata)
         counts = {topic_id: n for topic_id, n in metadata.values()}
         assignor = ASSIGNORS[group.preferred_assignor(self.config.assignors[0])]
@@ -421,7 +428,7 @@ class ConsumerGroupCoordinator:
         return R.record(R.MEMBER_METADATA, group_id, member.member_id, R.MemberMetadataValue(
             member.instance_id, member.rack_id, member.client_id, member.client_host, member.subscribed_topic_names,
             member.subscribed_topic_regex, member.rebalance_timeout_ms, member.server_assignor,
-            member.classic_protocols))
+            member.classic_protocols, member.classic_session_timeout_ms))
 
     @staticmethod
     def _current_assignment_record(group_id: str, member: ConsumerMember):
@@ -538,6 +545,7 @@ class ConsumerGroupCoordinator:
                 subscribed_topic_names=metadata.subscribed_topic_names,
                 subscribed_topic_regex=metadata.subscribed_topic_regex, server_assignor=metadata.server_assignor,
                 rebalance_timeout_ms=metadata.rebalance_timeout_ms, classic_protocols=metadata.classic_protocols,
+                classic_session_timeout_ms=metadata.classic_session_timeout_ms,
                 member_epoch=current.member_epoch, previous_member_epoch=current.previous_member_epoch,
                 state=MemberState(current.state) if current.state in MemberState._value2member_map_
                 else MemberState.UNKNOWN,
@@ -550,8 +558,8 @@ class ConsumerGroupCoordinator:
         for group in groups.values():
             if self.classic.group(group.group_id) is None:
                 self.classic.manager.add_group(group.group_id)
-            for member_id in group.members:
-                self._schedule_session(group.group_id, member_id)
+            for member in group.members.values():
+                self._schedule_session(group.group_id, member.member_id, self._session_timeout(member))
         if groups:
             log.info("loaded %d consumer groups", len(groups))
 

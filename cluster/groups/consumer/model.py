@@ -79,6 +79,7 @@ class ConsumerMember:
     rebalance_timeout_ms: int = -1
     # A classic member (JoinGroup/SyncGroup) in a consumer group: its protocols.
     classic_protocols: Optional[tuple[tuple[str, bytes], ...]] = None
+    classic_session_timeout_ms: int = -1
     member_epoch: int = 0
     previous_member_epoch: int = -1
     state: MemberState = MemberState.STABLE

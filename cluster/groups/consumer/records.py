@@ -85,6 +85,7 @@ class MemberMetadataValue:
     server_assignor: Optional[str]
     # (name, metadata) of a classic member's protocols; None for a consumer-protocol member.
     classic_protocols: Optional[tuple[tuple[str, bytes], ...]] = None
+    classic_session_timeout_ms: int = -1
 
 
 @dataclass(frozen=True)
@@ -303,6 +304,7 @@ def encode_value(value: Value) -> bytes:
         out.cstring(value.server_assignor)
         if value.classic_protocols is not None:
             tagged = _Out()
+            tagged.i32(value.classic_session_timeout_ms)
             tagged.count(len(value.classic_protocols))
             for name, metadata in value.classic_protocols:
                 tagged.cstring(name)
@@ -362,9 +364,10 @@ def decode_value(record_type: int, data: bytes) -> Value:
         rebalance_timeout = inp.i32()
         assignor = inp.cstring()
         tags = inp.tags()
-        classic = None
+        classic, session_timeout = None, -1
         if 0 in tags:
             tagged = _In(tags[0])
+            session_timeout = tagged.i32()
             n = tagged.count()
             if n is not None:
                 protocols = []
@@ -374,7 +377,7 @@ def decode_value(record_type: int, data: bytes) -> Value:
                     protocols.append((name, metadata))
                 classic = tuple(protocols)
         return MemberMetadataValue(instance_id, rack_id, client_id, client_host, names, regex, rebalance_timeout,
-                                   assignor, classic)
+                                   assignor, classic, session_timeout)
     if record_type == TARGET_ASSIGNMENT_METADATA:
         epoch = inp.i32()
         inp.tags()

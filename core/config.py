@@ -218,6 +218,9 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("producer.id.expiration.ms", "int", 86400000,
               "How long a producer id's state is kept in a partition after its last write", min=1),
     ConfigDef("replica.fetch.max.bytes", "int", 1048576, min=0),
+    ConfigDef("fetch.max.bytes", "int", 57671680,
+              "Most bytes one Fetch response returns (the request's max_bytes is cut to it); the first batch of "
+              "the first non-empty partition is returned whole even when larger (KIP-74)", min=1024),
     ConfigDef("replica.fetch.wait.max.ms", "int", 500, min=0),
     ConfigDef("replica.fetch.backoff.ms", "int", 1000, min=0),
     ConfigDef("max.incremental.fetch.session.cache.slots", "int", 1000, min=0),

@@ -21,6 +21,10 @@ from net.frame_receiver import FrameReceiver
 
 log = logging.getLogger("raykafka.net")
 
+# File regions of a response written without sendfile go out in pieces of
+# this size (net/file_region.py: TLS connections read regions at write time).
+REGION_CHUNK_BYTES = 256 * 1024
+
 
 
 class CloseConnection(Exception):
@@ -53,7 +57,7 @@ Dispatch = Callable[["Connection", int, int, int, bytes | memoryview], Awaitable
 class Connection:
     __slots__ = ("peer", "reader", "writer", "inflight", "inflight_bytes", "space", "closed",
                  "last_active", "requests_served", "client_software", "can_sendfile", "socket_fd",
-                 "listener", "principal", "sasl", "max_request_bytes", "muted_until")
+                 "listener", "principal", "sasl", "max_request_bytes", "muted_until", "quota_bound")
 
     def __init__(self, reader: FrameReceiver, writer: asyncio.StreamWriter):
         self.reader = reader
@@ -79,6 +83,10 @@ class Connection:
         # time.monotonic() until which no request is read: a client over its
         # quota is muted for its throttle time (KIP-219, net/client_quotas.py).
         self.muted_until = 0.0
+        # Some client quota binds this connection's client: it is read one
+        # request at a time, as Kafka reads every connection, so a throttle
+        # holds back the very next request (net/client_quotas.py).
+        self.quota_bound = False
         # sendfile(2) needs the plain socket: not TLS (the kernel would bypass
         # the encryption). Cleared at the first sendfile the kernel refuses.
         sock = writer.get_extra_info("socket")
@@ -265,6 +273,11 @@ class KafkaServer:
             conn.inflight.append((task, size, times))
             conn.inflight_bytes += size
             conn.space.set()
+            if conn.quota_bound:
+                # Until this response is written (and its throttle known).
+                while conn.inflight and not conn.closed:
+                    conn.space.clear()
+                    await conn.space.wait()
 
     def _release(self, size: int) -> None:
         self.queued_bytes -= size
@@ -367,8 +380,19 @@ class KafkaServer:
                     self.stats["sendfile_bytes"] += sent
                 position += sent
                 left -= sent
-            if left:
-                _write_exact(writer, piece, position, left)
+            # No sendfile (TLS, or the kernel refused it): the region's bytes
+            # go through the transport a chunk at a time, each written once
+            # the one before has drained, so a connection holds about one
+            # chunk of a response in memory, however large the response.
+            while left:
+                if transport.is_closing():
+                    return
+                chunk = min(left, REGION_CHUNK_BYTES)
+                _write_exact(writer, piece, position, chunk)
+                position += chunk
+                left -= chunk
+                if left and transport.get_write_buffer_size() >= REGION_CHUNK_BYTES:
+                    await writer.drain()
 
 
 def _write_exact(writer: asyncio.StreamWriter, region: FileRegion, position: int, length: int) -> bytes:

@@ -2,9 +2,16 @@
 of their segments; when fewer than min_bytes are ready it long-polls the
 replicas until data arrives or max_wait passes (DelayedFetch).
 
-On a plain TCP connection the slices' bytes are never read into Python: they
-go from the segment files to the socket with sendfile (net/file_region.py).
-Otherwise (TLS, RAYKAFKA_VERIFY_FETCH, small slices) the edge preads them."""
+Large slices are answered as file regions (net/file_region.py), read only
+when the response is written: on a plain TCP connection they go from the
+segment files to the socket with sendfile; over TLS they are read and
+encrypted a chunk at a time (net/server.py), so queued responses hold file
+descriptors, not their bytes. Small slices (and every slice with
+RAYKAFKA_VERIFY_FETCH) are read by the edge when the fetch is answered.
+
+The response is filled up to the request's max_bytes (cut to the broker's
+fetch.max.bytes) across partitions and partition_max_bytes per partition,
+with KIP-74's exception for the first batch (_fit_to_budget)."""
 import asyncio
 import logging
 import os
@@ -13,6 +20,7 @@ import time
 from core.error_codes import ErrorCode
 
 from net.actor_calls import ActorCallFailed
+from net.client_quotas import fetch_window_bytes
 from net.file_region import FileRecords, SplicedResponse, release
 from net.fetch_session import FINAL_EPOCH, FetchSessionCache, FetchSessionError, SessionPartition
 from net import authorization
@@ -22,6 +30,9 @@ from net.schema_build import ZERO_THROTTLE, build, has_field, nested, response_s
 from net.server import CloseConnection
 
 _NO_DATA = (None, -1, -1, -1)
+# The longest a consumer's fetch waits for data (actors/partition_leader.py's
+# MAX_CONSUMER_WAIT_MS); a client asking more gets its empty answer then.
+MAX_FETCH_WAIT_MS = 60_000
 # Debugging aid: verify every served batch's CRC (costs a CRC pass over fetched bytes).
 _VERIFY = os.environ.get("RAYKAFKA_VERIFY_FETCH") == "1"
 # Measurement aid: RAYKAFKA_FETCH_SENDFILE=0 serves every fetch as bytes (the
@@ -138,6 +149,35 @@ def _serve(edge, want: _Wanted, isolation: int, zero_copy: bool, error: int, hw:
     return True
 
 
+async def _fit_to_budget(edge, wanted: list, max_bytes: int, isolation: int, zero_copy: bool) -> None:
+    """Cut the partitions' records to the response's budget, in request
+    order, as Kafka's ReplicaManager.readFromLog does: each partition gets
+    at most min(its partition_max_bytes, what the budget has left), and the
+    first batch of the first non-empty partition is kept whole even when it
+    alone is larger (KIP-74), so a consumer always progresses. A partition
+    read beyond its share (reads run concurrently, each within its own
+    limit) is read again within the share; a later partition whose first
+    batch alone exceeds its share answers no records."""
+    budget = max_bytes
+    first = True
+    for w in wanted:
+        if not w.records:
+            continue
+        if first:
+            # Read within min(partition_max_bytes, max_bytes): more than that
+            # only when it is one batch, which KIP-74 returns whole.
+            first = False
+        else:
+            share = min(w.max_bytes, budget)
+            if len(w.records) > share:
+                if share > 0 and w.error is None:
+                    w.max_bytes = share
+                    await _read(edge, w, isolation, zero_copy)
+                if len(w.records) > share:
+                    _set_records(w, b"")
+        budget = max(0, budget - len(w.records))
+
+
 @api(1, 4, 18, tests=("tests/integration/test_clients.py::test_produce_consume_roundtrip",
                       "tests/integration/test_protocol_edge.py::test_fetch_waits_for_min_bytes"))
 async def handle_fetch(ctx, request):
@@ -147,10 +187,23 @@ async def handle_fetch(ctx, request):
     if replica_id >= 0:
         raise CloseConnection("follower fetch over the wire is not served: replicas pull by actor calls")
     isolation = getattr(request, "isolation_level", 0)
-    # The CRC check of RAYKAFKA_VERIFY_FETCH needs the bytes in hand.
-    zero_copy = _SENDFILE and ctx.conn is not None and ctx.conn.can_sendfile and not _VERIFY
-    max_wait_ms = timedelta_ms(request.max_wait)
+    # Records as file regions, read when the response is written: with
+    # sendfile on plain TCP, in bounded chunks otherwise (TLS), so a
+    # connection's queued responses hold fds, not their bytes. The CRC check
+    # of RAYKAFKA_VERIFY_FETCH needs the bytes in hand.
+    zero_copy = _SENDFILE and ctx.conn is not None and not _VERIFY
+    # A parked fetch outlives a closed connection (it waits in the replica or
+    # the purgatory until data or expiry): its wait is bounded as the
+    # replica bounds it, so hostile waits cannot pile up.
+    max_wait_ms = min(max(0, timedelta_ms(request.max_wait)), MAX_FETCH_WAIT_MS)
     deadline = time.monotonic() + max_wait_ms / 1000
+    # The response's byte budget: the request's max_bytes within the broker's
+    # fetch.max.bytes (Kafka's KafkaApis: min(request, config)); every
+    # partition reads at most min(partition_max_bytes, budget).
+    max_bytes = response_max_bytes(request.max_bytes, edge.config["fetch.max.bytes"])
+    quota_bytes = fetch_window_bytes(ctx)
+    if quota_bytes is not None:
+        max_bytes = min(max_bytes, quota_bytes)
     by_id = edge.metadata.topics_by_id
 
     # Resolve the request against its fetch session (KIP-227, v7+).
@@ -182,7 +235,8 @@ async def handle_fetch(ctx, request):
     wanted: list[_Wanted] = []
     may = await authorization.checker(ctx)  # a consumer needs READ on each topic (Kafka's handleFetchRequest)
     for sp in fetch_list:
-        want = _Wanted(sp.topic, sp.topic_id, sp.partition, sp.fetch_offset, sp.max_bytes, sp.leader_epoch)
+        want = _Wanted(sp.topic, sp.topic_id, sp.partition, sp.fetch_offset, max(0, min(sp.max_bytes, max_bytes)),
+                       sp.leader_epoch)
         want.session_partition = sp
         info = edge.metadata.partition(sp.topic, sp.partition) if sp.topic is not None else None
         if sp.topic is not None and not may(Operation.READ, ResourceType.TOPIC, sp.topic):
@@ -197,14 +251,20 @@ async def handle_fetch(ctx, request):
     local = [w for w in wanted if w.error is None]
     try:
         return await _respond(edge, request, schema, session, incremental, wanted, local, isolation, deadline,
-                              zero_copy)
+                              zero_copy, max_bytes)
     except BaseException:
         for w in wanted:
             release(w.records)
         raise
 
 
-async def _respond(edge, request, schema, session, incremental, wanted, local, isolation, deadline, zero_copy):
+def response_max_bytes(requested: int, broker_limit: int) -> int:
+    """The byte budget of one Fetch response (never negative)."""
+    return max(0, min(requested, broker_limit))
+
+
+async def _respond(edge, request, schema, session, incremental, wanted, local, isolation, deadline, zero_copy,
+                   max_bytes):
     if len(local) == 1:
         # One partition: the DelayedFetch waits in its leader replica, where
         # appends happen, so new data costs no hop beyond this call's answer.
@@ -226,17 +286,7 @@ async def _respond(edge, request, schema, session, incremental, wanted, local, i
             await asyncio.gather(*(_read(edge, w, isolation, zero_copy) for w in local))
             break
 
-    # Response-level max_bytes, in request order; the first non-empty
-    # partition is always returned whole (Kafka's min-one-message rule).
-    budget = request.max_bytes
-    first = True
-    for w in wanted:
-        if w.records:
-            if not first and len(w.records) > budget:
-                _set_records(w, b"")
-            else:
-                budget -= len(w.records)
-                first = False
+    await _fit_to_budget(edge, wanted, max_bytes, isolation, zero_copy)
 
     if session is not None:
         # Incremental responses carry only partitions with news; every response

@@ -7,8 +7,8 @@ import asyncio
 from core.error_codes import ErrorCode
 
 from cluster.quotas import zk_store
-from cluster.quotas.model import DEFAULT, ENTITY_CLIENT_ID, ENTITY_IP, ENTITY_USER, QUOTA_KEYS, QuotaEntity, \
-    quota_value_text
+from cluster.quotas.model import (CONTROLLER_MUTATION_RATE, DEFAULT, ENTITY_CLIENT_ID, ENTITY_IP, ENTITY_USER,
+                                  QUOTA_KEYS, QuotaEntity, quota_value_text)
 from net import authorization
 from net.authorization import Operation
 from net.client_quotas import quotas_of
@@ -50,6 +50,9 @@ def parse_ops(ops) -> tuple[dict[str, float], list[str]]:
             continue
         if op.key not in QUOTA_KEYS:
             raise AlterError(f"Invalid configuration key {op.key}")
+        if op.key == CONTROLLER_MUTATION_RATE:
+            # Refused rather than stored and ignored: nothing here would enforce it.
+            raise AlterError("controller_mutation_rate (KIP-599) is not enforced by this broker")
         try:
             quota_value_text(op.key, op.value)
         except ValueError as exc:

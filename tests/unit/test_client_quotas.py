@@ -38,17 +38,42 @@ def test_eight_levels_of_precedence():
         QuotaEntity(None, None)
 
 
-def test_sampled_rate_counts_at_least_samples_minus_one_windows():
+def test_sampled_rate_counts_at_least_one_window():
     rate = SampledRate(samples=11, window_ms=1000)
     rate.record(10_000, now_ms=0)
-    # 10 whole windows assumed although only 0 ms passed: 10000 / 10 s.
-    assert rate.window_size_ms(0) == 10_000
-    assert rate.measure(0) == pytest.approx(1000)
+    # One whole window assumed although only 0 ms passed (Kafka's SimpleRate): 10000 / 1 s.
+    assert rate.window_size_ms(0) == 1000
+    assert rate.measure(0) == pytest.approx(10_000)
+    assert rate.measure(4000) == pytest.approx(2500)
     for second in range(1, 20):
         rate.record(1000, now_ms=second * 1000)
-    # Samples older than 11 windows are gone: 11 samples of 1000 over 10-11 s.
+    # Samples older than 11 windows are gone: 11 samples of 1000 over the 10.5 s they span.
     assert rate.measure(19_500) == pytest.approx(11_000 / 10.5)
-    assert rate.measure(100_000) == 0
+    assert rate.measure(100_000) == 0 and rate.idle(100_000)
+
+
+def test_a_client_at_full_speed_gets_at_most_the_quota_plus_one_window_over_12_s():
+    # A client sending 64 KB requests as fast as its throttles let it (each
+    # throttle honoured before the next request, as the edge now reads a
+    # quota-bound connection), against 1 MiB/s: over 12 s from its first
+    # byte it sends at most 1.2x the quota (issue 28).
+    quota, request = 1 << 20, 64 * 1024
+    manager = ClientQuotaManager(PRODUCER_BYTE_RATE, samples=11, window_s=1)
+    configs = QuotaConfigs({QuotaEntity(None, "slow"): {PRODUCER_BYTE_RATE: quota}})
+    now, sent = 0, 0
+    while now < 12_000:
+        sent += request
+        now += 1 + manager.record_and_throttle_ms(configs, "", "slow", request, now)
+    assert sent <= 1.2 * quota * 12, sent / (quota * 12)
+    assert sent >= 0.9 * quota * 12, sent / (quota * 12)
+
+
+def test_each_of_n_edges_enforces_a_share_of_the_quota():
+    manager = ClientQuotaManager(PRODUCER_BYTE_RATE, samples=11, window_s=1, share=0.5)
+    configs = QuotaConfigs({QuotaEntity(None, "app"): {PRODUCER_BYTE_RATE: 1000}})
+    assert manager.record_and_throttle_ms(configs, "u", "app", 500, now_ms=0) == 0
+    # 1000/s measured against 500/s: (1000 - 500) / 500 * 1000 ms.
+    assert manager.record_and_throttle_ms(configs, "u", "app", 500, now_ms=0) == 1000
 
 
 def test_throttle_time_is_kafkas():
@@ -56,18 +81,51 @@ def test_throttle_time_is_kafkas():
     assert throttle_time_ms(observed=1100, bound=1000, window_ms=11_000) == 1100
     manager = ClientQuotaManager(PRODUCER_BYTE_RATE, samples=11, window_s=1)
     configs = QuotaConfigs({QuotaEntity(None, "app"): {PRODUCER_BYTE_RATE: 1000}})
-    assert manager.record_and_throttle_ms(configs, "u", "app", 5000, now_ms=0) == 0   # 500/s over 10 s
-    # 15000 over 10 s = 1500/s: (1500 - 1000) / 1000 * 10000 ms.
-    assert manager.record_and_throttle_ms(configs, "u", "app", 10000, now_ms=0) == 5000
+    assert manager.record_and_throttle_ms(configs, "u", "app", 500, now_ms=0) == 0   # 500/s over 1 s
+    # 1500 over 1 s = 1500/s: (1500 - 1000) / 1000 * 1000 ms.
+    assert manager.record_and_throttle_ms(configs, "u", "app", 1000, now_ms=0) == 500
     # Another user with the same client id shares the client-id quota's rate.
-    assert manager.record_and_throttle_ms(configs, "v", "app", 0, now_ms=0) == 5000
-    # No quota: recorded, never throttled.
+    assert manager.record_and_throttle_ms(configs, "v", "app", 0, now_ms=0) == 500
+    # No quota: never throttled, and no sensor kept for it (client ids are client input).
     assert manager.record_and_throttle_ms(configs, "u", "other", 10**9, now_ms=0) == 0
-    manager.unrecord(configs, "u", "app", 10000, now_ms=0)
+    assert ("", "other") not in manager._rates
+    manager.unrecord(configs, "u", "app", 1000, now_ms=0)
     assert manager.record_and_throttle_ms(configs, "u", "app", 0, now_ms=0) == 0
     capped = ClientQuotaManager(REQUEST_PERCENTAGE, samples=11, window_s=1, max_throttle_ms=1000)
     configs = QuotaConfigs({QuotaEntity("u", None): {REQUEST_PERCENTAGE: 1.0}})
     assert capped.record_and_throttle_ms(configs, "u", "c", 100.0, now_ms=0) == 1000
+
+
+def test_the_quota_watch_is_retried_until_zookeeper_answers():
+    import asyncio
+
+    from net.client_quotas import WATCH_RETRY_MIN_S, EdgeClientQuotas
+
+    now = [0.0]
+    quotas = EdgeClientQuotas({"quota.window.num": 11, "quota.window.size.seconds": 1}, "127.0.0.1:1",
+                              clock=lambda: now[0])
+    attempts = []
+
+    def start_watching():
+        attempts.append(now[0])
+        if len(attempts) < 3:
+            raise ConnectionError("ZooKeeper down")
+        quotas.configs = QuotaConfigs({QuotaEntity(None, "app"): {PRODUCER_BYTE_RATE: 1000}})
+
+    quotas.start_watching = start_watching
+
+    async def run():
+        for step in range(40):
+            quotas.ensure_watching()
+            await asyncio.sleep(0)  # the executor's answer
+            await asyncio.sleep(0.01)
+            now[0] += 0.5
+            if quotas.watching:
+                return step
+
+    asyncio.run(run())
+    assert quotas.watching and quotas.configs and quotas.watch_failures == 2
+    assert attempts[1] - attempts[0] >= WATCH_RETRY_MIN_S and attempts[2] - attempts[1] >= 2 * WATCH_RETRY_MIN_S
 
 
 class FakeZk:
@@ -173,6 +231,8 @@ def test_alter_validation():
         parse_ops([_op("foo", 1.0)])
     with pytest.raises(AlterError, match="must be a LONG value"):
         parse_ops([_op(PRODUCER_BYTE_RATE, 1.5)])
+    with pytest.raises(AlterError, match="controller_mutation_rate .* not enforced"):
+        parse_ops([_op("controller_mutation_rate", 10.0)])
     assert parse_ops([_op(REQUEST_PERCENTAGE, 1.5)]) == ({REQUEST_PERCENTAGE: 1.5}, [])
 
 
@@ -189,7 +249,7 @@ def test_enforcement_sets_throttle_time_and_mutes_the_connection():
 
     quotas = EdgeClientQuotas({"quota.window.num": 11, "quota.window.size.seconds": 1}, None)
     edge = types.SimpleNamespace(client_quotas=quotas)
-    conn = types.SimpleNamespace(principal="User:alice", muted_until=0.0)
+    conn = types.SimpleNamespace(principal="User:alice", muted_until=0.0, quota_bound=None)
     ctx = types.SimpleNamespace(edge=edge, conn=conn, header=types.SimpleNamespace(client_id="app"))
     part = types.SimpleNamespace(records=b"x" * 20_000)
     request = types.SimpleNamespace(topic_data=[types.SimpleNamespace(partition_data=[part])])
@@ -202,11 +262,13 @@ def test_enforcement_sets_throttle_time_and_mutes_the_connection():
         coroutine = handled()
         assert enforce(ctx, 0, request, coroutine) is coroutine
         await coroutine
+        assert conn.quota_bound is False
         quotas.configs = QuotaConfigs({QuotaEntity("alice", None): {PRODUCER_BYTE_RATE: 1000}})
         first = await enforce(ctx, 0, request, handled())
         return first
 
     response = asyncio.run(run())
-    # 20000 bytes over the 10 s minimum window: 2000/s against 1000/s -> (2000-1000)/1000 * 10 s.
-    assert response.throttle_time == datetime.timedelta(milliseconds=10_000)
+    # 20000 bytes over the 1 s minimum window: 20000/s against 1000/s -> (20000-1000)/1000 * 1 s.
+    assert response.throttle_time == datetime.timedelta(milliseconds=19_000)
     assert conn.muted_until > 0
+    assert conn.quota_bound is True, "a quota binds the connection: it is read one request at a time"

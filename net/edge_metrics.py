@@ -200,9 +200,13 @@ class EdgeMetrics:
 
     @staticmethod
     def _topic(entry, metadata) -> str:
+        """The topic's name as a metric tag: only topics that exist get a
+        series of their own. A name is client input, and every series lives
+        as long as the edge (and in Ray's metrics agent): a client naming
+        random topics must not add series."""
         name = getattr(entry, "name", None) or getattr(entry, "topic", None)
         if name:
-            return name
+            return name if name in metadata.topics else "unknown"
         info = metadata.topics_by_id.get(getattr(entry, "topic_id", None))
         return info.name if info is not None else "unknown"
 

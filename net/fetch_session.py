@@ -51,13 +51,26 @@ class FetchSessionError(Exception):
         self.error = error
 
 
+# Partitions held by all of an edge's sessions together: the slots bound the
+# sessions, this bounds what they hold (a request may name thousands of
+# partitions, and any client may open sessions). A full fetch that would
+# pass it gets no session, as when every slot is taken.
+MAX_CACHED_PARTITIONS = 100_000
+
+
 class FetchSessionCache:
-    def __init__(self, max_slots: int = 1000, eviction_ms: int = 120_000, clock=time.monotonic):
+    def __init__(self, max_slots: int = 1000, eviction_ms: int = 120_000, clock=time.monotonic,
+                 max_partitions: int = MAX_CACHED_PARTITIONS):
         self.max_slots = max_slots
         self.eviction_s = eviction_ms / 1000
         self.clock = clock
+        self.max_partitions = max_partitions
         self.sessions: collections.OrderedDict[int, FetchSession] = collections.OrderedDict()  # LRU order
         self.stats = collections.Counter()
+
+    @property
+    def cached_partitions(self) -> int:
+        return sum(len(s.partitions) for s in self.sessions.values())
 
     def _new_id(self) -> int:
         while True:
@@ -85,7 +98,10 @@ class FetchSessionCache:
             return None, wanted, False
         if epoch == INITIAL_EPOCH:
             self.sessions.pop(session_id, None)
-            if not self._make_room():
+            # No session for a fetch of nothing (of use to no consumer, only to a
+            # client filling the slots), nor past the partition bound.
+            if (not wanted or len(wanted) + self.cached_partitions > self.max_partitions
+                    or not self._make_room()):
                 self.stats["refused"] += 1
                 return None, wanted, False
             session = FetchSession(self._new_id(), 1,
@@ -100,10 +116,16 @@ class FetchSessionCache:
             raise FetchSessionError(ErrorCode.invalid_fetch_session_epoch)
         for key in forgotten:
             session.partitions.pop(key, None)
+        room = self.max_partitions - self.cached_partitions
         for p in wanted:
             key = (p.topic, p.partition)
             existing = session.partitions.get(key)
             if existing is None:
+                if room <= 0:
+                    # Past the bound: the session ends; the client starts over with a full fetch.
+                    del self.sessions[session.session_id]
+                    raise FetchSessionError(ErrorCode.fetch_session_id_not_found)
+                room -= 1
                 session.partitions[key] = p
             else:
                 existing.fetch_offset, existing.max_bytes = p.fetch_offset, p.max_bytes

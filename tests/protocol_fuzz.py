@@ -38,6 +38,17 @@ _SHORT_WAIT_FIELDS = ("timeout", "max_wait", "session_timeout", "rebalance_timeo
 # Names that admin requests may touch: a small pool, so that valid fuzz
 # requests create at most a few tiny topics and never touch other tests' data.
 _NAME_POOL = ("fz-a", "fz-b", "fz-c")
+# Part of the names come from a large space instead: what a broker keeps per
+# name a client sends (metadata, metric series, fetch sessions, groups) must
+# stay bounded, and only names never seen before show whether it does.
+# Admin requests stay dry runs (validate_only) and auto-creation is off in
+# the brokers the fuzzer runs against, so no topic is made of them.
+_FRESH_NAME_SHARE = 0.3
+# Fields that park a request: now and then a long wait, so that parked
+# operations of connections the campaign drops (it waits 0.5 s for an
+# answer) pile up wherever the broker would keep them.
+_PARKING_FIELDS = ("max_wait",)
+_LONG_WAIT_SHARE = 0.05
 _INTERESTING_32 = (-(2**31), -2, -1, 0, 1, 0x7F, 0x80, 0xFF, 0x7FFF, 0xFFFF, 0x7FFFFFFF, 0x3FFFFFFF)
 _INTERESTING_16 = (-(2**15), -2, -1, 0, 1, 0x7F, 0xFF, 0x7FFF)
 # Varints that lie: 2**32 - 1 (compact "count 2**32 - 2"), too long, huge, zero.
@@ -91,6 +102,8 @@ class RequestGenerator:
         name = field.name
         if kafka_type in _INT_RANGES:
             if any(word in name for word in _SHORT_WAIT_FIELDS):
+                if name in _PARKING_FIELDS and rng.random() < _LONG_WAIT_SHARE:
+                    return rng.randint(10_000, 600_000)
                 return rng.randint(0, 200)
             if name in ("num_partitions", "count", "replication_factor"):
                 return rng.choice((-1, 1))
@@ -105,6 +118,8 @@ class RequestGenerator:
             return True if name == "validate_only" else rng.random() < 0.5
         if kafka_type == "string":
             if name in ("name", "topic", "topic_name", "group_id", "transactional_id"):
+                if rng.random() < _FRESH_NAME_SHARE:
+                    return f"fz-r-{rng.getrandbits(40):010x}"
                 return rng.choice(_NAME_POOL)
             return "".join(rng.choice("abcxyz-._0123") for _ in range(rng.randint(0, 12)))
         if kafka_type == "bytes":
@@ -118,6 +133,8 @@ class RequestGenerator:
         if kafka_type == "error_code":
             return ErrorCode.none
         if kafka_type in ("timedelta_i32", "timedelta_i64"):
+            if name in _PARKING_FIELDS and rng.random() < _LONG_WAIT_SHARE:
+                return datetime.timedelta(milliseconds=rng.randint(10_000, 600_000))
             return datetime.timedelta(milliseconds=rng.randint(0, 200))
         if kafka_type == "datetime_i64":
             return datetime.datetime.fromtimestamp(rng.randint(0, 2**31), tz=datetime.timezone.utc)
@@ -352,3 +369,41 @@ def _recv_exactly(sock: socket.socket, n: int) -> bytes | None:
         chunks.append(chunk)
         n -= len(chunk)
     return b"".join(chunks)
+
+
+# Ray actor classes whose processes the fuzzer weighs (Ray titles an actor's
+# worker process "ray::<class>"), by the role they play.
+ROLE_CLASSES = {"controller": "ControllerActor", "purgatory": "PurgatoryActor",
+                "group coordinator": "GroupCoordinatorActor"}
+
+
+def role_processes(broker) -> dict:
+    """{role: psutil.Process} of a tests.broker_process.BrokerProcess's first
+    node: its edge (from nodes.json) and the processes of ROLE_CLASSES (the
+    first of each found in the broker's process tree). Each is measured on
+    its own: the tree's total hides which one grows."""
+    import psutil
+
+    found = {"edge": psutil.Process(broker.nodes()[0]["edge_pid"])}
+    for process in broker.tree():
+        try:
+            title = " ".join(process.cmdline())
+        except psutil.Error:
+            continue
+        for role, cls in ROLE_CLASSES.items():
+            if role not in found and f"ray::{cls}" in title:
+                found[role] = process
+    return found
+
+
+def rss_mib(processes: dict) -> dict:
+    """{role: RSS in MiB, or None when the process is gone}."""
+    import psutil
+
+    out = {}
+    for role, process in processes.items():
+        try:
+            out[role] = process.memory_info().rss / 2**20
+        except psutil.Error:
+            out[role] = None
+    return out

@@ -1,7 +1,8 @@
 """Hostile frames against a real broker: the LeaveGroup frame whose member
 count varint asks kio for 32 GiB, and a seeded, CI-sized fuzz campaign over
 every served API and version (tests/protocol_fuzz.py). After each, the same
-edge process answers a real client, and its memory has not grown.
+edge process answers a real client, and neither the edge's memory nor the
+controller's (each measured on its own, not the tree's) has grown.
 
 The broker is this module's own: valid fuzz requests include admin APIs
 (CreateTopics, DeleteRecords, ...), and mutated ones can ask for anything, so
@@ -19,7 +20,7 @@ from confluent_kafka import Consumer, Producer
 
 from tests import kafka_admin
 from tests.broker_process import BrokerProcess
-from tests.protocol_fuzz import Campaign, generate_inputs, served_versions
+from tests.protocol_fuzz import Campaign, generate_inputs, role_processes, rss_mib as roles_rss_mib, served_versions
 
 # The frame from issue 23: LeaveGroup v5, Members count = varint ff ff ff ff 0f.
 LEAVE_GROUP_LYING_COUNT = bytes.fromhex(
@@ -102,13 +103,18 @@ def test_seeded_campaign_over_every_served_api_version(fuzz_broker):
     assert {(i.api_key, i.api_version) for i in inputs} == set(versions)
     mutations = {i.mutation for i in inputs}
     assert {"size:int32", "size:uvarint", "batch-header", "frame-size", "valid"} <= mutations
-    before = rss_mib(edge)
+    processes = role_processes(fuzz_broker)
+    assert {"edge", "controller"} <= set(processes), processes
+    before = roles_rss_mib(processes)
     result = Campaign(fuzz_broker.host, fuzz_broker.port).run(inputs)
-    grown = rss_mib(edge) - before
+    after = roles_rss_mib(processes)
     assert result.inputs == CAMPAIGN_INPUTS
     assert result.crashes == 0 and result.hangs == 0, result
     # Valid inputs are answered; hostile ones closed: both happen.
     assert result.answered > 0 and result.closed > 0, result
     assert edge.is_running() and edge.pid == edge_process(fuzz_broker).pid, "the edge process was replaced"
-    assert grown < RSS_GROWTH_LIMIT_MIB, f"edge RSS grew {grown:.1f} MiB over {result.inputs} inputs"
+    for role in ("edge", "controller"):
+        assert after[role] is not None, f"the {role} process is gone"
+        grown = after[role] - before[role]
+        assert grown < RSS_GROWTH_LIMIT_MIB, f"{role} RSS grew {grown:.1f} MiB over {result.inputs} inputs"
     assert_real_client_round_trip(fuzz_broker.bootstrap)

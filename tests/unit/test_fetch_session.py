@@ -77,3 +77,21 @@ def test_incremental_responses_carry_only_news_and_rotate_partitions():
     assert cache.must_send(p1, 6, False, 10, 10, 0)
     cache.remember(session, p0, 12, 12, 0, has_records=True)
     assert list(session.partitions) == [("t", 1), ("t", 0)]
+
+
+def test_sessions_hold_a_bounded_number_of_partitions():
+    cache = FetchSessionCache(max_slots=100, eviction_ms=120_000, max_partitions=5)
+    many = [part(i) for i in range(4)]
+    session, _, _ = cache.begin(0, 0, many, [])
+    assert session is not None and cache.cached_partitions == 4
+    # A full fetch that would pass the bound gets no session (it is still served, sessionless).
+    refused, parts, incremental = cache.begin(0, 0, [part(10), part(11)], [])
+    assert refused is None and len(parts) == 2 and not incremental
+    # An empty full fetch gets none either.
+    assert cache.begin(0, 0, [], [])[0] is None
+    # An incremental fetch that would add past the bound ends its session.
+    cache.begin(session.session_id, 1, [part(4)], [])
+    assert cache.cached_partitions == 5
+    with pytest.raises(FetchSessionError):
+        cache.begin(session.session_id, 2, [part(5)], [])
+    assert cache.cached_partitions == 0 and not cache.sessions

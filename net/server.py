@@ -389,6 +389,7 @@ class KafkaServer:
                     return
                 chunk = min(left, REGION_CHUNK_BYTES)
                 _write_exact(writer, piece, position, chunk)
+                self.stats["region_bytes_written"] += chunk
                 position += chunk
                 left -= chunk
                 if left and transport.get_write_buffer_size() >= REGION_CHUNK_BYTES:

@@ -111,3 +111,47 @@ def test_response_max_bytes():
     assert response_max_bytes(1 << 31, 57671680) == 57671680
     assert response_max_bytes(1000, 57671680) == 1000
     assert response_max_bytes(-5, 57671680) == 0
+
+
+def test_large_fetches_over_tls_are_served_from_regions_in_chunks(tmp_path):
+    # TLS cannot sendfile: the regions are read a chunk at a time as the
+    # response is written, and the client gets exactly the log's bytes.
+    pytest.importorskip("cryptography")
+    import ssl
+    import struct
+
+    from tests.security_certs import make_pki
+
+    pki = make_pki(tmp_path / "pki")
+    server_ssl = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_ssl.load_cert_chain(str(pki["broker"]))
+    client_ssl = ssl.create_default_context(cafile=str(pki["ca"]))
+
+    async def go():
+        service, server, logs = make_edge(tmp_path, partitions=3, batches_per_partition=12, value_size=4096)
+        port = await server.start("127.0.0.1", 0, ssl=server_ssl)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=client_ssl,
+                                                       server_hostname="localhost")
+        requests = [fetch(i, 3, max_bytes=50 << 20, partition_max_bytes=1 << 20) for i in range(1, 4)]
+        writer.write(b"".join(requests))
+        await writer.drain()
+        frames = []
+        for _ in requests:
+            size = struct.unpack(">i", await asyncio.wait_for(reader.readexactly(4), 20))[0]
+            frames.append(await asyncio.wait_for(reader.readexactly(size), 20))
+        writer.close()
+        stats, held = dict(server.stats), service.region_fds.held
+        await server.stop()
+        service.close()
+        whole = [log.read_bytes(0, 1 << 20, None, True) for log in logs]
+        for log in logs:
+            log.close()
+        return frames, whole, stats, held
+
+    frames, whole, stats, held = asyncio.run(go())
+    for frame in frames:
+        body = decode_response(1, VERSION, frame)[1]
+        records = [p.records for p in body.responses[0].partitions]
+        assert records == whole and all(len(r) > 256 * 1024 for r in records)
+    assert stats.get("sendfile_bytes", 0) == 0 and held == 0, (stats, held)
+    assert stats["region_bytes_written"] == 3 * sum(map(len, whole)), "every record byte from a region"

@@ -81,8 +81,16 @@ def test_flush_hands_deltas_and_cumulative_buckets_to_ray(monkeypatch):
 def test_edge_counts_topics_from_produce_and_fetch(monkeypatch):
     monkeypatch.setattr(metrics, "_registry", metrics.Registry())
     edge = EdgeMetrics(7, {0: "produce", 1: "fetch", 11: "join_group"})
-    meta = NS(topics_by_id={})
+    meta = NS(topics_by_id={}, topics={"t": NS()})
     data = batch(5)
+    # A topic that does not exist gets no series of its own (its name is client input).
+    ghost = NS(topic_data=[NS(name="no-such-topic", partition_data=[NS(index=0, records=data)])])
+    edge.response_ready(0, ghost, NS(responses=[NS(name="no-such-topic", partition_responses=[
+        NS(index=0, error_code=3)])]), meta)
+    assert metrics.registry().snapshot()["counters"]["kafka_server_brokertopicmetrics_failedproducerequests"] == \
+        {("7", "unknown"): 1}
+    monkeypatch.setattr(metrics, "_registry", metrics.Registry())
+    edge = EdgeMetrics(7, {0: "produce", 1: "fetch", 11: "join_group"})
     request = NS(topic_data=[NS(name="t", partition_data=[NS(index=0, records=data), NS(index=1, records=data)])])
     response = NS(responses=[NS(name="t", partition_responses=[NS(index=0, error_code=0),
                                                                  NS(index=1, error_code=6)])])

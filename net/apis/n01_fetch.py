@@ -178,9 +178,12 @@ async def _fit_to_budget(edge, wanted: list, max_bytes: int, isolation: int, zer
         budget = max(0, budget - len(w.records))
 
 
-@api(1, 4, 18, tests=("tests/integration/test_clients.py::test_produce_consume_roundtrip",
-                      "tests/integration/test_protocol_edge.py::test_fetch_waits_for_min_bytes",
-                      "tests/integration/test_fetch_limits.py::test_consumer_with_1_mb_fetch_max_bytes_reads_three_partitions"))
+_TESTS = ("tests/integration/test_clients.py::test_produce_consume_roundtrip",
+          "tests/integration/test_protocol_edge.py::test_fetch_waits_for_min_bytes",
+          "tests/integration/test_fetch_limits.py::test_consumer_with_1_mb_fetch_max_bytes_reads_three_partitions")
+
+
+@api(1, 4, 18, tests=_TESTS)
 async def handle_fetch(ctx, request):
     edge = ctx.edge
     replica_id = request.replica_state.replica_id if has_field(type(request), "replica_state") \

@@ -124,8 +124,10 @@ class EdgeService:
         if self.metrics is not None and before:
             self.metrics.metadata_changed(before, self.metadata.topics, self.metadata.controller_id, self.broker_id)
         self.replicas.set_leaders(leader_handles)
+        transactions = getattr(self, "transactions", None)  # net/txn_coordinators.py, made on first use
         self.local_channels.keep_only([*self.replicas.live_handles(), self.replicas.purgatory,
-                                       *self.coordinators.handles.values()])
+                                       *self.coordinators.handles.values(),
+                                       *(transactions.coordinator_handles() if transactions else ())])
         self.forget_cached_reads()  # leaders may have moved: nothing read before is answered again
         self.controller_handle = controller_handle
         self.metadata_ready.set()

@@ -42,6 +42,10 @@ class TransactionRouting:
         self._handle = self._coordinators.handle
         self.local_coordinators = self._coordinators.all
 
+    def coordinator_handles(self) -> list:
+        """The transaction coordinators of this node the edge knows (their direct channels stay open)."""
+        return list(self._handles.values())
+
     # ---- producer ids ------------------------------------------------------------------------------
     def _zk_client(self):
         """The ZooKeeper client for producer id blocks (blocking: runs in the executor)."""
@@ -103,6 +107,8 @@ class TransactionRouting:
         handle = None if partition is None else await self._handle(partition)
         if handle is None:
             return ErrorCode.not_coordinator, None
-        pending = asyncio.wait_for(getattr(handle, method).remote(*args), timeout_s or self.edge.call_timeout_s)
+        # Over the coordinator's direct channel when it is up (it is on this
+        # node: the edge only calls coordinators of partitions it leads), else Ray.
+        pending = self.edge.local_channels.call(handle, method, args, timeout_s or self.edge.call_timeout_s)
         return await coordinator_answer(self._handles, partition, "transaction", method, pending,
                                         ErrorCode.request_timed_out)

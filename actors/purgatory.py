@@ -51,6 +51,11 @@ LOCAL_CALL_METHODS = ("delay_produce", "delay_fetch", "progress")
 MAX_LOCAL_CONNECTIONS = 10_000
 # Bound on looking up the leaders asked to report (Ray's GCS).
 ASK_TIMEOUT_S = 10.0
+# A partition something parked on this recently is not called quiet when its
+# last waiter completes: a consumer's next fetch parks again within moments,
+# and asking a quiet leader to report again (a Ray call, after a name lookup
+# the first time) is where a record appended meanwhile waited (issue 29).
+KEEP_REPORTING_S = 5.0
 
 
 class DelayedProduce(DelayedOperation):
@@ -119,7 +124,7 @@ class DelayedFetch(DelayedOperation):
 class PurgatoryService:
     """The purgatory's logic; the actor below only forwards calls to it."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop):
+    def __init__(self, loop: asyncio.AbstractEventLoop, keep_reporting_s: float = KEEP_REPORTING_S):
         timer = SystemTimer(tick_ms=1, wheel_size=20)
         self.driver = AsyncTimerDriver(timer, loop)
         self.produce = DelayedOperationPurgatory("Produce", timer, purge_interval=PURGE_INTERVAL)
@@ -133,6 +138,9 @@ class PurgatoryService:
         # (asked once: a report, or the leader's next leadership change, follows).
         self.asked_unknown: set[PartitionKey] = set()
         self.ask_to_report = None  # callable(list[key]), set by the actor
+        # When an operation last parked on each partition (KEEP_REPORTING_S).
+        self.last_parked: dict[PartitionKey, float] = {}
+        self.keep_reporting_s = keep_reporting_s
 
     def parked(self) -> int:
         return self.produce.delayed + self.fetch.delayed
@@ -145,7 +153,7 @@ class PurgatoryService:
             op.force_complete()
             return future
         self.produce.try_complete_else_watch(op, list(required))
-        self._wake_quiet(required)
+        self._parked_on(required)
         return future
 
     def delay_fetch(self, known_ends: dict[PartitionKey, int], isolation_level: int, timeout_ms: int) -> asyncio.Future:
@@ -155,8 +163,14 @@ class PurgatoryService:
             op.force_complete()
             return future
         self.fetch.try_complete_else_watch(op, list(known_ends))
-        self._wake_quiet(known_ends)
+        self._parked_on(known_ends)
         return future
+
+    def _parked_on(self, keys) -> None:
+        now = self.loop.time()
+        for key in keys:
+            self.last_parked[key] = now
+        self._wake_quiet(keys)
 
     def _wake_quiet(self, keys) -> None:
         """Ask the leaders of these partitions to report if they may not: quiet
@@ -188,7 +202,10 @@ class PurgatoryService:
             self.fetch.check_and_complete(key)
         self.produce.purge_completed()
         self.fetch.purge_completed()
-        unwatched = [key for key in keys if not self.watched(key)]
+        recent = self.loop.time() - self.keep_reporting_s
+        unwatched = [key for key in keys if not self.watched(key) and self.last_parked.get(key, 0.0) < recent]
+        for key in unwatched:
+            self.last_parked.pop(key, None)
         self.quiet.update(unwatched)
         return unwatched
 
@@ -196,6 +213,7 @@ class PurgatoryService:
         for key in keys:
             self.progress.pop(tuple(key), None)
             self.asked_unknown.discard(tuple(key))
+            self.last_parked.pop(tuple(key), None)
 
 
 class PurgatoryActor:

@@ -123,3 +123,83 @@ def test_deprecated_topic_keys_are_accepted_and_described(broker, topic_name):
     broker_configs = describe(admin, ConfigResource(ResourceType.BROKER, str(broker_id)))
     assert broker_configs["log.message.format.version"].value == "3.0-IV1"
     delete_topic(broker.bootstrap, topic_name)
+
+
+def _percentiles_ms(values_s: list[float]) -> str:
+    values = sorted(v * 1000 for v in values_s)
+    return f"p50 {values[len(values) // 2]:.1f} ms, p99 {values[int(0.99 * (len(values) - 1))]:.1f} ms, " \
+           f"max {values[-1]:.1f} ms"
+
+
+# ---------------------------------------------------------------- 3. EndTxn's order
+def test_back_to_back_one_record_transactions(broker, topic_name):
+    """One-record transactions committed back to back (linger.ms=1), as a
+    client's own suite times them: each commit succeeds (EndTxn answered
+    once PrepareCommit is durable; the next AddPartitionsToTxn may wait with
+    CONCURRENT_TRANSACTIONS while the markers are written) and a
+    read_committed consumer reads every record once, in order. The latency
+    is printed; its target lives in bench/tails.py."""
+    create_topic(broker.bootstrap, topic_name, 1)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 1,
+                         "transactional.id": f"{topic_name}-txn"})
+    producer.init_transactions(60)
+    commits = []
+    for i in range(100):
+        producer.begin_transaction()
+        producer.produce(topic_name, value=b"%d" % i, partition=0)
+        started = time.perf_counter()
+        producer.commit_transaction(30)
+        commits.append(time.perf_counter() - started)
+    print(f"commit_transaction(): {_percentiles_ms(commits)}")
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": topic_name,
+                         "isolation.level": "read_committed", "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic_name])
+    values = []
+
+    def read_all():
+        for message in consumer.consume(100, timeout=0.5):
+            assert message.error() is None, message.error()
+            values.append(int(message.value()))
+        return len(values) >= 100
+
+    wait_for(read_all, 60, "the 100 committed records", poll_s=0)
+    consumer.close()
+    assert values == list(range(100))
+    delete_topic(broker.bootstrap, topic_name)
+
+
+# ---------------------------------------------------------------- 4. a parked fetch returns on data
+def test_parked_fetch_returns_on_data_not_on_its_wait(broker, topic_name):
+    """A consumer of four partitions parked in a fetch (fetch.min.bytes=1,
+    fetch.wait.max.ms=5000) gets each new record when it is appended, not
+    when its wait runs out: every record, produced one at a time after the
+    previous one was consumed, arrives in far less than the wait. The
+    distribution is printed; its target lives in bench/tails.py."""
+    create_topic(broker.bootstrap, topic_name, 4)
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": topic_name,
+                         "auto.offset.reset": "earliest", "fetch.wait.max.ms": 5000, "fetch.min.bytes": 1})
+    consumer.subscribe([topic_name])
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0, "acks": 1})
+
+    def round_trip(value: bytes, partition: int, timeout_s: float) -> float:
+        sent = time.perf_counter()
+        producer.produce(topic_name, value=value, partition=partition)
+        producer.poll(0)
+        while time.perf_counter() - sent < timeout_s:
+            message = consumer.poll(0.05)
+            if message is not None:
+                assert message.error() is None, message.error()
+                if message.value() == value:
+                    return time.perf_counter() - sent
+        raise AssertionError(f"{value!r} not consumed within {timeout_s} s")
+
+    round_trip(b"warm-up", 0, 60)  # the group formed, the consumer at the end of all four
+    latencies = []
+    for i in range(40):
+        time.sleep(0.05)  # the consumer's next fetch reaches the broker and parks
+        latencies.append(round_trip(b"%d" % i, i % 4, 10))
+    consumer.close()
+    print(f"produce -> consume with a parked fetch: {_percentiles_ms(latencies)}")
+    late = [round(t, 3) for t in latencies if t >= 2.5]
+    assert not late, f"records that waited for the fetch's max wait (5 s) rather than their append: {late}"
+    delete_topic(broker.bootstrap, topic_name)

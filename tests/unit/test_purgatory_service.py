@@ -80,7 +80,7 @@ def test_delayed_fetch_completes_on_any_partition_moving():
 
 def test_interest_handshake_quiets_unwatched_leaders_and_wakes_them():
     async def go():
-        svc = PurgatoryService(asyncio.get_running_loop())
+        svc = PurgatoryService(asyncio.get_running_loop(), keep_reporting_s=0)
         asked = []
         svc.ask_to_report = asked.extend
         unwatched = report(svc, 1)
@@ -94,6 +94,31 @@ def test_interest_handshake_quiets_unwatched_leaders_and_wakes_them():
     assert run(go()) is True
 
 
+def test_a_partition_parked_on_recently_keeps_reporting():
+    """A consumer's next fetch parks again moments after the last one
+    completed: its leader is not quieted in between (asking it to report
+    again is where a record appended meanwhile would wait), until nothing
+    parked on it for keep_reporting_s."""
+    async def go():
+        svc = PurgatoryService(asyncio.get_running_loop(), keep_reporting_s=0.2)
+        asked = []
+        svc.ask_to_report = asked.extend
+        assert report(svc, 1) == [KEY]  # never parked on: quiet
+        future = svc.delay_fetch({KEY: 1}, 0, 5000)
+        assert asked == [KEY]
+        assert report(svc, 2) == [], "parked on a moment ago: keep reporting"
+        assert await asyncio.wait_for(future, 1) is True
+        again = svc.delay_fetch({KEY: 2}, 0, 5000)
+        assert asked == [KEY], "not quiet, so not asked again"
+        assert report(svc, 3) == []
+        assert await asyncio.wait_for(again, 1) is True
+        await asyncio.sleep(0.3)
+        assert report(svc, 3) == [KEY], "nothing parked for keep_reporting_s: quiet"
+        assert KEY in svc.quiet
+
+    run(go())
+
+
 def test_the_purgatory_actor_serves_its_node_over_the_direct_channel():
     """PurgatoryActor's local_call_endpoint (no Ray): a parked fetch and an
     acks=all produce over one socket, completed by a progress report sent
@@ -103,6 +128,7 @@ def test_the_purgatory_actor_serves_its_node_over_the_direct_channel():
 
     async def go():
         actor = PurgatoryActor(broker_id=7)
+        actor._service = PurgatoryService(asyncio.get_running_loop(), keep_reporting_s=0)
         asked = []
         actor._svc().ask_to_report = asked.extend  # the shell would ask the quiet leader through Ray
         node, address, token, name, methods = await actor.local_call_endpoint()

@@ -496,3 +496,35 @@ def test_describe_and_list():
         h.state.begin_loading(0, 9)
         assert h.coordinator.handle_list_transactions(set(), set())[0] == E.coordinator_load_in_progress
     run(main())
+
+
+def test_end_txn_answers_once_prepare_is_durable_and_markers_follow():
+    """Kafka's order (issue 29 item 3): EndTxn is answered once PrepareCommit
+    is in the log, before any marker is written; the next transaction's
+    AddPartitionsToTxn gets CONCURRENT_TRANSACTIONS until the markers and
+    CompleteCommit are written, then succeeds."""
+    async def go():
+        h = Harness()
+        init = await _begin(h)
+        release = asyncio.Event()
+        write = h.writer.write
+
+        async def held(topic, partition, markers):
+            await release.wait()
+            return await write(topic, partition, markers)
+
+        h.markers._write = held
+        ended = await h.coordinator.handle_end_transaction("tx", init.producer_id, init.producer_epoch, True)
+        assert ended.error == E.none
+        assert h.meta("tx").state == S.PREPARE_COMMIT and h.writer.written == []
+        states = [v.transaction_status for _k, v in h.log.decoded(partition_for_transactional_id("tx", NUM_PARTITIONS))]
+        assert states[-1] == S.PREPARE_COMMIT
+        busy = await h.coordinator.handle_add_partitions("tx", init.producer_id, init.producer_epoch, {("t", 0)})
+        assert busy == E.concurrent_transactions
+        release.set()
+        await h.settle()
+        assert len(h.writer.written) == 2 and h.meta("tx").state == S.COMPLETE_COMMIT
+        again = await h.coordinator.handle_add_partitions("tx", init.producer_id, init.producer_epoch, {("t", 0)})
+        assert again == E.none
+
+    run(go())

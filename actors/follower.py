@@ -3,11 +3,19 @@ as one asyncio task per follower replica).
 
 The replica actor (actors/partition_leader.py) is one Ray actor class per
 replica; a controller decision flips it between the leader role and this one.
-The fetcher pulls from the leader replica actor with long-polled actor calls
+The fetcher pulls from the leader replica actor with long-polled calls
 carrying its log end offset and last fetched epoch; the leader answers with a
-FollowerFetchResult: record batches (bytes: it may live on another node), its
-HW and log start, or a diverging epoch (KIP-320) that makes the follower
-truncate first. What an answer does to the replica is
+FollowerFetchResult: record batches, its HW and log start, or a diverging
+epoch (KIP-320) that makes the follower truncate first.
+
+Transport: a leader on the same machine (whatever its Ray node) is called
+over a direct Unix-socket channel (core/local_channels.py, host scope) and
+answers with file slices of its segments, which the follower preads
+(storage/slice_reader.py): no Ray call (~1.5 ms of CPU on each side) and no
+copy of the bytes through Ray's object store per fetch, which is what made a
+follower cost three times its leader (bench/PROFILE.md, issue 27). A leader
+on another machine, or before the channel is up, is called through Ray and
+answers with bytes. What an answer does to the replica is
 cluster.partition.Partition's (apply_fetched, reconcile_with_leader); this
 module is the task, its timing and the calls.
 """
@@ -17,6 +25,8 @@ import asyncio
 import logging
 
 from cluster.replication_quota import DEFAULT_WINDOW_NUM, DEFAULT_WINDOW_SIZE_S, UNLIMITED_RATE, ReplicaThrottle
+from core.local_channels import LocalChannels
+from storage.slice_reader import SliceChangedError, SliceReader
 
 log = logging.getLogger("raykafka.follower")
 
@@ -28,6 +38,8 @@ class FollowerRole:
     def _init_follower(self) -> None:
         self._fetcher: asyncio.Task | None = None
         self._fetcher_generation = 0
+        self._leader_channels: LocalChannels | None = None  # opened with the first fetcher
+        self._slice_reader = SliceReader(max_open_fds=8)
         # Replication quotas for both roles (the leader role reads it in
         # fetch_for_follower). Starting values may come with replica_config
         # (Kafka's key names); changes arrive via update_replication_throttle.
@@ -50,6 +62,21 @@ class FollowerRole:
         if self._fetcher is not None:
             self._fetcher.cancel()
             self._fetcher = None
+        # A leader change means another leader actor: drop the channel and the open segment fds.
+        if self._leader_channels is not None:
+            self._leader_channels.close()
+            self._leader_channels = None
+        self._slice_reader.close()
+
+    def _fetch_call(self, leader, args: tuple, timeout_s: float, slices_ok: bool):
+        """The fetch over the direct channel (answer as file slices) when the
+        leader shares this machine and the channel is up, else through Ray."""
+        if self._leader_channels is None:
+            self._leader_channels = LocalChannels.on_host(self.replica_config["local.calls"], timeout_s)
+        client = self._leader_channels.client(leader, "fetch_for_follower")
+        if client is not None:
+            return client.call("fetch_for_follower", args + (slices_ok,), timeout_s)
+        return asyncio.wait_for(leader.fetch_for_follower.remote(*args), timeout_s)
 
     async def become_follower(self, controller_epoch: int, leader_id: int, leader_epoch: int,
                               isr: list[int], replicas: list[int], leader_handle=None) -> int:
@@ -74,6 +101,7 @@ class FollowerRole:
         backoff_s = backoff_ms / 1000
         p = self.partition
         throttle = self.replication_throttle
+        slices_ok = True  # off for one fetch after slices could not be read
         while generation == self._fetcher_generation and not self._closed:
             if throttle.follower_should_hold_back(p.follower_caught_up):
                 # Kafka leaves a throttled partition out of the fetch while the
@@ -81,12 +109,11 @@ class FollowerRole:
                 await asyncio.sleep(throttle.follower_backoff_ms(backoff_ms) / 1000)
                 continue
             try:
-                result = await asyncio.wait_for(
-                    leader.fetch_for_follower.remote(
-                        self.broker_id, self.log.log_end_offset, p.last_fetched_epoch(), leader_epoch,
-                        config["replica.fetch.max.bytes"], config["replica.fetch.wait.max.ms"],
-                        self.log.log_start_offset),
-                    self.call_timeout_s)
+                result = await self._fetch_call(
+                    leader, (self.broker_id, self.log.log_end_offset, p.last_fetched_epoch(), leader_epoch,
+                             config["replica.fetch.max.bytes"], config["replica.fetch.wait.max.ms"],
+                             self.log.log_start_offset),
+                    self.call_timeout_s, slices_ok)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -97,15 +124,31 @@ class FollowerRole:
                 continue
             if generation != self._fetcher_generation:
                 return
+            slices_ok = True
+            size = result.data_size
+            self.counters["fetches_sent"] += 1
+            self.counters["fetched_bytes"] += size
             if result.error or result.diverging is not None:
                 if not p.reconcile_with_leader(result):  # truncated: fetch again at once
                     await asyncio.sleep(backoff_s)
                 continue
+            records = None
+            if result.slices:
+                self.counters["fetched_as_slices"] += 1
+                try:
+                    records = self._slice_reader.read_all(result.slices)
+                except (SliceChangedError, OSError) as exc:
+                    # The segment was replaced (cleaner) or deleted (retention, the leader
+                    # truncating) since the answer: ask again, for bytes this time.
+                    log.info("%s-%d: leader's slice unreadable (%s), fetching bytes", self.topic,
+                             self.partition_index, exc)
+                    slices_ok = False
+                    continue
             try:
-                if result.records:
+                if size:
                     self._traffic()  # replicating data: normal priority (a flag unless idle)
-                p.apply_fetched(result)
-                throttle.record_follower(len(result.records))
+                p.apply_fetched(result, records)
+                throttle.record_follower(size)
             except Exception:
                 log.exception("%s-%d follower append failed", self.topic, self.partition_index)
                 await asyncio.sleep(backoff_s)

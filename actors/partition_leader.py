@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import time
 
 import ray
 
@@ -21,6 +23,8 @@ from actors.replica_progress import ProgressReporter
 from actors.replica_timer import IDLE_AFTER_S, ChangeSignal, DutyTimer
 from actors.shared_regions import MappedRegions
 from cluster import replica_schedule as duties
+from cluster.commit_timer import CommitTimer
+from cluster.commit_waiters import CommitWaiters
 from cluster.partition import Partition
 from cluster.replica_pool import hibernation_blocker
 from core import error_codes
@@ -47,7 +51,9 @@ MAX_READ_RUN = 16
 # What the edge (and the node's group coordinators) may call over the direct
 # channel: the per-request calls. Leadership, configuration and shutdown stay Ray calls.
 LOCAL_CALL_METHODS = ("append", "write_txn_markers", "describe_producers", "append_shared", "read", "read_run",
-                      "list_offsets", "offset_for_leader_epoch", "delete_records")
+                      "list_offsets", "offset_for_leader_epoch", "delete_records", "wait_committed",
+                      # followers on this machine, whatever their Ray node (actors/follower.py)
+                      "fetch_for_follower")
 
 
 class ReplicaActor(FollowerRole):
@@ -83,7 +89,14 @@ class ReplicaActor(FollowerRole):
                                           self.call_timeout_s, self.partition.progress)
         self._regions = MappedRegions()
         self._local_calls: LocalCallServer | None = None  # for the edge, opened on first ask
-        self.counters = {"append_calls": 0, "append_sets": 0, "append_bytes": 0, "follower_fetches": 0}
+        # Profile counters (bench.replication --profile): the leader's side of
+        # replication (fetches served, bytes, empty answers) and the follower's.
+        self.counters = {"append_calls": 0, "append_sets": 0, "append_bytes": 0, "follower_fetches": 0,
+                         "follower_fetch_bytes": 0, "follower_fetch_empty": 0, "fetches_sent": 0,
+                         "fetched_bytes": 0, "fetched_as_slices": 0, "commit_waits": 0}
+        self._commit_timer = CommitTimer()
+        # acks=all produces waiting here for the HW (cluster/commit_waiters.py).
+        self._commit_waiters = CommitWaiters()
         # One timer for every periodic duty, and idleness (actors/replica_timer.py).
         self._timer = DutyTimer(f"{topic}-{partition}", clock,
                                 config.get("replica.idle.after.ms", IDLE_AFTER_S * 1000) / 1000, self._plan,
@@ -194,9 +207,45 @@ class ReplicaActor(FollowerRole):
         self._progress.report(force)
 
     def _after_change(self, hw_moved: bool = True, leadership: bool = False) -> None:
+        if leadership:
+            self._commit_timer.reset_pending()
+            if not self.partition.is_leader or self._closed:
+                self._commit_waiters.fail_all(error_codes.NOT_LEADER_OR_FOLLOWER)
+        if hw_moved:
+            self._complete_commits()
         self._wake_waiters()
         if hw_moved or leadership:
             self._report_progress(force=leadership)
+
+    def _complete_commits(self) -> None:
+        """The HW may have moved: answer the acks=all waits it passed, in this same step."""
+        p = self.partition
+        if p.is_leader:
+            self._commit_timer.committed(p.high_watermark, self.clock.monotonic())
+            self._commit_waiters.on_high_watermark(p.high_watermark, len(p.isr), p.min_insync_replicas)
+
+    async def wait_committed(self, offset: int, leader_epoch: int, timeout_ms: int) -> int:
+        """An acks=all produce's wait (Kafka's DelayedProduce, for this partition): 0 once the HW reaches
+        ``offset`` with at least min.insync.replicas in the ISR, NOT_ENOUGH_REPLICAS_AFTER_APPEND if fewer,
+        NOT_LEADER_OR_FOLLOWER if this replica does not lead ``leader_epoch`` (any more), REQUEST_TIMED_OUT
+        after ``timeout_ms``. The edge asks after an append whose answer's HW was short of its records."""
+        p = self.partition
+        if self._closed or p.check_leader(leader_epoch):
+            return error_codes.NOT_LEADER_OR_FOLLOWER
+        if p.high_watermark >= offset:
+            return 0 if len(p.isr) >= p.min_insync_replicas else error_codes.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        if not self._commit_waiters.add(offset, future):
+            return error_codes.REQUEST_TIMED_OUT
+        self.counters["commit_waits"] += 1
+        expiry = loop.call_later(max(0, timeout_ms) / 1000, _expire, future)
+        try:
+            return await future
+        finally:
+            expiry.cancel()
+            if future.cancelled() and len(self._commit_waiters) > 1024:
+                self._commit_waiters.prune()
 
     async def report_progress(self) -> None:
         """The purgatory has operations waiting on this partition again."""
@@ -269,6 +318,7 @@ class ReplicaActor(FollowerRole):
 
     async def close(self) -> None:
         """Clean shutdown: flush, checkpoint, close files."""
+        self._commit_waiters.fail_all(error_codes.NOT_LEADER_OR_FOLLOWER)
         self._close_local_calls()
         if not self._closed:
             self._closed = True
@@ -292,7 +342,8 @@ class ReplicaActor(FollowerRole):
         return HibernateAnswer(True)
 
     async def state(self) -> dict:
-        return {**self.partition.state(), **self.counters}
+        return {**self.partition.state(), **self.counters, **self._commit_timer.stats(),
+                "progress_reports": self._progress.reports, "pid": os.getpid(), "cpu_s": time.process_time()}
 
     # ---- edge -> leader ---------------------------------------------------------------------------
     def _close_local_calls(self) -> None:
@@ -302,15 +353,16 @@ class ReplicaActor(FollowerRole):
             self._local_calls.close()
             self._local_calls = None
 
-    async def local_call_endpoint(self):
+    async def local_call_endpoint(self, scope: str = "node"):
         """(node id, socket address, token, name, methods) of the direct-call socket for the edge on
-        this node (core/local_channels.py; served as Ray calls would be, on this event loop), or None once closed."""
+        this node (core/local_channels.py; served as Ray calls would be, on this event loop), or None once closed.
+        Scope "host": (host id, ...) for followers on this machine (core.local_calls.current_host_id)."""
         if self._closed:
             return None
         if self._local_calls is None:
             self._local_calls = LocalCallServer.serving(f"{self.topic}-{self.partition_index}@{self.broker_id}",
                                                         self, LOCAL_CALL_METHODS)
-        return await self._local_calls.endpoint()
+        return await self._local_calls.endpoint(scope)
 
     async def append(self, record_sets: list[RecordSet], leader_epoch: int, tail: bool = False,
                      origin: str = ORIGIN_CLIENT):
@@ -329,10 +381,13 @@ class ReplicaActor(FollowerRole):
         before = self.partition.high_watermark
         leo_before = self.log.log_end_offset
         results = self.partition.append(record_sets, leader_epoch, self.clock.now_ms(), origin)
-        if self.log.log_end_offset != leo_before:
-            self._wake_waiters()  # followers long-polling for data
         hw = self.partition.high_watermark
+        if self.log.log_end_offset != leo_before:
+            if hw < self.log.log_end_offset:
+                self._commit_timer.appended(self.log.log_end_offset, self.clock.monotonic())
+            self._wake_waiters()  # followers long-polling for data
         if hw != before:
+            self._complete_commits()
             self._report_progress()
         return (results, self.partition.committed_tail(leo_before)) if tail else results
 
@@ -349,6 +404,7 @@ class ReplicaActor(FollowerRole):
         if any(r.error == 0 for r in results):
             self._wake_waiters()  # followers fetch the markers; read_committed fetches may move on
         if p.high_watermark != before:
+            self._complete_commits()
             self._report_progress()
         need = max((r.offset + 1 for r in results if r.error == 0), default=-1)
         deadline = self.clock.monotonic() + max(0, timeout_ms) / 1000
@@ -422,8 +478,9 @@ class ReplicaActor(FollowerRole):
     # ---- follower -> leader ---------------------------------------------------------------------------
     async def fetch_for_follower(self, follower_id: int, fetch_offset: int, last_fetched_epoch: int,
                                  current_leader_epoch: int, max_bytes: int, max_wait_ms: int,
-                                 follower_log_start: int = -1) -> FollowerFetchResult:
+                                 follower_log_start: int = -1, as_slices: bool = False) -> FollowerFetchResult:
         """A follower's long-polled fetch: waits (bounded) for data beyond its log end.
+        ``as_slices``: the follower shares this machine and reads the data from the answer's file slices.
 
         Replication quota (KIP-73): while this leader replica is throttled and the
         leader quota is exceeded, a follower outside the ISR gets no records and
@@ -437,7 +494,8 @@ class ReplicaActor(FollowerRole):
             follower_in_isr = follower_id in p.isr
             before_low = p.low_watermark()
             result = p.fetch_for_follower(follower_id, fetch_offset, last_fetched_epoch, current_leader_epoch,
-                                          max_bytes, self.clock.now_ms(), follower_log_start)
+                                          max_bytes, self.clock.now_ms(), follower_log_start, as_slices)
+            size = result.data_size
             if result.hw_moved:
                 self._after_change(True)
             elif p.low_watermark() != before_low:
@@ -445,21 +503,31 @@ class ReplicaActor(FollowerRole):
             if result.expand_isr is not None:
                 await self._alter_isr(result.expand_isr)
                 result = result._replace(high_watermark=p.high_watermark)
-            if result.records or result.expand_isr is not None:
+            if size or result.expand_isr is not None:
                 # Replicated data is traffic; an idle follower's empty polls are not.
                 self._traffic()
-            held_back = bool(result.records) and throttle.leader_should_hold_back(follower_in_isr)
+            held_back = size > 0 and throttle.leader_should_hold_back(follower_in_isr)
             if held_back:
-                result = result._replace(records=b"")
+                result, size = result._replace(records=b"", slices=()), 0
             remaining = deadline - self.clock.monotonic()
-            if result.error or result.records or result.diverging is not None or remaining <= 0 or self._closed:
-                throttle.record_leader(len(result.records))
+            if result.error or size or result.diverging is not None or remaining <= 0 or self._closed:
+                throttle.record_leader(size)
+                counters = self.counters
+                counters["follower_fetches"] += 1
+                counters["follower_fetch_bytes"] += size
+                if not size:
+                    counters["follower_fetch_empty"] += 1
                 return result
             if held_back:
                 # Appends cannot lift the quota, only time can: wait for it rather than for data.
                 await asyncio.sleep(min(remaining, max(0.01, throttle.leader_quota.throttle_time_ms() / 1000)))
                 continue
             await self._wait_for_change(remaining)
+
+
+def _expire(future: asyncio.Future) -> None:
+    if not future.done():
+        future.set_result(error_codes.REQUEST_TIMED_OUT)
 
 
 ReplicaActorRemote = ray.remote(ReplicaActor)

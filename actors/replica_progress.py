@@ -33,6 +33,7 @@ class ProgressReporter:
         self.interested = True
         self._dirty = False
         self._inflight = False
+        self.reports = 0  # calls made (profile counter)
         self._purgatory = None
         self._channels: LocalChannels | None = None
 
@@ -54,6 +55,7 @@ class ProgressReporter:
                                                         namespace=self.namespace)
                     except ValueError:
                         return  # no purgatory on this node (yet): nothing can be waiting on it
+                self.reports += 1
                 try:
                     unwatched = await self.channels().call(self._purgatory, "progress", ([self.snapshot()],),
                                                            self.call_timeout_s)

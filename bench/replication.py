@@ -36,6 +36,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench import repl_profile
 from bench.run import (
     OTHER_CPU_WARN,
     PYTHON,
@@ -111,6 +112,60 @@ def run_client(t, bootstrap: str, topic: str, rf: int, min_insync: int, acks: st
     return finish_client(start_client(cmd, err_log), err_log, limit, tag)
 
 
+def profile_snapshot(t, topic: str, a) -> dict | None:
+    """bench.repl_profile's snapshot of the topic's replicas and the nodes'
+    edges and purgatories (a subprocess: it joins the cluster's Ray)."""
+    import subprocess
+
+    cmd = [PYTHON, "-m", "bench.repl_profile", "--nodes-json", str(t.data_dir / "nodes.json"),
+           "--topic", topic, "--partitions", str(a.partitions)]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=REPO)
+        return json.loads(done.stdout)
+    except (subprocess.SubprocessError, ValueError) as exc:
+        t.note(f"profile snapshot failed: {exc}")
+        return None
+
+
+def profile_figures(res: dict) -> dict:
+    """The profile's headline figures for one phase: CPU per acknowledged MB by
+    component, calls per appended record set, follower fetch sizes, append
+    -> high watermark time."""
+    prof = res["profile"]
+    c = prof["counters"]
+    mb = res["bytes"] / 1e6
+    sets = max(1, c.get("append_sets", 0))
+    served = c.get("follower_fetches", 0)
+    with_data = served - c.get("follower_fetch_empty", 0)
+    return {
+        "mb": round(mb, 2),
+        "cpu_ms_per_mb": {k: round(v * 1000 / mb, 2) for k, v in prof["cpu_s"].items()} if mb else {},
+        "append_calls_per_set": round(c.get("append_calls", 0) / sets, 3),
+        "follower_fetches_per_set": round(served / sets, 2),
+        "empty_follower_fetches": c.get("follower_fetch_empty", 0),
+        "progress_reports_per_set": round(c.get("progress_reports", 0) / sets, 2),
+        "commit_waits_per_set": round(c.get("commit_waits", 0) / sets, 2),
+        "fetches_as_slices": f"{c.get('fetched_as_slices', 0)}/{c.get('fetches_sent', 0)}",
+        "mean_set_kb": round(c.get("append_bytes", 0) / sets / 1024, 1),
+        "mean_follower_fetch_kb": round(c.get("follower_fetch_bytes", 0) / with_data / 1024, 1) if with_data else 0,
+        "commit_mean_ms": round(c["commit_total_ms"] / c["commit_count"], 2) if c.get("commit_count") else None,
+        "commit_max_ms": c.get("commit_max_ms"),
+        "commit_histogram": c.get("commit_histogram"),
+    }
+
+
+def print_profile(ph: dict, res: dict) -> None:
+    f = res["profile_figures"] = profile_figures(res)
+    cpu = " ".join(f"{k} {v}" for k, v in f["cpu_ms_per_mb"].items())
+    print(f"    profile RF={ph['rf']} acks={ph['acks']} {ph['mode']}: CPU ms/MB {cpu}; per record set: "
+          f"{f['append_calls_per_set']} append calls, {f['follower_fetches_per_set']} follower fetches "
+          f"({f['empty_follower_fetches']} empty; {f['mean_follower_fetch_kb']} KiB each with data), "
+          f"{f['progress_reports_per_set']} progress reports, {f['commit_waits_per_set']} commit waits; "
+          f"fetches answered as slices {f['fetches_as_slices']}; sets {f['mean_set_kb']} KiB; "
+          f"append->HW mean {f['commit_mean_ms']} ms max {f['commit_max_ms']} ms "
+          f"hist(<=1,2,5,10,20,50,100,200,500,1000,>) {f['commit_histogram']}", flush=True)
+
+
 def phases_for(name: str, a) -> list[dict]:
     """The phases of one target, in the order they run. Phases with the same
     rf share one topic (created by the first, deleted after the last)."""
@@ -123,6 +178,10 @@ def phases_for(name: str, a) -> list[dict]:
     else:
         combos.append((1, 0))
     for rf, mis in combos:
+        if a.profile and name == "raykafka":
+            # Creates the topic and its replicas outside the profiled phases.
+            out.append({"target": name, "rf": rf, "min_insync": mis, "acks": "1",
+                        "mode": "warmup", "records": 2000, "rate": 0})
         for acks in ("1", "all"):
             out.append({"target": name, "rf": rf, "min_insync": mis, "acks": acks,
                         "mode": "max", "records": a.records, "rate": 0})
@@ -130,6 +189,10 @@ def phases_for(name: str, a) -> list[dict]:
                 out.append({"target": name, "rf": rf, "min_insync": mis, "acks": acks,
                             "mode": f"{a.rate:g}/s", "records": a.latency_records,
                             "rate": a.rate})
+        if a.profile and name == "raykafka":
+            # Deletes the topic, so the last profiled phase can be read first.
+            out.append({"target": name, "rf": rf, "min_insync": mis, "acks": "1",
+                        "mode": "cleanup", "records": 100, "rate": 0})
     return out
 
 
@@ -170,12 +233,19 @@ def run_round(t, r: int, a, run_id: str) -> list[dict]:
                 dirs = t.log_dirs()
                 if not dirs:
                     t.note("nodes.json not found: replica files on disk were not checked")
-            tag = f"acks{ph['acks']}-{'max' if ph['rate'] == 0 else 'paced'}"
+            tag = f"acks{ph['acks']}-{ph['mode'] if ph['rate'] == 0 else 'paced'}"
+            profiling = a.profile and isinstance(t, RaykafkaClusterTarget) and not create
+            before = profile_snapshot(t, topic, a) if profiling else None
             res = run_client(t, bootstrap, topic, ph["rf"], ph["min_insync"], ph["acks"],
                              ph["records"], ph["rate"], a, create=create,
                              delete=last and not a.keep_topics, expect_hw=held[topic],
                              tag=tag, replica_dirs=dirs)
             res.update(phase=ph, key=key_of(ph), round=r, startup_s=up)
+            if before is not None and res.get("ok") and not last:
+                after = profile_snapshot(t, topic, a)
+                if after is not None:
+                    res["profile"] = repl_profile.delta(before, after)
+                    print_profile(ph, res)
             if res.get("ok") and ends.get(topic, {}) is not None:
                 err = continuity_error(res.get("offset_ranges") or {},
                                        ends.setdefault(topic, {}))
@@ -325,6 +395,10 @@ def parse_args(argv=None):
                     help="message.timeout.ms and the final flush() limit, in seconds")
     ap.add_argument("--replica-timeout", type=float, default=20.0,
                     help="how long RF>1 replicas may take to reach equal sizes on disk")
+    ap.add_argument("--profile", action="store_true",
+                    help="raykafka: per phase, CPU per acknowledged MB by component, calls per "
+                         "record set, follower fetch sizes and append -> HW times "
+                         "(bench.repl_profile; adds a small warm-up phase per topic)")
     ap.add_argument("--output", type=Path)
     a = ap.parse_args(argv)
     a.targets = [x.strip() for x in a.targets.split(",") if x.strip()]

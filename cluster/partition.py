@@ -155,11 +155,13 @@ class Partition:
     # ---- replication: leader side -------------------------------------------------------------
     def fetch_for_follower(self, follower_id: int, fetch_offset: int, last_fetched_epoch: int,
                            current_leader_epoch: int, max_bytes: int, now_ms: int,
-                           follower_log_start: int = -1) -> FollowerFetchResult:
+                           follower_log_start: int = -1, as_slices: bool = False) -> FollowerFetchResult:
         """A follower's fetch (the FETCH a Kafka follower sends, as an actor call).
 
         The fetch offset is the follower's log end offset; it moves the HW and
-        may bring the follower back into the ISR (returned as `expand_isr`)."""
+        may bring the follower back into the ISR (returned as `expand_isr`).
+        ``as_slices``: answer with where the data lies instead of its bytes
+        (a follower on this machine reads them itself)."""
         leo = self.log.log_end_offset
         error = self.check_leader(current_leader_epoch)
         if error == 0 and follower_id not in self.followers:
@@ -191,9 +193,14 @@ class Partition:
                 and fetch_offset >= self.leader_epoch_start_offset):
             expand_isr = tuple(sorted(set(self.isr) | {follower_id}))
         hw_moved = self.maybe_increment_high_watermark()
-        records = self.log.read_bytes(fetch_offset, max_bytes, None, min_one_batch=True) if fetch_offset < leo else b""
+        if fetch_offset >= leo:
+            records, slices = b"", ()
+        elif as_slices:
+            records, slices = b"", tuple(self.file_slices(fetch_offset, max_bytes, leo)[0])
+        else:
+            records, slices = self.log.read_bytes(fetch_offset, max_bytes, None, min_one_batch=True), ()
         return FollowerFetchResult(0, records, self.high_watermark, self.log.log_start_offset, leo, None,
-                                   expand_isr, hw_moved)
+                                   expand_isr, hw_moved, slices)
 
     def low_watermark(self) -> int:
         """Smallest log start offset over the replicas (DeleteRecords' answer)."""
@@ -213,9 +220,11 @@ class Partition:
         return self.maybe_increment_high_watermark()
 
     # ---- replication: follower side -------------------------------------------------------------
-    def apply_fetched(self, result: FollowerFetchResult) -> int:
-        """Append a leader's data answer and take its HW and log start."""
-        end = self.append_as_follower(result.records, result.high_watermark, result.log_start_offset)
+    def apply_fetched(self, result: FollowerFetchResult, records: bytes | None = None) -> int:
+        """Append a leader's data answer and take its HW and log start.
+        ``records``: the answer's data when it came as slices (read by the caller)."""
+        end = self.append_as_follower(result.records if records is None else records, result.high_watermark,
+                                      result.log_start_offset)
         self.follower_caught_up = end >= result.high_watermark
         return end
 

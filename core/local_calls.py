@@ -57,6 +57,25 @@ def current_node_id() -> str | None:
     return ray.get_runtime_context().get_node_id()
 
 
+_HOST_ID: str | None = None
+
+
+def current_host_id() -> str:
+    """Who can reach this process's abstract Unix sockets and read the files
+    it names: the kernel boot and the network and mount namespaces. Ray nodes
+    started on one machine (ray.cluster_utils, or several raylets) have
+    different node ids but the same host id."""
+    global _HOST_ID
+    if _HOST_ID is None:
+        try:
+            with open("/proc/sys/kernel/random/boot_id") as f:
+                boot = f.read().strip()
+            _HOST_ID = f"{boot}/{os.stat('/proc/self/ns/net').st_ino}/{os.stat('/proc/self/ns/mnt').st_ino}"
+        except OSError:
+            _HOST_ID = f"pid-{os.getpid()}"  # nothing to compare: this process alone
+    return _HOST_ID
+
+
 class LocalCallLost(ConnectionError):
     """The connection closed (the callee's process died or closed the server,
     or the caller closed it) before the answer came: the call may or may not
@@ -238,11 +257,14 @@ class LocalCallServer:
             self._server = await loop.create_unix_server(lambda: _ServerConnection(self), self.address)
         return self.address, self.token
 
-    async def endpoint(self) -> tuple:
+    async def endpoint(self, scope: str = "node") -> tuple:
         """What an actor's ``local_call_endpoint()`` answers (core/local_channels.py):
-        (node id, address, token, name, method names); starts serving."""
+        (node id, address, token, name, method names); starts serving. With
+        scope "host" the first item is current_host_id() instead: callers on
+        other Ray nodes of the same machine can connect too."""
         address, token = await self.start()
-        return current_node_id(), address, token, self.name, tuple(self.methods)
+        where = current_host_id() if scope == "host" else current_node_id()
+        return where, address, token, self.name, tuple(self.methods)
 
     def close(self) -> None:
         if self._server is not None:

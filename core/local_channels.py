@@ -28,7 +28,7 @@ import logging
 import time
 from typing import Any, Iterable
 
-from core.local_calls import LocalCallClient, LocalCallTooLarge, current_node_id
+from core.local_calls import LocalCallClient, LocalCallTooLarge, current_host_id, current_node_id
 
 log = logging.getLogger("raykafka.local_calls")
 
@@ -54,9 +54,19 @@ class LocalChannels:
         """Channels from an actor to the others of its node (none if not enabled)."""
         return cls(current_node_id() if enabled else None, call_timeout_s)
 
-    def __init__(self, node_id: str | None, call_timeout_s: float):
+    @classmethod
+    def on_host(cls, enabled: bool, call_timeout_s: float) -> "LocalChannels":
+        """Channels from an actor to the others of its machine, whatever Ray
+        node they run on (followers to their leaders: several Ray nodes may
+        share a host). None are opened outside Ray or if not enabled."""
+        return cls(current_host_id() if enabled and current_node_id() is not None else None,
+                   call_timeout_s, scope="host")
+
+    def __init__(self, node_id: str | None, call_timeout_s: float, scope: str = "node"):
         # Without a node id (logic driven without Ray, or turned off) no channel is opened.
+        # With scope "host" it is the host id (core.local_calls.current_host_id).
         self.node_id = node_id
+        self.scope = scope
         self.call_timeout_s = call_timeout_s
         self._clients: dict[str, LocalCallClient] = {}
         self._opening: dict[str, asyncio.Future] = {}
@@ -105,7 +115,9 @@ class LocalChannels:
 
     async def _open(self, key: str, handle: Any) -> None:
         try:
-            endpoint = await asyncio.wait_for(handle.local_call_endpoint.remote(), self.call_timeout_s)
+            ask = handle.local_call_endpoint.remote("host") if self.scope == "host" else \
+                handle.local_call_endpoint.remote()
+            endpoint = await asyncio.wait_for(ask, self.call_timeout_s)
             if endpoint is None or endpoint[0] != self.node_id:
                 # Closed, or on another node: its bytes would not be local anyway.
                 self._retry_at[key] = time.monotonic() + RETRY_AFTER_S

@@ -135,9 +135,12 @@ class DivergingEpoch(NamedTuple):
 
 class FollowerFetchResult(NamedTuple):
     """The leader's answer to a follower's fetch. ``records`` are bytes (the
-    follower may live on another node). ``expand_isr`` is the ISR the
-    leader is to commit with this follower in it, ``hw_moved`` whether the
-    fetch moved the leader's high watermark: both for the leader itself."""
+    follower may live on another node), or empty with the data in ``slices``
+    (FileSlices of the leader's segments) when the follower asked for them:
+    it shares the machine and preads them itself (storage/slice_reader.py).
+    ``expand_isr`` is the ISR the leader is to commit with this follower in
+    it, ``hw_moved`` whether the fetch moved the leader's high watermark:
+    both for the leader itself."""
     error: int
     records: bytes
     high_watermark: int
@@ -146,6 +149,12 @@ class FollowerFetchResult(NamedTuple):
     diverging: DivergingEpoch | None = None
     expand_isr: tuple[int, ...] | None = None
     hw_moved: bool = False
+    slices: tuple = ()
+
+    @property
+    def data_size(self) -> int:
+        """Bytes of records carried, in either form."""
+        return len(self.records) + sum(s.length for s in self.slices)
 
 
 class PartitionOffset(NamedTuple):

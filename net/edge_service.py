@@ -81,6 +81,7 @@ class EdgeService:
         self.call = self.replicas.call
         self.node_call = self.replicas.node_call
         self.delay_produce = self.replicas.delay_produce
+        self.wait_committed = self.replicas.wait_committed
         self.delay_fetch = self.replicas.delay_fetch
         self.group_call = self.coordinators.group_call
         self.group_partition = self.coordinators.group_partition

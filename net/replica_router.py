@@ -243,6 +243,30 @@ class ReplicaRouter:
                 raise
             raise failure from None
 
+    async def wait_committed(self, required: list[tuple[str, int, int, int]], timeout_ms: int) -> dict:
+        """acks=all: wait at each partition's leader replica until its HW passes the offset
+        (``(topic, partition, offset, leader epoch of the append)``; cluster/commit_waiters.py):
+        the leader answers in the step that moves its HW, with no purgatory between.
+        -> {(topic, partition): error code}."""
+        parked = time.perf_counter()
+        try:
+            keys = [(t, p) for t, p, _, _ in required]
+            waits = [self._wait_committed(t, p, offset, epoch, timeout_ms) for t, p, offset, epoch in required]
+            return dict(zip(keys, await asyncio.gather(*waits)))
+        finally:
+            _add_remote_time(parked)
+
+    async def _wait_committed(self, topic: str, partition: int, offset: int, leader_epoch: int,
+                              timeout_ms: int) -> int:
+        handle = self.leader_handle(topic, partition)
+        if handle is None:
+            return int(ErrorCode.not_leader_or_follower)
+        try:
+            return int(await self.node_call(handle, "wait_committed", offset, leader_epoch, timeout_ms,
+                                            timeout_s=timeout_ms / 1000 + self.call_timeout_s))
+        except ActorCallFailed as exc:
+            return int(exc.error)
+
     async def delay_produce(self, required: list[tuple[str, int, int]], timeout_ms: int) -> dict:
         """Park a DelayedProduce; -> {(topic, partition): error code}."""
         if self.purgatory is None:

@@ -55,6 +55,7 @@ async def handle_produce(ctx, request):
     # Issue every append before the first await: that is what keeps appends of
     # pipelined requests on one connection in order.
     pending = []
+    epochs = {}  # (topic, partition) -> the leader epoch its append was made under
     for topic in request.topic_data:
         if has_field(type(topic), "topic_id") and not has_field(type(topic), "name"):
             info = by_id.get(topic.topic_id)
@@ -80,6 +81,7 @@ async def handle_produce(ctx, request):
                 elif (problem := _single_batch_error(part.records or b"")) is not None:
                     fut = _immediate(ErrorCode.invalid_record, problem)
                 else:
+                    epochs[(name, part.index)] = info.leader_epoch
                     fut = edge.appender(name, part.index).append(
                         bytes(part.records or b""), acks, timeout_ms, info.leader_epoch)
             futures.append((part.index, fut))
@@ -93,13 +95,14 @@ async def handle_produce(ctx, request):
         results.append((topic, name, parts))
 
     if acks == -1:
-        # DelayedProduce: wait in the purgatory until each partition's HW has
-        # passed what we appended (unless it already has, e.g. a sole replica).
+        # DelayedProduce: wait at each leader replica until its HW has passed
+        # what we appended (unless it already has, e.g. a sole replica); the
+        # leader answers in the step that moves the HW (cluster/commit_waiters.py).
         waiting = {(name, index): result for _, name, parts in results for index, result in parts
                    if result.error == 0 and result.high_watermark < result.last_offset + 1}
         if waiting:
-            statuses = await edge.delay_produce([(t, p, r.last_offset + 1) for (t, p), r in waiting.items()],
-                                                timeout_ms)
+            statuses = await edge.wait_committed(
+                [(t, p, r.last_offset + 1, epochs[(t, p)]) for (t, p), r in waiting.items()], timeout_ms)
             for _, name, parts in results:
                 for i, (index, result) in enumerate(parts):
                     if (name, index) in waiting:

@@ -171,3 +171,26 @@ def test_follower_applies_answers_and_reconciles_as_the_fetcher_does(tmp_path):
     # A new leadership starts with the lag unknown again.
     assert follower.make_follower(2, LEADER, 1, [LEADER, FOLLOWER], [LEADER, FOLLOWER]) == 0
     assert not follower.follower_caught_up
+
+
+def test_a_follower_on_the_same_machine_gets_file_slices_with_the_same_bytes(tmp_path):
+    """as_slices (the direct channel's answer): where the batches lie instead of
+    their bytes; the follower's checked pread gives what read_bytes would."""
+    from storage.slice_reader import SliceReader
+
+    leader, follower = pair(tmp_path)
+    for i in range(5):
+        append(leader, batch(3, tag=b"s%d-" % i), epoch=0)
+    as_bytes = leader.fetch_for_follower(FOLLOWER, 0, -1, 0, 1 << 20, 0)
+    as_slices = leader.fetch_for_follower(FOLLOWER, 0, -1, 0, 1 << 20, 0, as_slices=True)
+    assert as_slices.records == b"" and as_slices.slices
+    assert as_slices.data_size == len(as_bytes.records) == as_bytes.data_size
+    with SliceReader() as reader:
+        data = reader.read_all(as_slices.slices)
+    assert data == as_bytes.records
+    follower.apply_fetched(as_slices, data)
+    assert follower.log.log_end_offset == leader.log.log_end_offset == 15
+    # Caught up: nothing to send, in either form.
+    empty = leader.fetch_for_follower(FOLLOWER, 15, follower.last_fetched_epoch(), 0, 1 << 20, 0, as_slices=True)
+    assert empty.slices == () and empty.records == b"" and empty.data_size == 0
+    assert leader.high_watermark == 15

@@ -258,12 +258,12 @@ class ReplicaRouter:
 
     async def _wait_committed(self, topic: str, partition: int, offset: int, leader_epoch: int,
                               timeout_ms: int) -> int:
-        handle = self.leader_handle(topic, partition)
-        if handle is None:
-            return int(ErrorCode.not_leader_or_follower)
         try:
-            return int(await self.node_call(handle, "wait_committed", offset, leader_epoch, timeout_ms,
-                                            timeout_s=timeout_ms / 1000 + self.call_timeout_s))
+            async with self.pinned(self.leader_handle(topic, partition)) as handle:
+                if handle is None:
+                    return int(ErrorCode.not_leader_or_follower)
+                return int(await self.node_call(handle, "wait_committed", offset, leader_epoch, timeout_ms,
+                                                timeout_s=timeout_ms / 1000 + self.call_timeout_s))
         except ActorCallFailed as exc:
             return int(exc.error)
 

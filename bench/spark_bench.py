@@ -166,6 +166,12 @@ def main(argv=None) -> int:
             bootstrap = cluster.start_broker(work / "data")
         else:
             ray_tmp = tempfile.mkdtemp(prefix="rk-sb-", dir="/tmp")
+            # Token auth unless RAY_AUTH_MODE=disabled: the token in Ray's temp dir, for
+            # this driver, the broker (BrokerOnRay inherits the environment) and Spark's planner.
+            from spark import ray_auth
+
+            token = ray_auth.token_file(ray_tmp) if os.environ.get("RAY_AUTH_MODE", "token") == "token" else None
+            ray_auth.use_token(token)
             ray.init(include_dashboard=False, _temp_dir=ray_tmp, num_cpus=os.cpu_count() or 2,
                      object_store_memory=256 << 20, logging_level=logging.WARNING)
             address = ray.get_runtime_context().gcs_address
@@ -174,7 +180,7 @@ def main(argv=None) -> int:
             spark = local_session(master=args.master, ray=True)
             from spark import register
 
-            register(spark, ray_address=address)
+            register(spark, ray_address=address, ray_auth_token_path=token)
         print(f"setup: broker {bootstrap}, Spark {args.master}{' + Ray-on-Spark' if args.ray_on_spark else ''} "
               f"in {time.perf_counter() - started:.0f} s", flush=True)
         topic = "spark-bench"

@@ -53,26 +53,29 @@ def ray_token_for_own_cluster(data_dir: Path) -> str | None:
     itself, and a broker's token is for the broker's operators only.
     RAY_AUTH_MODE=disabled (tests' throwaway clusters) turns it off.
     Returns the token file used (None: disabled, or a token in the environment)."""
-    if "ray" in sys.modules:
-        raise RuntimeError("Ray's authentication must be set up before ray is imported")
     mode = os.environ.setdefault("RAY_AUTH_MODE", "token").strip().lower()
     if mode != "token":
         log.warning("RAY_AUTH_MODE=%s: the broker's Ray cluster accepts drivers without a token; anyone "
                     "who reaches its ports can call the broker's actors", mode)
         return None
-    if os.environ.get("RAY_AUTH_TOKEN"):
-        return None
-    if os.environ.get("RAY_AUTH_TOKEN_PATH"):
-        return os.environ["RAY_AUTH_TOKEN_PATH"]
-    path = data_dir / RAY_AUTH_TOKEN_FILE_NAME
-    if not path.exists():
-        import secrets
+    path = None
+    if not os.environ.get("RAY_AUTH_TOKEN"):
+        path = os.environ.get("RAY_AUTH_TOKEN_PATH") or str(data_dir / RAY_AUTH_TOKEN_FILE_NAME)
+        if not os.path.exists(path):
+            import secrets
 
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as handle:
-            handle.write(secrets.token_hex(32))
-    os.environ["RAY_AUTH_TOKEN_PATH"] = str(path)
-    return str(path)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as handle:
+                handle.write(secrets.token_hex(32))
+        os.environ["RAY_AUTH_TOKEN_PATH"] = path
+    if "ray" in sys.modules:
+        # Ray reads its auth mode once per process: an imported Ray reads it again
+        # (as Ray's own _enable_token_auth does).
+        from ray._raylet import AuthenticationTokenLoader, Config
+
+        Config.initialize("")
+        AuthenticationTokenLoader.instance().reset_cache()
+    return path
 
 
 # Ray replies above this size go through the shared-memory object store

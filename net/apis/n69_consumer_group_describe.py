@@ -15,7 +15,8 @@ from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for
 OPERATIONS_OMITTED = -(2**31)
 
 
-@api(69, 0, 1, tests=("tests/integration/test_consumer_protocol.py::test_consumer_protocol_members_join_and_leave_under_load",))
+@api(69, 0, 1, tests=("tests/integration/test_consumer_protocol.py::test_consumer_protocol_members_join_and_leave_under_load",
+                      "tests/integration/test_consumer_protocol.py::test_consumer_group_survives_a_coordinator_crash"))
 async def handle_consumer_group_describe(ctx, request):
     edge = ctx.edge
     schema = response_schema_for(request)

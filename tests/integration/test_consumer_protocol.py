@@ -274,3 +274,145 @@ def test_describe_topic_partitions_pages(cbroker):
         assert missing.topics[0].error_code == 3  # UNKNOWN_TOPIC_OR_PARTITION
     finally:
         client.close()
+
+
+def test_regex_subscription_is_evaluated_by_the_broker(cbroker):
+    """A consumer subscribing to a pattern gets the partitions of every
+    matching topic, and of a matching topic created later, from the broker."""
+    prefix = unique("rx")
+    create_topic(cbroker.bootstrap, f"{prefix}-a", 2)
+    create_topic(cbroker.bootstrap, f"{prefix}-b", 2)
+    create_topic(cbroker.bootstrap, unique("other"), 2)
+    assigned: set = set()
+    lock = threading.Lock()
+
+    def on_assign(consumer, partitions):
+        with lock:
+            assigned.update((p.topic, p.partition) for p in partitions)
+
+    consumer = Consumer({"bootstrap.servers": cbroker.bootstrap, "group.id": unique("rx-group"),
+                         "group.protocol": "consumer", "topic.metadata.refresh.interval.ms": 1000})
+    consumer.subscribe([f"^{prefix}-.*"], on_assign=on_assign)
+    try:
+        def polled_until(expected):
+            consumer.poll(0.2)
+            with lock:
+                return assigned >= expected
+        wait_for(lambda: polled_until({(f"{prefix}-{t}", p) for t in "ab" for p in range(2)}), 60,
+                 "the matching topics assigned")
+        with lock:
+            assert {t for t, _ in assigned} == {f"{prefix}-a", f"{prefix}-b"}
+        create_topic(cbroker.bootstrap, f"{prefix}-c", 3)
+        wait_for(lambda: polled_until({(f"{prefix}-c", p) for p in range(3)}), 60, "the new matching topic")
+    finally:
+        consumer.close()
+
+
+def test_static_member_restart_keeps_its_partitions(cbroker):
+    """A static member (group.instance.id) that closes and comes back gets its
+    partitions again, and the other member's assignment never moves."""
+    topic, group = unique("static"), unique("static-group")
+    create_topic(cbroker.bootstrap, topic, 4)
+    history, consumed = History(), {}
+    extra = {"group.instance.id": "instance-a"}
+    a = Member("a1", cbroker.bootstrap, topic, group, history, consumed, extra=extra)
+    b = Member("b", cbroker.bootstrap, topic, group, history, consumed)
+    members = [a, b]
+    try:
+        wait_for(lambda: sorted(len(ps) for ps in owned_by(history).values()) == [2, 2], 60, "two and two")
+        before = owned_by(history)
+        b_events = len([e for e in history.events if e[0] == "b"])
+        members.remove(a)
+        a.stop()  # leaves with epoch -2: its partitions wait for it
+        again = Member("a2", cbroker.bootstrap, topic, group, history, consumed, extra=extra)
+        members.append(again)
+        wait_for(lambda: owned_by(history).get("a2") == before["a1"], 60, "the static member's partitions back")
+        time.sleep(1.0)
+        assert owned_by(history)["b"] == before["b"]
+        assert len([e for e in history.events if e[0] == "b"]) == b_events, history.events
+    finally:
+        for member in members:
+            member.stop()
+    assert history.violations == [], history.violations
+
+
+def test_consumer_group_survives_a_coordinator_crash(tmp_path):
+    """Members joined with ConsumerGroupHeartbeat; the broker is killed (-9)
+    and started again on its data: the coordinator replays the KIP-848
+    records, so the group, its epochs and assignments are as before and the
+    members carry on at their epochs without rejoining."""
+    import datetime
+
+    from kio.schema.consumer_group_heartbeat.v1.request import TopicPartitions
+
+    data = tmp_path / "data"
+    overrides = {"offsets.topic.num.partitions": "1", "group.consumer.session.timeout.ms": "60000"}
+    broker = BrokerProcess(data, log_name="consumer-protocol-crash.log", overrides=overrides).start()
+    topic, group = unique("crash"), unique("crash-group")
+    members = {"m-1": {"epoch": 0, "owned": ()}, "m-2": {"epoch": 0, "owned": ()}}
+
+    def beat(address: str, member_id: str, first: bool = False):
+        state = members[member_id]
+        client = WireClient(address)
+        try:
+            answer = client.request(
+                68, 1, group_id=group, member_id=member_id, member_epoch=0 if first else state["epoch"],
+                instance_id=None, rack_id=None,
+                rebalance_timeout=datetime.timedelta(milliseconds=30000 if first else -1),
+                subscribed_topic_names=(topic,) if first else None, subscribed_topic_regex=None,
+                server_assignor=None,
+                topic_partitions=() if first else tuple(TopicPartitions(topic_id=t, partitions=ps)
+                                                         for t, ps in state["owned"]))
+        finally:
+            client.close()
+        assert answer.error_code == 0, answer
+        state["epoch"] = answer.member_epoch
+        if answer.assignment is not None:
+            state["owned"] = tuple((tp.topic_id, tuple(tp.partitions)) for tp in answer.assignment.topic_partitions)
+        return answer
+
+    def describe(address: str):
+        client = WireClient(address)
+        try:
+            [d] = client.request(69, 1, group_ids=(group,), include_authorized_operations=False).groups
+        finally:
+            client.close()
+        return d
+
+    try:
+        create_topic(broker.bootstrap, topic, 4)
+        address = wait_for(lambda: _found_coordinator(broker, group), 60, "the coordinator")
+        for member_id in members:
+            beat(address, member_id, first=True)
+
+        def stable():
+            for member_id in members:
+                beat(address, member_id)
+            d = describe(address)
+            return d if d.group_state == "Stable" and all(
+                len(members[m]["owned"][0][1]) == 2 if members[m]["owned"] else False for m in members) else None
+        before = wait_for(stable, 60, "a stable group of two")
+        broker.kill9()
+        broker = BrokerProcess(data, log_name="consumer-protocol-crash.log", overrides=overrides).start()
+        address = wait_for(lambda: _found_coordinator(broker, group), 120, "the coordinator after the crash")
+        after = wait_for(lambda: (lambda d: d if d.error_code == 0 else None)(describe(address)), 120,
+                         "the group loaded")
+        assert (after.group_epoch, after.assignment_epoch, after.group_state) == \
+            (before.group_epoch, before.assignment_epoch, "Stable")
+        assert sorted((m.member_id, m.member_epoch, m.assignment) for m in after.members) == \
+            sorted((m.member_id, m.member_epoch, m.assignment) for m in before.members)
+        for member_id in members:  # at their epochs, no rejoin
+            answer = beat(address, member_id)
+            assert answer.member_epoch == before.group_epoch
+    finally:
+        assert broker.stop() == 0
+
+
+def _found_coordinator(broker, group: str):
+    client = WireClient(broker.bootstrap)
+    try:
+        answer = client.request(10, 4, key_type=0, coordinator_keys=(group,))
+    finally:
+        client.close()
+    c = answer.coordinators[0]
+    return f"{c.host}:{c.port}" if c.error_code == 0 else None

@@ -306,6 +306,9 @@ class ConsumerGroupCoordinator(ClassicMemberHandling):
                     raise _Failure(E.fenced_instance_id, f"Static member {member_id} with instance id "
                                    f"{request.instance_id} was replaced by {current_id}.")
         member = group.members.get(member_id)
+        if member is not None and member.uses_classic_protocol:
+            # A classic member of a mixed group speaks JoinGroup/Heartbeat only.
+            raise _Failure(E.unknown_member_id, f"Member {member_id} uses the classic protocol.")
         if epoch == JOIN_GROUP_MEMBER_EPOCH:
             if member is not None:
                 return member, False  # joining again (its answer was lost, or it was fenced on its side)

@@ -69,8 +69,8 @@ class ControllerActor:
     async def is_active(self) -> bool:
         return self.service is not None and self.service.is_active
 
-    async def create_topics(self, specs: list[dict], validate_only: bool) -> list[dict]:
-        return await self.service.create_topics(specs, validate_only)
+    async def create_topics(self, specs: list[dict], validate_only: bool, timeout_ms: int | None = None) -> list[dict]:
+        return await self.service.create_topics(specs, validate_only, timeout_ms)
 
     async def delete_topics(self, names: list[str]) -> dict:
         return await self.service.delete_topics(names)

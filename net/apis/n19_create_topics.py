@@ -37,7 +37,7 @@ async def handle_create_topics(ctx, request):
         specs = [s for s in specs if s["name"] in creatable]
     timeout_ms = timedelta_ms(request.timeout)
     try:
-        results = await edge.controller_call("create_topics", specs, bool(request.validate_only),
+        results = await edge.controller_call("create_topics", specs, bool(request.validate_only), timeout_ms,
                                              timeout_s=max(timeout_ms / 1000, 0) + edge.call_timeout_s)
     except ActorCallFailed as exc:
         results = [{"name": s["name"], "error_code": int(exc.error), "error_message": str(exc)} for s in specs]

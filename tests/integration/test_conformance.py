@@ -203,3 +203,29 @@ def test_parked_fetch_returns_on_data_not_on_its_wait(broker, topic_name):
     late = [round(t, 3) for t in latencies if t >= 2.5]
     assert not late, f"records that waited for the fetch's max wait (5 s) rather than their append: {late}"
     delete_topic(broker.bootstrap, topic_name)
+
+
+# ---------------------------------------------------------------- 7. CreateTopics within its timeout
+def test_create_topics_of_100_partitions_within_the_operation_timeout(broker, topic_name):
+    """An admin client creating a 100-partition topic with a 15 s operation
+    timeout gets its answer in time, as from Kafka: once the assignment is
+    durable and the leaders are elected (the replica actors, ~0.35 s of CPU
+    each, may still be starting). The topic shows its 100 partitions in
+    Metadata at once, and every partition takes a record once its leader is
+    up (until then NOT_LEADER_OR_FOLLOWER, which the producer retries)."""
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    started = time.monotonic()
+    futures = admin.create_topics([NewTopic(topic_name, 100, 1)], operation_timeout=15, request_timeout=20)
+    futures[topic_name].result(timeout=30)  # the client's own request timeout (20 s) fails it otherwise
+    print(f"CreateTopics of 100 partitions answered in {time.monotonic() - started:.1f} s")
+    metadata = admin.list_topics(topic_name, timeout=10)
+    assert len(metadata.topics[topic_name].partitions) == 100
+
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "message.timeout.ms": 180000, "linger.ms": 5})
+    failures = []
+    for p in range(100):
+        producer.produce(topic_name, value=b"%d" % p, partition=p,
+                         on_delivery=lambda err, msg: err is not None and failures.append((msg.partition(), err)))
+    assert producer.flush(200) == 0
+    assert failures == []
+    delete_topic(broker.bootstrap, topic_name)

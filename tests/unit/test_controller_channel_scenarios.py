@@ -93,6 +93,53 @@ def test_topic_creation_sends_leader_and_isr_and_metadata(connect):
     run(connect, scenario)
 
 
+def test_creation_is_answered_within_the_timeout_while_replicas_start(connect):
+    """CreateTopics with a timeout (issue 29 item 7): when starting the new
+    replicas outlasts half of it, the answer comes once the assignment and
+    the leaders' states are durable and every edge has an UpdateMetadata
+    naming the topic without its leaders' handles; the replicas finish
+    starting afterwards, and a second UpdateMetadata hands the leaders over."""
+    async def scenario(c: Cluster):
+        release = asyncio.Event()
+        become_leader = c.channel.become_leader
+
+        def slow_become_leader(key, request):
+            answer = become_leader(key, request)
+
+            async def after_release():
+                await release.wait()
+                return await answer
+            return after_release()
+
+        c.channel.become_leader = slow_become_leader
+        c.channel.clear()
+        spec = topic_spec("t", {0: [1], 1: [2], 2: [3]})
+        [result] = await asyncio.wait_for(c.service.create_topics([spec], False, 400), 5)
+        assert result["error_code"] == 0, result
+        assert [c.state("t", p).leader for p in range(3)] == [1, 2, 3]
+        early = c.channel.of("update_metadata")
+        assert sorted(m[1] for m in early) == list(BROKERS)
+        assert all(m[3] == [] for m in early), "no leader handles while the replicas start"
+        release.set()
+        await eventually(lambda: len(c.channel.of("update_metadata")) == 2 * len(BROKERS),
+                         what="the UpdateMetadata with the started leaders")
+        late = {m[1]: m[3] for m in c.channel.of("update_metadata")[len(BROKERS):]}
+        assert late == {1: [("t", 0, 1)], 2: [("t", 1, 2)], 3: [("t", 2, 3)]}
+
+    run(connect, scenario)
+
+
+def test_creation_without_a_timeout_answers_once_the_replicas_are_up(connect):
+    async def scenario(c: Cluster):
+        c.channel.clear()
+        [result] = await c.service.create_topics([topic_spec("t", {0: [1]})], False, 0)
+        assert result["error_code"] == 0
+        # One UpdateMetadata round, after LeaderAndIsr, with the leader's handle.
+        assert [m[3] for m in c.channel.of("update_metadata") if m[1] == 1] == [[("t", 0, 1)]]
+
+    run(connect, scenario)
+
+
 def test_broker_death_moves_leadership_and_shrinks_the_isr(connect):
     async def scenario(c: Cluster):
         await c.create("t", {0: [1, 2, 3], 1: [2, 1, 3]})

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -42,6 +43,10 @@ def add_parser(sub) -> None:
     action.add_argument("--dry-run", action="store_true", help="the moves that would balance the cluster now")
     action.add_argument("--pause", action="store_true", help="start no new moves (honoured at once)")
     action.add_argument("--resume", action="store_true", help="carry on with the plan")
+    cmd.add_argument("--zookeeper-client-config", metavar="FILE",
+                     help="the brokers' ZooKeeper credentials/TLS (the zookeeper-client.json `raykafka start` "
+                          "writes in its data dir; default: $RAYKAFKA_ZOOKEEPER_CLIENT_CONFIG, or the one in "
+                          "--data-dir)")
     cmd.add_argument("--json", action="store_true", help="print JSON instead of text")
     cmd.add_argument("--log-level", default="WARNING", help=argparse.SUPPRESS)
     cmd.set_defaults(run_admin_command=run)
@@ -54,16 +59,32 @@ def _zk_connect(args) -> str:
     return nodes[0]["zk_connect"]
 
 
+def _security(args):
+    """The brokers' own ZooKeeper identity: with zookeeper.set.acl (the embedded
+    ZooKeeper's default) their znodes are writable by it alone."""
+    from metadata import zk_security
+
+    path = args.zookeeper_client_config
+    if path is None and args.data_dir and not os.environ.get(zk_security.ENV_VAR):
+        found = Path(args.data_dir) / zk_security.CLIENT_CONFIG_FILE_NAME
+        path = str(found) if found.exists() else None
+    if path is None:
+        return None  # the process's own (zk_security.current())
+    return zk_security.ZkClientSecurity.from_json(json.loads(Path(path).read_text()))
+
+
 def run(args) -> int:
     from metadata.kafka_zk import KafkaZkClient
 
     try:
         connect = _zk_connect(args)
+        security = _security(args)
     except (OSError, ValueError, KeyError, IndexError) as exc:
-        print(f"raykafka balancer: cannot read the ZooKeeper address: {exc}", file=sys.stderr)
+        print(f"raykafka balancer: cannot read the ZooKeeper address or credentials: {exc}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        zk = KafkaZkClient(connect, session_timeout_ms=10_000, connection_timeout_ms=10_000).start()
+        zk = KafkaZkClient(connect, session_timeout_ms=10_000, connection_timeout_ms=10_000,
+                           security=security).start()
     except Exception as exc:
         print(f"raykafka balancer: cannot reach ZooKeeper at {connect}: {exc}", file=sys.stderr)
         return EXIT_FAILED

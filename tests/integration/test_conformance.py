@@ -229,3 +229,75 @@ def test_create_topics_of_100_partitions_within_the_operation_timeout(broker, to
     assert producer.flush(200) == 0
     assert failures == []
     delete_topic(broker.bootstrap, topic_name)
+
+
+# ---------------------------------------------------------------- 6. cooperative-sticky: one callback
+@pytest.mark.parametrize("leaver", ["follower", "leader"])
+def test_cooperative_sticky_member_leaving_gives_one_assignment_callback(broker, topic_name, leaver):
+    """KIP-429 with librdkafka's cooperative-sticky: two consumers share a
+    four-partition topic; when one unsubscribes, the remaining one gets its
+    partitions in a single rebalance: one assignment callback (with exactly
+    the partitions it had not), no revocation, as with Kafka. Both the group
+    leader (the first member) and the follower leaving are checked."""
+    create_topic(broker.bootstrap, topic_name, 4)
+    events: list[tuple[str, str, tuple]] = []
+    lock = threading.Lock()
+
+    def consumer(name: str) -> Consumer:
+        c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": topic_name,
+                      "partition.assignment.strategy": "cooperative-sticky", "heartbeat.interval.ms": 1000,
+                      "session.timeout.ms": 10000})
+
+        def record(kind):
+            def callback(_consumer, partitions):
+                with lock:
+                    events.append((name, kind, tuple(sorted(p.partition for p in partitions))))
+            return callback
+
+        c.subscribe([topic_name], on_assign=record("assign"), on_revoke=record("revoke"))
+        return c
+
+    def owned(name: str) -> set:
+        held: set = set()
+        for who, kind, parts in events:
+            if who == name:
+                held = held | set(parts) if kind == "assign" else held - set(parts)
+        return held
+
+    first = consumer("first")
+    wait_for(lambda: first.poll(0.2) is None and owned("first") == {0, 1, 2, 3}, 60, "the first consumer's "
+             "assignment", poll_s=0)
+    second = consumer("second")
+
+    def shared():
+        first.poll(0.1)
+        second.poll(0.1)
+        return owned("first") and owned("second") and owned("first") | owned("second") == {0, 1, 2, 3}
+
+    wait_for(shared, 60, "both consumers assigned", poll_s=0)
+    # Let the second rebalance round (the first consumer rejoining after its revocation) finish.
+    settle = time.monotonic() + 5
+    while time.monotonic() < settle:
+        first.poll(0.1)
+        second.poll(0.1)
+    leaving, staying = (first, second) if leaver == "leader" else (second, first)
+    staying_name = "second" if leaver == "leader" else "first"
+    before = owned(staying_name)
+    mark = len(events)
+    leaving.unsubscribe()
+
+    def all_back():
+        leaving.poll(0.1)
+        staying.poll(0.1)
+        return owned(staying_name) == {0, 1, 2, 3}
+
+    wait_for(all_back, 60, "the remaining consumer to own every partition", poll_s=0)
+    settle = time.monotonic() + 6  # a second rebalance round, if any, would show within this
+    while time.monotonic() < settle:
+        staying.poll(0.1)
+        leaving.poll(0.1)
+    after = [e for e in events[mark:] if e[0] == staying_name]
+    leaving.close()
+    staying.close()
+    assert after == [(staying_name, "assign", tuple(sorted({0, 1, 2, 3} - before)))], after
+    delete_topic(broker.bootstrap, topic_name)

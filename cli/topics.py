@@ -214,7 +214,7 @@ def describe_lines(topics: list[TopicInfo], configs: dict[str, list[ConfigEntry]
 
 
 def broker_usage_lines(topics: list[TopicInfo], brokers: list[int],
-                       capacities: dict[int, Optional[int]]) -> list[str]:
+                       capacities: dict[int, Optional[int]], pools: Optional[dict[int, str]] = None) -> list[str]:
     """One line per live broker: the partition replicas it hosts (every topic,
     internal ones included) and its raykafka.replicas.per.node.max ("unknown"
     when the broker states none). Not in kafka-topics.sh: every replica here is
@@ -227,19 +227,29 @@ def broker_usage_lines(topics: list[TopicInfo], brokers: list[int],
     lines = []
     for b in sorted(hosted):
         cap = capacities.get(b)
-        lines.append("\t".join([f"Broker: {b}", f"Replicas: {hosted[b]}",
-                                f"Capacity: {cap if cap is not None else 'unknown'}"]))
+        fields = [f"Broker: {b}", f"Replicas: {hosted[b]}", f"Capacity: {cap if cap is not None else 'unknown'}"]
+        pool = (pools or {}).get(b)
+        if pool:  # replicas hibernate there (issue 30): how many are live processes now
+            stats = dict(item.split("=", 1) for item in pool.split(",") if "=" in item)
+            fields += [f"Live: {stats.get('live')}/{stats.get('live_max')}", f"Hibernated: {stats.get('hibernated')}",
+                       f"Wakeups: {stats.get('wakeups')}",
+                       f"WakeMs p50/p99: {stats.get('wake_p50_ms')}/{stats.get('wake_p99_ms')}"]
+        lines.append("\t".join(fields))
     return lines
 
 
 CAPACITY_KEY = "raykafka.replicas.per.node.max"
+POOL_STATS_KEY = "raykafka.replica.pool.stats"  # net/apis/n32_describe_configs.py
 RESOURCE_BROKER = 4
 
 
-def broker_capacities(client: AdminClient, brokers: list[int]) -> dict[int, Optional[int]]:
+def broker_capacities(client: AdminClient, brokers: list[int],
+                      pools: Optional[dict[int, str]] = None) -> dict[int, Optional[int]]:
     """Each broker's raykafka.replicas.per.node.max, by DescribeConfigs on the
     broker resources (the controller answers each with that broker's own value,
-    computed on its node when not set). Missing or unparsable: None."""
+    computed on its node when not set). Missing or unparsable: None. With
+    `pools`, fills it with the replica pool counts of brokers that answer them
+    (the bootstrap broker's own, where replicas hibernate)."""
     from net.codec import request_schema
     from net.schema_build import build, nested
 
@@ -250,9 +260,15 @@ def broker_capacities(client: AdminClient, brokers: list[int]) -> dict[int, Opti
                           "DescribeConfigsResource")
     answer = conn.request(DESCRIBE_CONFIGS, include_synonyms=False, include_documentation=False,
                           resources=tuple(build(resource_cls, resource_type=RESOURCE_BROKER, resource_name=str(b),
-                                                configuration_keys=(CAPACITY_KEY,)) for b in brokers))
+                                                configuration_keys=(CAPACITY_KEY, POOL_STATS_KEY)) for b in brokers))
     out: dict[int, Optional[int]] = {}
     for r in answer.results:
+        pool = next((c.value for c in r.configs if c.name == POOL_STATS_KEY), None)
+        if pool and pools is not None:
+            try:
+                pools[int(r.resource_name)] = pool
+            except ValueError:
+                pass
         value = next((c.value for c in r.configs if c.name == CAPACITY_KEY), None)
         try:
             out[int(r.resource_name)] = int(value) if value is not None else None
@@ -310,12 +326,13 @@ def cmd_describe(client: AdminClient, args) -> int:
     if filter_name is None and not args.topics_with_overrides:
         # Usage first, so the topic and partition lines keep kafka-topics.sh's shape and order.
         brokers = sorted(cluster.brokers)
+        pools: dict[int, str] = {}
         try:
-            capacities = broker_capacities(client, brokers)
+            capacities = broker_capacities(client, brokers, pools)
         except AdminError as exc:
             _error(f"cannot read the brokers' capacities: {exc}")
             capacities = {}
-        for line in broker_usage_lines(list(cluster.topics.values()), brokers, capacities):
+        for line in broker_usage_lines(list(cluster.topics.values()), brokers, capacities, pools):
             print(line)
     for line in describe_lines([cluster.topics[n] for n in names], configs, reassignments, set(cluster.brokers),
                                filter_name, args.topics_with_overrides):

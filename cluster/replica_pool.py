@@ -48,6 +48,11 @@ LATENCY_SAMPLES = 1024
 # before it starts its actor over the limit: a request is never refused for
 # the limit, and one that would wait longer would time out anyway.
 SLOT_WAIT_S = 10.0
+# Actor starts under way at once: Ray starts worker processes a few at a time
+# (its startup concurrency is the node's CPU count), so fifty wakes at once only
+# queue there, each waiting longer; here they queue in order and each start
+# gets the CPU it needs.
+MAX_CONCURRENT_STARTS = 4
 
 
 class PoolKey(NamedTuple):
@@ -125,6 +130,7 @@ class ReplicaPool:
         self._changed = asyncio.Event()
         self.wakeups = self.hibernations = self.refusals = self.over_limit = 0
         self._latencies: collections.deque[float] = collections.deque(maxlen=LATENCY_SAMPLES)
+        self._starts = asyncio.Semaphore(MAX_CONCURRENT_STARTS)
         self.on_hibernated: Callable[[PoolKey, Any], None] | None = None  # the router drops the handle's channel
 
     # ---- what the controller sends -----------------------------------------------------------
@@ -203,7 +209,8 @@ class ReplicaPool:
         started = self.clock()
         try:
             await self._make_room(key)
-            entry.handle = await self.starter.start(entry.spec, entry.request)
+            async with self._starts:
+                entry.handle = await self.starter.start(entry.spec, entry.request)
         except Exception as exc:  # noqa: BLE001 - the waiting requests get it
             log.warning("waking %s-%d failed: %r", key.topic, key.partition, exc)
             entry.state, entry.handle, entry.failure = State.HIBERNATED, None, exc
@@ -214,7 +221,10 @@ class ReplicaPool:
             entry.not_before = 0.0
             self._lru[key] = None
             self.wakeups += 1
-            self._latencies.append(self.clock() - started)
+            took = self.clock() - started
+            self._latencies.append(took)
+            log.info("woke %s-%d in %.0f ms (%d of %d live)", key.topic, key.partition, took * 1000,
+                     self._live_count(), self.live_max)
         finally:
             transition, entry.transition = entry.transition, None
             transition.set_result(None)

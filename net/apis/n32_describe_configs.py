@@ -9,6 +9,21 @@ from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for
 
 TOPIC, BROKER = 2, 4
+# Not a config: this broker's replica pool counts (issue 30), read-only, only when asked for by name
+# (raykafka topics --describe does), so ordinary listings are Kafka's.
+POOL_STATS_KEY = "raykafka.replica.pool.stats"
+
+
+def _pool_stats_entry(edge, resource_name: str, entry_cls) -> tuple:
+    pool = getattr(edge.replicas, "pool", None)
+    if pool is None or resource_name not in ("", str(edge.broker_id)):
+        return ()
+    s = pool.stats()
+    value = (f"hosted={s.hosted},live={s.live},hibernated={s.hibernated},live_max={s.live_max},"
+             f"wakeups={s.wakeups},hibernations={s.hibernations},wake_p50_ms={s.wake_p50_ms:.0f},"
+             f"wake_p99_ms={s.wake_p99_ms:.0f}")
+    return (build(entry_cls, name=POOL_STATS_KEY, value=value, read_only=True, config_source=5, is_sensitive=False,
+                  is_default=False, synonyms=(), config_type=2, documentation=None),)
 
 
 @api(32, 1, 4, tests=("tests/integration/test_log_management.py::test_describe_and_alter_configs_confluent",
@@ -47,6 +62,8 @@ async def handle_describe_configs(ctx, request):
                                  for s in e["synonyms"]) if with_synonyms else (),
                   config_type=e["type"], documentation=e["doc"] if with_docs else None)
             for e in d.get("entries", ()) if wanted is None or e["name"] in wanted)
+        if wanted and POOL_STATS_KEY in wanted and r.resource_type == BROKER and d["error_code"] == 0:
+            entries += _pool_stats_entry(edge, r.resource_name, entry_cls)
         results.append(build(result_cls, error_code=ErrorCode(d["error_code"]), error_message=d.get("error_message"),
                              resource_type=r.resource_type, resource_name=r.resource_name, configs=entries))
     return build(schema, throttle_time=ZERO_THROTTLE, results=tuple(results))

@@ -183,3 +183,14 @@ def test_hosted_limit_refuses_past_it_and_the_live_limit_only_for_replicas_that_
     assert capacity.check({0: [0]}, internal=True) is None
     assert capacity.check({0: [0], 1: [0]}, internal=True) is not None
     assert capacity.check({p: [0] for p in range(8)}) is None  # RF=1 still fits the hosted limit
+
+
+def test_describe_shows_live_and_hibernated_counts_where_replicas_hibernate():
+    from cli.admin_client import PartitionInfo, TopicInfo
+    from cli.topics import broker_usage_lines
+
+    topics = [TopicInfo("a", {0: PartitionInfo(0, 1, (1,), (1,)), 1: PartitionInfo(1, 1, (1,), (1,))})]
+    pools = {1: "hosted=2,live=1,hibernated=1,live_max=90,wakeups=5,hibernations=4,wake_p50_ms=700,wake_p99_ms=950"}
+    assert broker_usage_lines(topics, [1, 2], {1: 90, 2: 90}, pools) == [
+        "Broker: 1\tReplicas: 2\tCapacity: 90\tLive: 1/90\tHibernated: 1\tWakeups: 5\tWakeMs p50/p99: 700/950",
+        "Broker: 2\tReplicas: 0\tCapacity: 90"]

@@ -1,0 +1,213 @@
+"""Idle replicas hibernate (issue 30): the scale table at 1,000 and 3,000
+hosted partitions on one node. One command:
+
+    .venv/bin/python -m bench.hibernation [--counts 1000,3000] [--write 1000] \\
+        [--hibernate-ms 5000] [--produce-mib 64] [--out FILE.md]
+
+Starts a single-node broker (a real `raykafka start`, tests/broker_process.py)
+with its default settings except raykafka.replica.hibernate.ms (on, and short
+so the run is short), and for each count N (cumulative: the node grows):
+
+* create: seconds to create N 1-replica partitions (topics of 4), leaders in
+  the metadata for all (no replica actor starts: they are pooled);
+* written: --write of them (all, up to N) get one record each (acks=all,
+  confluent-kafka, 50 partitions per flush) and are read back, checked;
+* max live: the most ReplicaActor processes seen at once while doing it
+  (sampled every 0.2 s), against raykafka.replicas.per.node.max;
+* idle CPU: the broker tree's CPU over 10 s once they have hibernated;
+* busy ratio: a busy 1-partition topic's produce rate then, against its rate
+  alone at the start (same run; the machine is shared, so compare ratios);
+* wake p50/p99: the first produce (acks=all, long-lived producer) to 40
+  hibernated partitions, one at a time, each acknowledged.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from bench.density import BUSY_TOPIC, produce_mb_s, wait_for_leaders  # noqa: E402
+from bench.procstat import actor_processes  # noqa: E402
+
+PARTITIONS_PER_TOPIC = 4
+WAVE = 50
+
+
+class LiveSampler:
+    def __init__(self, root: int):
+        self.root, self.peak = root, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        while not self._stop.wait(0.2):
+            self.peak = max(self.peak, len(actor_processes(self.root, "ReplicaActor")))
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join()
+        return self.peak
+
+
+def create(bootstrap: str, first_topic: int, partitions: int) -> list[str]:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    names = [f"h-{first_topic + i}" for i in range(partitions // PARTITIONS_PER_TOPIC)]
+    for start in range(0, len(names), 50):
+        chunk = [NewTopic(n, PARTITIONS_PER_TOPIC, 1) for n in names[start:start + 50]]
+        for future in admin.create_topics(chunk, operation_timeout=300, request_timeout=600).values():
+            future.result(timeout=900)
+    return names
+
+
+def write_and_read(bootstrap: str, targets: list[tuple[str, int]]) -> None:
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
+                         "message.timeout.ms": 300000})
+    for start in range(0, len(targets), WAVE):
+        failed = []
+        for topic, p in targets[start:start + WAVE]:
+            producer.produce(topic, f"{topic}/{p}".encode(), partition=p,
+                             on_delivery=lambda e, m: e and failed.append(e))
+        if producer.flush(300) or failed:
+            raise RuntimeError(f"produce failed: {failed[:2]}")
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-hibernation-read",
+                         "enable.auto.commit": False, "fetch.wait.max.ms": 100})
+    for start in range(0, len(targets), WAVE):
+        wave = targets[start:start + WAVE]
+        consumer.assign([TopicPartition(t, p, 0) for t, p in wave])
+        want = {(t, p): f"{t}/{p}".encode() for t, p in wave}
+        deadline = time.monotonic() + 300
+        while want and time.monotonic() < deadline:
+            msg = consumer.poll(1)
+            if msg is not None and msg.error() is None:
+                key = (msg.topic(), msg.partition())
+                if want.get(key) == msg.value():
+                    del want[key]
+        if want:
+            raise RuntimeError(f"not read back: {list(want)[:3]}")
+    consumer.close()
+
+
+def wait_hibernated(root: int, timeout_s: float) -> float:
+    started = time.monotonic()
+    while len(actor_processes(root, "ReplicaActor")) > 3:  # __consumer_offsets' 3 stay live
+        if time.monotonic() - started > timeout_s:
+            raise RuntimeError("replicas did not hibernate")
+        time.sleep(0.5)
+    return time.monotonic() - started
+
+
+def tree_cpu(broker) -> float:
+    return broker.cpu_seconds()
+
+
+def wake_latencies(bootstrap: str, root: int, targets: list[tuple[str, int]]) -> list[float]:
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0})
+    producer.list_topics(timeout=30)
+    out = []
+    for topic, p in targets:
+        acked = []
+        t0 = time.perf_counter()
+        producer.produce(topic, b"wake", partition=p, on_delivery=lambda e, m: acked.append(e))
+        producer.flush(60)
+        if not acked or acked[0] is not None:
+            raise RuntimeError(f"wake produce failed: {acked}")
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, int(q * len(ordered) + 0.5) - 1))]
+
+
+def main(argv=None) -> int:
+    from tests.broker_process import BrokerProcess
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--counts", default="1000,3000")
+    ap.add_argument("--write", type=int, default=1000, help="partitions written and read back per step")
+    ap.add_argument("--hibernate-ms", type=int, default=5000)
+    ap.add_argument("--produce-mib", type=int, default=64)
+    ap.add_argument("--wakes", type=int, default=40)
+    ap.add_argument("--out")
+    args = ap.parse_args(argv)
+    counts = [int(c) for c in args.counts.split(",")]
+    rows = []
+    tmp = tempfile.mkdtemp(prefix="bench-hibernation-")
+    print(f"broker data and log under {tmp} (removed after a clean run)", flush=True)
+    if True:
+        broker = BrokerProcess(Path(tmp) / "data", {"raykafka.replica.hibernate.ms": str(args.hibernate_ms)})
+        broker.start()
+        try:
+            from confluent_kafka.admin import AdminClient, NewTopic
+
+            admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+            admin.create_topics([NewTopic(BUSY_TOPIC, 1, 1)])[BUSY_TOPIC].result(timeout=120)
+            wait_for_leaders(broker.bootstrap, [BUSY_TOPIC], 60)
+            root = broker.proc.pid
+            alone = max(produce_mb_s(broker.bootstrap, args.produce_mib) for _ in range(2))
+            hosted, topics = 0, []
+            for count in counts:
+                t0 = time.monotonic()
+                new = create(broker.bootstrap, len(topics), count - hosted)
+                wait_for_leaders(broker.bootstrap, new, 600)
+                create_s = time.monotonic() - t0
+                topics += new
+                hosted = count
+                targets = [(t, p) for t in new for p in range(PARTITIONS_PER_TOPIC)][:args.write]
+                sampler = LiveSampler(root)
+                t0 = time.monotonic()
+                write_and_read(broker.bootstrap, targets)
+                write_s = time.monotonic() - t0
+                settle_s = wait_hibernated(root, 600)
+                peak = sampler.stop()
+                cpu0 = tree_cpu(broker)
+                time.sleep(10)
+                idle_cpu = (tree_cpu(broker) - cpu0) / 10
+                busy = max(produce_mb_s(broker.bootstrap, args.produce_mib) for _ in range(2))
+                wait_hibernated(root, 600)
+                wakes = wake_latencies(broker.bootstrap, root, targets[:args.wakes])
+                rows.append({"hosted": count, "create_s": create_s, "written": len(targets), "write_read_s": write_s,
+                             "settle_s": settle_s, "max_live": peak, "idle_cpu": idle_cpu, "busy_mb_s": busy,
+                             "ratio": busy / alone, "wake_p50_ms": quantile(wakes, 0.5) * 1000,
+                             "wake_p99_ms": quantile(wakes, 0.99) * 1000})
+                print(rows[-1], flush=True)
+        finally:
+            broker.stop()
+    import shutil
+
+    shutil.rmtree(tmp, ignore_errors=True)
+    table = render(rows, alone, args)
+    print(table)
+    if args.out:
+        Path(args.out).write_text(table)
+    return 0
+
+
+def render(rows: list[dict], alone: float, args) -> str:
+    head = ("| hosted | create s | written+read | write+read s | max live replica processes | idle CPU (cores) "
+            "| busy MB/s (ratio to alone) | wake p50 / p99 ms |\n|---|---|---|---|---|---|---|---|\n")
+    body = "".join(
+        f"| {r['hosted']} | {r['create_s']:.0f} | {r['written']} | {r['write_read_s']:.0f} | {r['max_live']} "
+        f"| {r['idle_cpu']:.2f} | {r['busy_mb_s']:.0f} ({r['ratio']:.2f}x) | {r['wake_p50_ms']:.0f} / "
+        f"{r['wake_p99_ms']:.0f} |\n" for r in rows)
+    return (f"busy topic alone: {alone:.0f} MB/s; raykafka.replica.hibernate.ms={args.hibernate_ms}, "
+            f"other settings default\n\n" + head + body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

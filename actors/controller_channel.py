@@ -170,12 +170,8 @@ class RayControllerChannel(ControllerChannel):
         if tuple(key) in self.pooled:
             self.pooled.discard(tuple(key))
             edge = self._edge(key.broker_id)
-            if edge is not None:
-                edge.pool_forget.remote(key.topic, key.partition)
-            try:  # stopped (and deleted) already: end its actor if it is live
-                ray.kill(ray.get_actor(replica_actor_name(*key), namespace=self.namespace))
-            except Exception:  # noqa: BLE001 - hibernated: no actor
-                pass
+            if edge is not None:  # stopped (and deleted) already: its edge ends the actor if it is live
+                edge.pool_forget.remote(key.topic, key.partition, True)
             return
         handle = self.replica_handles.pop(tuple(key), None)
         if handle is not None:

@@ -249,12 +249,14 @@ class EdgeActor:
                              hibernated_ok=True)
         return 0
 
-    async def pool_forget(self, topic: str, partition: int) -> None:
-        """The replica left the pool (deleted, or replicated now): its live actor, if any, is
-        not ended here (the caller decides: deleted ones were stopped first)."""
+    async def pool_forget(self, topic: str, partition: int, end: bool = False) -> None:
+        """The replica left the pool: deleted (end: its stopped actor ends), or replicated
+        now (its live actor stays, found by name from then on)."""
         pool = self.service.replicas.pool
         if pool is not None:
-            pool.forget((topic, partition))
+            handle = pool.forget((topic, partition))
+            if handle is not None and end:
+                pool.starter.end(handle)
 
     async def pool_stats(self) -> dict:
         pool = self.service.replicas.pool

@@ -196,6 +196,17 @@ class ReplicaPool:
             if entry.inflight == 0:
                 self._changed.set()
 
+    def lost(self, key: PoolKey, handle: Any) -> None:
+        """A call to this live replica found its actor gone (crashed, killed): the next
+        request starts it again (its log is on disk, its LeaderAndIsr here)."""
+        key = PoolKey(*key)
+        entry = self.entries.get(key)
+        if entry is not None and entry.state is State.LIVE and entry.handle is handle:
+            log.warning("pooled replica %s-%d was lost; the next request starts it again", *key)
+            entry.state, entry.handle = State.HIBERNATED, None
+            self._lru.pop(key, None)
+            self._changed.set()
+
     def live_handle(self, key: PoolKey) -> Any:
         """The handle if live now (metrics sampling: never wakes)."""
         entry = self.entries.get(PoolKey(*key))
@@ -216,7 +227,6 @@ class ReplicaPool:
             entry.state, entry.handle, entry.failure = State.HIBERNATED, None, exc
         else:
             entry.state = State.LIVE
-            entry.inflight = 0
             entry.last_used = self.clock()
             entry.not_before = 0.0
             self._lru[key] = None

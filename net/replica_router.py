@@ -218,6 +218,10 @@ class ReplicaRouter:
             raise (failure or ActorCallFailed(ErrorCode.not_leader_or_follower, repr(exc))) from None
         try:
             yield live
+        except ActorCallFailed as exc:
+            if exc.error == ErrorCode.not_leader_or_follower:  # the actor is gone: the next request restarts it
+                self.pool.lost(key, live)
+            raise
         finally:
             self.pool.release(key)
 

@@ -164,8 +164,8 @@ def test_acked_records_survive_kill9_while_replicas_hibernate(tmp_path):
     broker = BrokerProcess(data, overrides).start()
     topic = "hibernating"
     try:
-        AdminClient({"bootstrap.servers": broker.bootstrap}).create_topics(
-            [NewTopic(topic, 6, 1)], operation_timeout=120)[topic].result(timeout=150)
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})  # kept: a destroyed client fails its futures
+        admin.create_topics([NewTopic(topic, 6, 1)], operation_timeout=120)[topic].result(timeout=150)
         acked = produce(broker.bootstrap, topic, 600)
         wait_all_hibernated(broker)
         for partition in (0, 1):  # woken again, live at the kill

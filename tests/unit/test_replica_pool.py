@@ -194,3 +194,17 @@ def test_describe_shows_live_and_hibernated_counts_where_replicas_hibernate():
     assert broker_usage_lines(topics, [1, 2], {1: 90, 2: 90}, pools) == [
         "Broker: 1\tReplicas: 2\tCapacity: 90\tLive: 1/90\tHibernated: 1\tWakeups: 5\tWakeMs p50/p99: 700/950",
         "Broker: 2\tReplicas: 0\tCapacity: 90"]
+
+
+def test_a_lost_live_replica_is_started_again_by_the_next_request():
+    async def scenario():
+        starter, clock = FakeStarter(), Clock()
+        pool = ReplicaPool(starter, live_max=2, hibernate_s=60, clock=clock)
+        await pool.leader_and_isr(("t", 0), "t-0", request())
+        handle = await pool.acquire(("t", 0))
+        del starter.live["t-0"]  # the process died
+        pool.lost(("t", 0), handle)
+        pool.release(("t", 0))
+        assert pool.stats().live == 0
+        assert await pool.acquire(("t", 0)) == "t-0" and starter.started == ["t-0", "t-0"]
+    run(scenario())

@@ -24,6 +24,7 @@ log = logging.getLogger("raykafka.net")
 # File regions of a response written without sendfile go out in pieces of
 # this size (net/file_region.py: TLS connections read regions at write time).
 REGION_CHUNK_BYTES = 256 * 1024
+FETCH_API_KEY = 1
 
 
 
@@ -38,7 +39,8 @@ class TornResponse(Exception):
 
 class ConnectionLimits:
     def __init__(self, max_request_bytes: int, max_inflight_requests: int, max_inflight_bytes: int,
-                 max_connections: int, idle_timeout_s: float, max_queued_bytes: int = 512 * 1024 * 1024):
+                 max_connections: int, idle_timeout_s: float, max_queued_bytes: int = 512 * 1024 * 1024,
+                 one_at_a_time_api_keys: frozenset = frozenset({FETCH_API_KEY})):
         self.max_request_bytes = max_request_bytes
         self.max_inflight_requests = max_inflight_requests
         self.max_inflight_bytes = max_inflight_bytes
@@ -46,6 +48,12 @@ class ConnectionLimits:
         self.idle_timeout_s = idle_timeout_s
         # Across all connections (Kafka's queued.max.request.bytes).
         self.max_queued_bytes = max_queued_bytes
+        # Requests of these APIs are read only once the connection's previous
+        # one of them is written. Fetch: a response may hold up to
+        # fetch.max.bytes, and consumers send one fetch at a time per broker
+        # anyway; a client pipelining fetches must not make the edge hold
+        # (or read, over TLS without region fds to spare) hundreds of them.
+        self.one_at_a_time_api_keys = one_at_a_time_api_keys
 
 
 # dispatch(conn, api_key, api_version, correlation_id, frame) -> awaitable of
@@ -57,7 +65,8 @@ Dispatch = Callable[["Connection", int, int, int, bytes | memoryview], Awaitable
 class Connection:
     __slots__ = ("peer", "reader", "writer", "inflight", "inflight_bytes", "space", "closed",
                  "last_active", "requests_served", "client_software", "can_sendfile", "socket_fd",
-                 "listener", "principal", "sasl", "max_request_bytes", "muted_until", "quota_bound")
+                 "listener", "principal", "sasl", "max_request_bytes", "muted_until", "quota_bound",
+                 "one_at_a_time")
 
     def __init__(self, reader: FrameReceiver, writer: asyncio.StreamWriter):
         self.reader = reader
@@ -87,6 +96,8 @@ class Connection:
         # request at a time, as Kafka reads every connection, so a throttle
         # holds back the very next request (net/client_quotas.py).
         self.quota_bound = False
+        # Requests of ConnectionLimits.one_at_a_time_api_keys read but not yet written (0 or 1).
+        self.one_at_a_time = 0
         # sendfile(2) needs the plain socket: not TLS (the kernel would bypass
         # the encryption). Cleared at the first sendfile the kernel refuses.
         sock = writer.get_extra_info("socket")
@@ -258,6 +269,15 @@ class KafkaServer:
             except MalformedRequest as exc:
                 self._release(size)
                 raise CloseConnection(str(exc)) from None
+            alone = api_key in limits.one_at_a_time_api_keys
+            if alone:
+                while conn.one_at_a_time and not conn.closed:
+                    conn.space.clear()
+                    await conn.space.wait()
+                if conn.closed:
+                    self._release(size)
+                    return
+                conn.one_at_a_time += 1
             # The handler starts now, in arrival order; it must issue any
             # ordered actor calls (appends) before its first await.
             times = None
@@ -270,7 +290,7 @@ class KafkaServer:
             except BaseException:
                 self._release(size)
                 raise
-            conn.inflight.append((task, size, times))
+            conn.inflight.append((task, size, times, alone))
             conn.inflight_bytes += size
             conn.space.set()
             if conn.quota_bound:
@@ -292,7 +312,7 @@ class KafkaServer:
             item = conn.inflight[0]
             if item is None:
                 return
-            task, size, times = item
+            task, size, times, alone = item
             try:
                 response = await task
             except CloseConnection as exc:
@@ -331,6 +351,9 @@ class KafkaServer:
                     response.close()
             elif response is not None and not conn.closed:
                 writer.write(response)
+            if alone:
+                conn.one_at_a_time -= 1
+                conn.space.set()
             if times is not None:
                 self.metrics.request_done(times, write_started, time.perf_counter())
             if not conn.closed and writer.transport.get_write_buffer_size() > 1 << 20:

@@ -155,3 +155,45 @@ def test_large_fetches_over_tls_are_served_from_regions_in_chunks(tmp_path):
         assert records == whole and all(len(r) > 256 * 1024 for r in records)
     assert stats.get("sendfile_bytes", 0) == 0 and held == 0, (stats, held)
     assert stats["region_bytes_written"] == 3 * sum(map(len, whole)), "every record byte from a region"
+
+
+def test_pipelined_fetches_on_one_connection_are_handled_one_at_a_time(tmp_path):
+    # A response may hold up to fetch.max.bytes: the edge reads a
+    # connection's next fetch only once the previous one is written, so a
+    # client pipelining fetches cannot make it hold many (ApiVersions between
+    # them still pipelines).
+    from tests.unit.test_sendfile_fetch import api_versions_request
+
+    async def go():
+        service, server, logs = make_edge(tmp_path, partitions=1, batches_per_partition=4, value_size=4096)
+        leader = next(iter(service.replicas.leader_handles.values()))
+        active, most = [0], [0]
+        answer_of = leader.remote
+
+        def remote(*args, **kwargs):
+            inner = answer_of(*args, **kwargs)
+
+            async def tracked():
+                active[0] += 1
+                most[0] = max(most[0], active[0])
+                try:
+                    await asyncio.sleep(0.02)
+                    return await inner
+                finally:
+                    active[0] -= 1
+            return tracked()
+
+        leader.remote = remote
+        port = await server.start("127.0.0.1", 0)
+        requests = [fetch(i, 1, max_bytes=50 << 20, partition_max_bytes=1 << 20) for i in range(1, 7)]
+        requests.insert(3, api_versions_request(99))
+        frames = await exchange(port, b"".join(requests), len(requests))
+        await server.stop()
+        service.close()
+        for log in logs:
+            log.close()
+        return frames, most[0], leader.calls
+
+    frames, most, calls = asyncio.run(go())
+    assert None not in frames and len(frames) == 7
+    assert calls == 6 and most == 1, f"{most} fetches of one connection were handled at once"

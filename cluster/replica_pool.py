@@ -131,6 +131,7 @@ class ReplicaPool:
         self.wakeups = self.hibernations = self.refusals = self.over_limit = 0
         self._latencies: collections.deque[float] = collections.deque(maxlen=LATENCY_SAMPLES)
         self._starts = asyncio.Semaphore(MAX_CONCURRENT_STARTS)
+        self._tasks: set[asyncio.Task] = set()
         self.on_hibernated: Callable[[PoolKey, Any], None] | None = None  # the router drops the handle's channel
 
     # ---- what the controller sends -----------------------------------------------------------
@@ -182,7 +183,9 @@ class ReplicaPool:
                 # WAKING from here on, before any await: concurrent requests wait for this one wake.
                 entry.state = State.WAKING
                 entry.transition = asyncio.get_running_loop().create_future()
-                asyncio.get_running_loop().create_task(self._wake(key, entry))
+                task = asyncio.get_running_loop().create_task(self._wake(key, entry))
+                self._tasks.add(task)  # referenced until done: the loop keeps only weak references
+                task.add_done_callback(self._tasks.discard)
             await self._settled(entry)
             if entry.state is State.HIBERNATED and entry.handle is None and entry.failure is not None:
                 failure, entry.failure = entry.failure, None

@@ -1,0 +1,84 @@
+"""ReplicaActor.wait_committed: an acks=all produce's wait held by the
+leader replica and answered in the step that moves its high watermark (the
+follower fetch carrying the follower's log end). Driven without Ray: the
+actor class is a plain class (ray.remote wraps it separately)."""
+import asyncio
+
+from actors.partition_leader import ReplicaActor
+from core import error_codes
+from storage.records import SimpleRecord, build_batch
+
+LEADER, FOLLOWER = 1, 2
+
+
+def _batch(n=1):
+    return build_batch([SimpleRecord(key=b"k", value=b"v%d" % i) for i in range(n)], compression=0)
+
+
+def _leader(tmp_path, min_isr=2) -> ReplicaActor:
+    replica = ReplicaActor("t", 0, LEADER, [str(tmp_path)], {"segment_bytes": 1 << 20}, min_insync_replicas=min_isr)
+    replica._report_progress = lambda force=False: None  # no purgatory here (no Ray)
+    return replica
+
+
+async def _close(replica):
+    replica._closed = True
+    for task in replica._background:
+        task.cancel()
+
+
+def test_the_follower_fetch_that_moves_the_hw_answers_the_wait(tmp_path):
+    async def run():
+        leader = _leader(tmp_path)
+        assert await leader.become_leader(1, 0, [LEADER, FOLLOWER], [LEADER, FOLLOWER]) == 0
+        [result] = await leader.append([(_batch(3), -1, 5000)], 0)
+        assert result.error == 0 and result.high_watermark == 0
+        waiting = asyncio.ensure_future(leader.wait_committed(result.last_offset + 1, 0, 5000))
+        first = await leader.fetch_for_follower(FOLLOWER, 0, -1, 0, 1 << 20, 0, -1, True)
+        assert first.slices and first.high_watermark == 0
+        await asyncio.sleep(0)
+        assert not waiting.done(), "the follower has not got the records yet"
+        # The follower's next fetch reports log end 3: the HW moves, the wait is answered
+        # before that fetch itself returns (it parks: nothing new to send).
+        second = asyncio.ensure_future(leader.fetch_for_follower(FOLLOWER, 3, 0, 0, 1 << 20, 50, -1, True))
+        assert await asyncio.wait_for(waiting, 2) == 0
+        assert not second.done()
+        assert (await second).high_watermark == 3
+        # Already committed: answered at once.
+        assert await leader.wait_committed(3, 0, 0) == 0
+        await _close(leader)
+
+    asyncio.run(run())
+
+
+def test_wait_outcomes_timeout_stale_epoch_and_leadership_lost(tmp_path):
+    async def run():
+        leader = _leader(tmp_path)
+        await leader.become_leader(1, 0, [LEADER, FOLLOWER], [LEADER, FOLLOWER])
+        [result] = await leader.append([(_batch(2), -1, 5000)], 0)
+        end = result.last_offset + 1
+        assert await leader.wait_committed(end, 0, 50) == error_codes.REQUEST_TIMED_OUT
+        # An append made under another epoch is not this leader's to acknowledge.
+        assert await leader.wait_committed(end, 1, 5000) == error_codes.NOT_LEADER_OR_FOLLOWER
+        waiting = asyncio.ensure_future(leader.wait_committed(end, 0, 5000))
+        await asyncio.sleep(0)
+        assert await leader.become_follower(1, FOLLOWER, 1, [FOLLOWER], [LEADER, FOLLOWER]) == 0
+        assert await asyncio.wait_for(waiting, 2) == error_codes.NOT_LEADER_OR_FOLLOWER
+        await _close(leader)
+
+    asyncio.run(run())
+
+
+def test_isr_below_min_insync_when_the_hw_passes_is_not_enough_replicas_after_append(tmp_path):
+    async def run():
+        # The ISR is the leader alone with min.insync.replicas=2 (the ISR shrank after
+        # the append); the HW moves with the leader's own append.
+        leader = _leader(tmp_path, min_isr=2)
+        await leader.become_leader(1, 0, [LEADER], [LEADER, FOLLOWER])
+        leader.partition.high_watermark = 0
+        [result] = await leader.append([(_batch(1), 1, 5000)], 0)
+        outcome = await leader.wait_committed(result.last_offset + 1, 0, 5000)
+        await _close(leader)
+        return outcome
+
+    assert asyncio.run(run()) == error_codes.NOT_ENOUGH_REPLICAS_AFTER_APPEND

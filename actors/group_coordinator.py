@@ -59,7 +59,7 @@ from actors.internal_topic_calls import (CoordinatorKind, RayNodeCalls, forget_c
 # offsets_topic_spec: actors/controller.py's import.
 from cluster.controller.internal_topics import OFFSETS_TOPIC, offsets_topic_spec  # noqa: F401
 from cluster.groups import (AppendCompletion, CoordinatorStatus, GroupConfig, GroupCoordinator, GroupDescription,
-                            LeavingMember, PartitionCommit,
+                            LeavingMember, OffsetFetchResult, PartitionCommit,
                             TopicPartition, TxnProducer)
 from cluster.groups.consumer import ConsumerGroupConfig, ConsumerGroupCoordinator, ConsumerHeartbeat
 from cluster.internal_topic_log import InternalTopicLog
@@ -278,9 +278,16 @@ class GroupCoordinatorActor:
         completion = TxnCompletion(*completion)
         return self._ensure().complete_transaction(completion.producer_id, completion.committed)
 
-    async def fetch_offsets(self, group_id: str, partitions: Optional[list], require_stable: bool = False):
+    async def fetch_offsets(self, group_id: str, partitions: Optional[list], require_stable: bool = False,
+                            member_id: Optional[str] = None, member_epoch: int = -1):
+        """``member_id``/``member_epoch``: OffsetFetch v9+, checked for consumer groups."""
         tps = None if partitions is None else [TopicPartition(*tp) for tp in partitions]
-        return self._ensure().fetch_offsets(group_id, tps, require_stable)
+        coordinator = self._ensure()
+        if self.consumer_groups.owns(group_id):
+            error = self.consumer_groups.validate_fetch(group_id, member_id, member_epoch)
+            if error is not None:
+                return OffsetFetchResult(error)
+        return coordinator.fetch_offsets(group_id, tps, require_stable)
 
     async def describe_groups(self, group_ids: list[str]):
         """DescribeGroups: a consumer group is no classic group (Kafka: "Dead",

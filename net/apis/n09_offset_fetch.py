@@ -15,7 +15,8 @@ from net.schema_build import ZERO_THROTTLE, build, has_field, nested, response_s
 NO_OFFSET = -1
 
 
-async def _fetch_group(edge, group_id: str, topics, by_id: bool, require_stable: bool, may):
+async def _fetch_group(edge, group_id: str, topics, by_id: bool, require_stable: bool, may,
+                       member_id: str | None = None, member_epoch: int = -1):
     """-> (group error, [(topic key, [(partition, offset, epoch, metadata, error)])]).
     Kafka: DESCRIBE on the group, and on each topic (others are
     TOPIC_AUTHORIZATION_FAILED when named, left out of an all-partitions answer)."""
@@ -40,7 +41,9 @@ async def _fetch_group(edge, group_id: str, topics, by_id: bool, require_stable:
                 denied.add(key)
             elif name is not None:
                 wanted.extend((name, p) for p in t.partition_indexes)
-    result_error, answer = await edge.group_call(group_id, "fetch_offsets", group_id, wanted, require_stable)
+    # v9+ (KIP-848): a consumer group's member fetches at its member epoch.
+    result_error, answer = await edge.group_call(group_id, "fetch_offsets", group_id, wanted, require_stable,
+                                                 member_id, member_epoch)
     if result_error is not None:
         return result_error, []
     if answer.error != ErrorCode.none:
@@ -88,7 +91,8 @@ async def handle_offset_fetch(ctx, request):
     by_id = ctx.api_version >= 10
     may = await authorization.checker(ctx)
     if has_field(type(request), "groups"):
-        answers = await asyncio.gather(*(_fetch_group(edge, g.group_id, g.topics, by_id, require_stable, may)
+        answers = await asyncio.gather(*(_fetch_group(edge, g.group_id, g.topics, by_id, require_stable, may,
+                                                getattr(g, "member_id", None), getattr(g, "member_epoch", -1))
                                          for g in request.groups))
         group_cls = nested(schema, "OffsetFetchResponseGroup")
         topic_cls = nested(schema, "OffsetFetchResponseTopics")

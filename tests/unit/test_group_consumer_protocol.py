@@ -229,7 +229,11 @@ def test_offsets_with_member_epoch_and_admin():
     assert reply.value == {TopicPartition("t1", 0): E.none}
     reply = Reply()
     cl.cg.commit_offsets("g", "a", None, a.epoch + 1, commit, reply, api_version=9)
-    assert reply.value == {TopicPartition("t1", 0): E.fenced_member_epoch}
+    assert reply.value == {TopicPartition("t1", 0): E.stale_member_epoch}
+    assert cl.cg.validate_fetch("g", None, -1) is None
+    assert cl.cg.validate_fetch("g", "a", a.epoch) is None
+    assert cl.cg.validate_fetch("g", "a", a.epoch + 1) == E.stale_member_epoch
+    assert cl.cg.validate_fetch("g", "nobody", 3) == E.unknown_member_id
     # an older epoch: accepted for partitions the member holds (KIP-1251), stale otherwise
     reply = Reply()
     cl.cg.commit_offsets("g", "a", None, a.epoch - 1, commit, reply, api_version=9)

@@ -89,6 +89,14 @@ class _Failure(Exception):
         self.message = message
 
 
+def _epoch_error(member: ConsumerMember, member_epoch: int) -> Optional[ErrorCode]:
+    """Kafka's validateMemberEpoch: any other epoch is stale (a classic
+    member's generation: ILLEGAL_GENERATION)."""
+    if member_epoch != member.member_epoch:
+        return E.illegal_generation if member.uses_classic_protocol else E.stale_member_epoch
+    return None
+
+
 def to_assignment(wire: Optional[WireAssignment]) -> Optional[Assignment]:
     if wire is None:
         return None
@@ -591,7 +599,8 @@ class ConsumerGroupCoordinator(ClassicMemberHandling):
         if group is None or self.classic.status is not CoordinatorStatus.ACTIVE:
             return False
         error = self._validate_commit(group, member_id, member_epoch, api_version, producer is not None)
-        if error == E.stale_member_epoch and self._all_held(group, member_id, offsets):
+        if error == E.stale_member_epoch and member_epoch < group.members[member_id].member_epoch \
+                and self._all_held(group, member_id, offsets):
             # KIP-1251: a commit that raced an epoch bump is accepted for
             # partitions the member still holds (nobody else can own them).
             error = None
@@ -625,11 +634,19 @@ class ConsumerGroupCoordinator(ClassicMemberHandling):
             return E.unknown_member_id
         if not transactional and not member.uses_classic_protocol and api_version < 9:
             return E.unsupported_version
-        if member_epoch != member.member_epoch:
-            if member.uses_classic_protocol:
-                return E.illegal_generation
-            return E.fenced_member_epoch if member_epoch > member.member_epoch else E.stale_member_epoch
-        return None
+        return _epoch_error(member, member_epoch)
+
+    def validate_fetch(self, group_id: str, member_id: Optional[str], member_epoch: int) -> Optional[ErrorCode]:
+        """OffsetFetch v9+ of a consumer group's member (Kafka's
+        validateOffsetFetch): a request without member (admin clients, older
+        versions) is fine; a member must exist and be at its epoch."""
+        group = self.groups.get(group_id)
+        if group is None or (member_id is None and member_epoch < 0):
+            return None
+        member = group.members.get(member_id or "")
+        if member is None:
+            return E.unknown_member_id
+        return _epoch_error(member, member_epoch)
 
     # ======================================================================
     # admin

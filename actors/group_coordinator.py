@@ -329,7 +329,16 @@ class GroupCoordinatorActor:
         return self.consumer_groups.describe(group_ids)
 
     async def delete_offsets(self, group_id: str, partitions: list):
-        return self._ensure().delete_offsets(group_id, [TopicPartition(*tp) for tp in partitions])
+        coordinator = self._ensure()
+        tps = [TopicPartition(*tp) for tp in partitions]
+        subscribed = self.consumer_groups.subscribed_topics(group_id)
+        if not subscribed:
+            return coordinator.delete_offsets(group_id, tps)
+        # A consumer group's members keep the offsets of the topics they subscribe to.
+        error, errors = coordinator.delete_offsets(group_id, [tp for tp in tps if tp.topic not in subscribed])
+        if error != E.none:
+            return error, errors
+        return error, {**errors, **{tp: E.group_subscribed_to_topic for tp in tps if tp.topic in subscribed}}
 
     # ---- inspection -------------------------------------------------------------------------------------
     async def state(self) -> dict:

@@ -252,6 +252,7 @@ def test_offsets_with_member_epoch_and_admin():
     [listing] = cl.cg.listings()
     assert (listing.group_type, listing.protocol_type, listing.state) == ("consumer", "consumer", "Stable")
     assert cl.cg.delete_groups(["g"]) == {"g": E.non_empty_group}
+    assert cl.cg.subscribed_topics("g") == {"t1"}  # OffsetDelete keeps these (GROUP_SUBSCRIBED_TO_TOPIC)
     cl.beat("a", -1)
     assert cl.cg.delete_groups(["g"]) == {"g": E.none}
     [described] = cl.cg.describe(["g"])

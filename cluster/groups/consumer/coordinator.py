@@ -652,6 +652,11 @@ class ConsumerGroupCoordinator(ClassicMemberHandling):
     # admin
     # ======================================================================
 
+    def subscribed_topics(self, group_id: str) -> set[str]:
+        """The topics a consumer group's members subscribe to (OffsetDelete keeps their offsets)."""
+        group = self.groups.get(group_id)
+        return set(group.subscription_metadata) if group is not None and group.members else set()
+
     def describe(self, group_ids: Iterable[str]) -> list[ConsumerGroupDescription]:
         return [self._describe(group_id) for group_id in group_ids]
 

@@ -427,6 +427,8 @@ class BrokerProcess:
         zk.start()
         try:
             zk.ensure_persistent_paths()
+            if zk.security.set_acl:
+                zk.secure_existing_paths()
             cluster_id = zk.get_or_create_cluster_id()
             found = {}
             for d in log_dirs:

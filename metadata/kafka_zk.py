@@ -727,14 +727,14 @@ class KafkaZkClient:
             for path in zk_paths.ACL_ROOT_PATHS:
                 if self._exists(path) is None:
                     self._create_if_absent(path, makepath=True)
-            self.secure_existing_paths()
 
     def secure_existing_paths(self) -> None:
         """zookeeper.set.acl on a cluster whose znodes were created without it
         (Kafka's zookeeper-security-migration, for what matters most): Kafka's
         ACLs on the persistent paths and their parents, and on everything under
         /config and the ACL paths, where credentials and ACLs live. Znodes that
-        already carry other ACLs are left alone."""
+        already carry other ACLs are left alone. `raykafka start` calls it once
+        per start, before the broker's other sessions open."""
         roots = {zk_paths.CONFIG, *(p for p in zk_paths.ACL_ROOT_PATHS if p.count("/") == 1)}
         tops = set()
         for path in zk_paths.PERSISTENT_PATHS:

@@ -89,6 +89,7 @@ def test_set_acl_secures_znodes_created_before_it(tmp_path, chroot_connect, monk
     digest = zk_security.generate_digest_file(tmp_path / "digest")
     secured = KafkaZkClient(chroot_connect, session_timeout_ms=4000,
                             security=zk_security.ZkClientSecurity(set_acl=True, digest=digest)).start()
+    secured.secure_existing_paths()  # what `raykafka start` does once per start
     intruder = _anonymous(chroot_connect)
     try:
         with pytest.raises(NoAuthError):

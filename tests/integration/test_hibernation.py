@@ -152,3 +152,36 @@ def test_a_consumer_group_resumes_on_hibernated_partitions_from_its_committed_of
     # read and committed first).
     assert len(rest) == 4 and not set(rest) & {m.value() for m in got}, (rest, [m.value() for m in got])
 
+
+def test_acked_records_survive_kill9_while_replicas_hibernate(tmp_path):
+    """Some partitions hibernated, some woken and live, then kill -9 of the
+    whole broker tree: after a restart on the same data every acknowledged
+    record is there and new offsets continue the logs."""
+    from tests.integration.test_durability import consume_all, produce
+
+    data = tmp_path / "data"
+    overrides = {"raykafka.replica.hibernate.ms": "1500", "raykafka.replicas.per.node.max": str(LIVE_MAX)}
+    broker = BrokerProcess(data, overrides).start()
+    topic = "hibernating"
+    try:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})  # kept: a destroyed client fails its futures
+        admin.create_topics([NewTopic(topic, 6, 1)], operation_timeout=120)[topic].result(timeout=150)
+        acked = produce(broker.bootstrap, topic, 600)
+        wait_all_hibernated(broker)
+        for partition in (0, 1):  # woken again, live at the kill
+            produce_one(broker.bootstrap, topic, partition, b"live")
+        assert replica_processes(broker) >= 1
+    finally:
+        broker.kill9()
+    broker = BrokerProcess(data, overrides, log_name="broker-restarted.log").start()
+    try:
+        records = consume_all(broker.bootstrap, topic, 6)
+        for partition, offsets in acked.items():
+            present = {o for o, _ in records.get(partition, [])}
+            assert set(offsets) <= present, f"partition {partition}: acknowledged records lost"
+        assert all(records[p][-1][1] == b"live" for p in (0, 1))
+        more = produce(broker.bootstrap, topic, 60, start=600)
+        for partition, offsets in more.items():
+            assert min(offsets) == records[partition][-1][0] + 1, "new offsets must continue the log"
+    finally:
+        assert broker.stop() == 0

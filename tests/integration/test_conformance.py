@@ -232,13 +232,14 @@ def test_create_topics_of_100_partitions_within_the_operation_timeout(broker, to
 
 
 # ---------------------------------------------------------------- 6. cooperative-sticky: one callback
-@pytest.mark.parametrize("leaver", ["follower", "leader"])
-def test_cooperative_sticky_member_leaving_gives_one_assignment_callback(broker, topic_name, leaver):
+@pytest.mark.parametrize("leaver,settle_s", [("follower", 5), ("leader", 5), ("follower", 0)])
+def test_cooperative_sticky_member_leaving_gives_one_assignment_callback(broker, topic_name, leaver, settle_s):
     """KIP-429 with librdkafka's cooperative-sticky: two consumers share a
     four-partition topic; when one unsubscribes, the remaining one gets its
     partitions in a single rebalance: one assignment callback (with exactly
     the partitions it had not), no revocation, as with Kafka. Both the group
-    leader (the first member) and the follower leaving are checked."""
+    leader (the first member) and the follower leaving are checked, and a
+    follower leaving right after it got its partitions."""
     create_topic(broker.bootstrap, topic_name, 4)
     events: list[tuple[str, str, tuple]] = []
     lock = threading.Lock()
@@ -275,8 +276,9 @@ def test_cooperative_sticky_member_leaving_gives_one_assignment_callback(broker,
         return owned("first") and owned("second") and owned("first") | owned("second") == {0, 1, 2, 3}
 
     wait_for(shared, 60, "both consumers assigned", poll_s=0)
-    # Let the second rebalance round (the first consumer rejoining after its revocation) finish.
-    settle = time.monotonic() + 5
+    # Let the second rebalance round (the first consumer rejoining after its
+    # revocation) finish, or (settle_s 0) leave while it may still be going.
+    settle = time.monotonic() + settle_s
     while time.monotonic() < settle:
         first.poll(0.1)
         second.poll(0.1)

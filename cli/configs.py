@@ -21,6 +21,7 @@ import os
 import sys
 from typing import Optional
 
+from core.config import is_sensitive_broker_key
 from core.error_codes import ErrorCode
 
 from cli.admin_client import (ALTER_CLIENT_QUOTAS, ALTER_USER_SCRAM_CREDENTIALS, DESCRIBE_CLIENT_QUOTAS,
@@ -277,7 +278,10 @@ def describe(client: AdminClient, entities, args, out) -> int:
             else:
                 print(f"{scope} configs for {entity_type[:-1]} {resource} are:", file=out)
             for c in sorted(shown, key=lambda c: c.name):
-                value = "null" if c.is_sensitive else c.value
+                # Kafka's tool prints null for secrets; a key we know to be one is hidden even
+                # if a broker sent its value.
+                hidden = c.is_sensitive or (resource_type == RESOURCE_BROKER and is_sensitive_broker_key(c.name))
+                value = "null" if hidden else c.value
                 source = SOURCE_NAMES.get(int(getattr(c, "config_source", -1)), "UNKNOWN")
                 print(f"  {c.name}={value} sensitive={str(bool(c.is_sensitive)).lower()} "
                       f"synonyms={{{source}:{c.name}={value}}}", file=out)

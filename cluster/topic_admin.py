@@ -11,7 +11,8 @@ from typing import Any
 from core.error_codes import ErrorCode
 
 from cluster.capacity import NodeCapacity, place_with_room
-from core.config import TOPIC_CONFIGS, BrokerConfig, ConfigError, validate_topic_configs
+from core.config import (TOPIC_CONFIGS, BrokerConfig, ConfigError, is_sensitive_broker_key, is_sensitive_topic_key,
+                         validate_topic_configs)
 from core.naming import topic_name_error
 
 # DescribeConfigs/CreateTopics config sources (Kafka's ConfigSource ids).
@@ -286,10 +287,20 @@ def describe_topic_config_entries(configs: dict[str, str], broker: BrokerConfig)
         synonyms.append({"name": synonym or key, "value": _as_text(definition.default), "source": SOURCE_DEFAULT})
         top = synonyms[0]
         value = top["value"] if top["source"] != SOURCE_DEFAULT else _as_text(broker.topic_default(key))
-        entries.append({"name": key, "value": value, "source": top["source"], "synonyms": synonyms,
-                        "read_only": False, "sensitive": False, "type": _CONFIG_TYPES.get(definition.type, 0),
-                        "doc": definition.doc or None})
+        sensitive = is_sensitive_topic_key(key) or (synonym is not None and is_sensitive_broker_key(synonym))
+        entries.append(_masked({"name": key, "value": value, "source": top["source"], "synonyms": synonyms,
+                                "read_only": False, "sensitive": sensitive,
+                                "type": _CONFIG_TYPES.get(definition.type, 0), "doc": definition.doc or None}))
     return entries
+
+
+def _masked(entry: dict[str, Any]) -> dict[str, Any]:
+    """Kafka's ConfigHelper: a sensitive entry answers null for its value and
+    for every synonym's value (the synonyms hold the same secret)."""
+    if entry["sensitive"]:
+        entry["value"] = None
+        entry["synonyms"] = [{**s, "value": None} for s in entry["synonyms"]]
+    return entry
 
 
 def describe_broker_config_entries(broker: BrokerConfig) -> list[dict[str, Any]]:
@@ -302,9 +313,9 @@ def describe_broker_config_entries(broker: BrokerConfig) -> list[dict[str, Any]]
         value = _as_text(broker[key])
         source = SOURCE_STATIC_BROKER if explicit else SOURCE_DEFAULT
         synonyms = [{"name": key, "value": value, "source": source}]
-        entries.append({"name": key, "value": value, "source": source, "synonyms": synonyms, "read_only": True,
-                        "sensitive": definition.type == "password", "type": _CONFIG_TYPES.get(definition.type, 0),
-                        "doc": definition.doc or None})
+        entries.append(_masked({"name": key, "value": value, "source": source, "synonyms": synonyms,
+                                "read_only": True, "sensitive": is_sensitive_broker_key(key),
+                                "type": _CONFIG_TYPES.get(definition.type, 0), "doc": definition.doc or None}))
     return entries
 
 

@@ -81,6 +81,8 @@ class ConfigDef:
         try:
             value = _PARSERS[self.type](raw)
         except ValueError as exc:
+            if self.type == "password":  # never echo a secret into an error message or a log
+                raise ConfigError(self.name, f"invalid {self.type} value") from None
             raise ConfigError(self.name, f"invalid {self.type} value {raw!r} ({exc})") from None
         self.check(value)
         return value
@@ -103,7 +105,8 @@ class ConfigDef:
             try:
                 self.validator(value)
             except ValueError as exc:
-                raise ConfigError(self.name, str(exc)) from None
+                # a secret's validator may quote it: never echo it
+                raise ConfigError(self.name, "invalid value" if self.type == "password" else str(exc)) from None
 
 
 INT32_MAX = 2**31 - 1
@@ -419,6 +422,20 @@ BROKER_CONFIGS.update(_defs(
     ConfigDef("super.users", "string", None, "Principals allowed everything, semicolon-separated (User:admin;User:ops)"),
     ConfigDef("allow.everyone.if.no.acl.found", "bool", False, "Allow a resource that has no ACL to everyone"),
 ))
+
+
+def is_sensitive_broker_key(key: str) -> bool:
+    """Kafka's KafkaConfig.maybeSensitive: a password, or a key whose type is
+    unknown (it may hold one). Listener-prefixed keys take their base key's type
+    (listener.name.sasl_ssl.plain.sasl.jaas.config is as secret as sasl.jaas.config)."""
+    definition = _broker_def(key)
+    return definition is None or definition.type == "password"
+
+
+def is_sensitive_topic_key(key: str) -> bool:
+    """The same rule for topic configs (none of Kafka's is a password; an unknown key may be)."""
+    definition = TOPIC_CONFIGS.get(key)
+    return definition is None or definition.type == "password"
 
 
 def _broker_def(key: str) -> ConfigDef | None:

@@ -11,7 +11,10 @@ TOPIC_NAME_MAX = 249
 # Kafka's internal topics: group offsets and transaction state.
 OFFSETS_TOPIC = "__consumer_offsets"
 TRANSACTION_STATE_TOPIC = "__transaction_state"
-_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
+# Kafka's Topic.isInternal: clients never append to them nor delete their records
+# (only their coordinators write them), and only their own spec creates them.
+INTERNAL_TOPICS = frozenset((OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC))
+_LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")  # fullmatch: "$" would accept a trailing newline
 
 
 def replica_actor_name(topic: str, partition: int, broker_id: int) -> str:
@@ -58,7 +61,7 @@ def topic_name_error(name: str) -> str | None:
         return "Topic name cannot be \".\" or \"..\""
     if len(name) > TOPIC_NAME_MAX:
         return f"Topic name is illegal, it can't be longer than {TOPIC_NAME_MAX} characters"
-    if not _LEGAL_TOPIC.match(name):
+    if not _LEGAL_TOPIC.fullmatch(name):
         return (f"Topic name \"{name}\" is illegal, it contains a character other than "
                 "ASCII alphanumerics, '.', '_' and '-'")
     return None

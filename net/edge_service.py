@@ -136,14 +136,14 @@ class EdgeService:
     # ---- the controller ----------------------------------------------------------------------
     async def controller_call(self, method: str, *args, timeout_s: float | None = None):
         if self.controller_handle is None:
-            raise ActorCallFailed(ErrorCode.not_controller, "no active controller known")
+            raise ActorCallFailed(ErrorCode.not_controller)
         try:
             return await call(getattr(self.controller_handle, method).remote(*args), timeout_s or self.call_timeout_s)
         except ActorCallFailed as exc:
             if exc.error == ErrorCode.not_leader_or_follower:
                 # The controller actor is gone (failover under way): admin clients
                 # retry NOT_CONTROLLER after refreshing metadata.
-                raise ActorCallFailed(ErrorCode.not_controller, str(exc)) from None
+                raise ActorCallFailed(ErrorCode.not_controller) from None
             raise
 
     def close(self) -> None:

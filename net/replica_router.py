@@ -20,7 +20,7 @@ from core.local_channels import LocalChannels
 from core.pooled_replica import PooledReplica
 from core.replica_messages import failed_append
 from core.shared_region import SharedRegion
-from net.actor_calls import ActorCallFailed, call, call_failure
+from net.actor_calls import ActorCallFailed, call, call_failure, kafka_message
 from net.edge_metrics import CURRENT as CURRENT_REQUEST
 from net.fetch_local_tail import LocalTail
 
@@ -102,7 +102,7 @@ class PartitionAppender:
             results = [failed_append(int(exc.error), message=str(exc))] * len(batch)
         except Exception as exc:  # never leave a producer without an answer
             log.exception("append to %s-%d failed", self.topic, self.partition)
-            results = [failed_append(int(ErrorCode.unknown_server_error), message=str(exc))] * len(batch)
+            results = [failed_append(int(ErrorCode.unknown_server_error), message=kafka_message(-1))] * len(batch)
         finally:
             self.inflight = False
         for item, result in zip(batch, results):

@@ -4,6 +4,7 @@ import asyncio
 
 from core.error_codes import ErrorCode
 
+from core.naming import INTERNAL_TOPICS
 from core.replica_messages import failed_append
 from net import authorization
 from net.authorization import Operation, ResourceType
@@ -70,6 +71,8 @@ async def handle_produce(ctx, request):
                 fut = _immediate(ErrorCode.transactional_id_authorization_failed)
             elif name is not None and not may(Operation.WRITE, ResourceType.TOPIC, name):
                 fut = _immediate(ErrorCode.topic_authorization_failed)
+            elif name in INTERNAL_TOPICS:  # ReplicaManager: even a super user's append is refused
+                fut = _immediate(ErrorCode.invalid_topic_exception, f"Cannot append to internal topic {name}")
             elif acks not in (0, 1, -1):
                 fut = _immediate(ErrorCode.invalid_required_acks)
             else:

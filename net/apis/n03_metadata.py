@@ -2,7 +2,7 @@
 are auto-created through the controller when the client and the broker allow it."""
 from core.error_codes import ErrorCode
 
-from core.naming import topic_name_error
+from core.naming import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, topic_name_error
 from net.actor_calls import ActorCallFailed
 from net import authorization
 from net.authorization import CLUSTER_NAME, Operation, ResourceType
@@ -10,18 +10,29 @@ from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, has_field, nested, response_schema_for
 
 OPERATIONS_OMITTED = -(2**31)
+# Internal topics are created by the controller from their own spec only.
+INTERNAL_TOPIC_CREATORS = {OFFSETS_TOPIC: "ensure_offsets_topic",
+                           TRANSACTION_STATE_TOPIC: "ensure_transaction_state_topic"}
 
 
 async def _auto_create(edge, names: list[str]) -> dict[str, tuple[int, str | None]]:
     config = edge.config
+    answers = {}
+    for name, method in INTERNAL_TOPIC_CREATORS.items():
+        if name in names:  # from its own spec, as Kafka's AutoTopicCreationManager does
+            names = [n for n in names if n != name]
+            failure = await edge.coordinators.ensure_topic(name, method)
+            answers[name] = (int(ErrorCode.leader_not_available), None) if failure is not None else (0, None)
+    if not names:
+        return answers
     specs = [{"name": n, "num_partitions": config["num.partitions"],
               "replication_factor": config["default.replication.factor"],
               "assignments": {}, "configs": {}} for n in names]
     try:
         results = await edge.controller_call("create_topics", specs, False)
-    except ActorCallFailed as exc:
-        return {n: (int(ErrorCode.leader_not_available), str(exc)) for n in names}
-    return {r["name"]: (r["error_code"], r["error_message"]) for r in results}
+    except ActorCallFailed:
+        return {**answers, **{n: (int(ErrorCode.leader_not_available), None) for n in names}}
+    return {**answers, **{r["name"]: (r["error_code"], r["error_message"]) for r in results}}
 
 
 @api(3, 0, 13, tests=("tests/integration/test_clients.py::test_metadata_and_auto_create",))
@@ -36,9 +47,10 @@ async def handle_metadata(ctx, request):
     requested = request.topics
     if requested is None or (ctx.api_version == 0 and len(requested) == 0):
         names = sorted(cache.topics)
-        by_id_errors = []
+        by_id_errors, by_id = [], {}
     else:
         names, by_id_errors = [], []
+        by_id: dict[str, object] = {}  # names asked for by topic id -> the id
         for t in requested:
             name = getattr(t, "name", None)
             if name is None and getattr(t, "topic_id", None) is not None:
@@ -47,6 +59,7 @@ async def handle_metadata(ctx, request):
                     by_id_errors.append(t.topic_id)
                     continue
                 name = info.name
+                by_id[name] = t.topic_id
             names.append(name)
 
     errors: dict[str, tuple[int, str | None]] = {}
@@ -87,6 +100,12 @@ async def handle_metadata(ctx, request):
         info = cache.topics.get(name)
         if info is None or name in errors:
             code = errors.get(name, (int(ErrorCode.unknown_topic_or_partition), None))[0]
+            if name in by_id and code == ErrorCode.topic_authorization_failed:
+                # Kafka: a topic asked for by id that the principal may not describe
+                # keeps its name to itself (null name, the id echoed).
+                topics.append(build(topic_cls, error_code=ErrorCode(code), name=None, topic_id=by_id[name],
+                                    is_internal=False, partitions=(), topic_authorized_operations=OPERATIONS_OMITTED))
+                continue
             topics.append(build(topic_cls, error_code=ErrorCode(code), name=name, topic_id=None,
                                 is_internal=False, partitions=(),
                                 topic_authorized_operations=OPERATIONS_OMITTED))

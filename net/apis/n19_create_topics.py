@@ -2,6 +2,7 @@
 answers once leaders are elected and every edge has the new metadata."""
 from core.error_codes import ErrorCode
 
+from core.naming import INTERNAL_TOPICS
 from net.actor_calls import ActorCallFailed
 from net import authorization
 from net.authorization import Operation, ResourceType
@@ -35,6 +36,11 @@ async def handle_create_topics(ctx, request):
                                                    [s["name"] for s in specs])
         denied = {s["name"] for s in specs if s["name"] not in creatable}
         specs = [s for s in specs if s["name"] in creatable]
+    # Internal topics come only from their own spec (the controller's
+    # ensure_offsets_topic / ensure_transaction_state_topic, on first use): a
+    # client must not pre-create one with another partition count or cleanup policy.
+    internal = {s["name"] for s in specs if s["name"] in INTERNAL_TOPICS and s["name"] not in edge.metadata.topics}
+    specs = [s for s in specs if s["name"] not in internal]
     timeout_ms = timedelta_ms(request.timeout)
     try:
         results = await edge.controller_call("create_topics", specs, bool(request.validate_only), timeout_ms,
@@ -43,6 +49,9 @@ async def handle_create_topics(ctx, request):
         results = [{"name": s["name"], "error_code": int(exc.error), "error_message": str(exc)} for s in specs]
     results.extend({"name": name, "error_code": int(ErrorCode.topic_authorization_failed),
                     "error_message": "Authorization failed."} for name in sorted(denied))
+    results.extend({"name": name, "error_code": int(ErrorCode.invalid_request),
+                    "error_message": f"{name} is an internal topic: it is created by its coordinator on first use"}
+                   for name in sorted(internal))
     for name in sorted(duplicates):
         # Kafka: a topic named twice in one request is INVALID_REQUEST for that topic.
         results.append({"name": name, "error_code": int(ErrorCode.invalid_request),

@@ -17,6 +17,7 @@ async def handle_delete_topics(ctx, request):
     cache = edge.metadata
     # v0-5 carry names; v6 carries (name | topic id) entries.
     entries = []
+    by_id: set[str] = set()  # names the client gave only as a topic id
     if has_field(type(request), "topic_names"):
         entries = [(name, None) for name in request.topic_names]
     else:
@@ -26,6 +27,8 @@ async def handle_delete_topics(ctx, request):
             else:
                 info = cache.topics_by_id.get(t.topic_id)
                 entries.append((info.name if info else None, t.topic_id))
+                if info is not None:
+                    by_id.add(info.name)
     names = [name for name, _ in entries if name is not None]
     deletable = await authorization.authorized(ctx, Operation.DELETE, ResourceType.TOPIC, names)
     denied = {n for n in names if n not in deletable}  # Kafka: DELETE on each topic
@@ -37,7 +40,7 @@ async def handle_delete_topics(ctx, request):
             outcome = await edge.controller_call("delete_topics", names,
                                                  timeout_s=max(timeout_ms / 1000, 0) + edge.call_timeout_s)
         except ActorCallFailed as exc:
-            outcome = {n: (int(exc.error), str(exc)) for n in names}
+            outcome = {n: (int(exc.error), str(exc)) for n in names}  # Kafka's message (net/actor_calls.py)
     results = []
     for name, topic_id in entries:
         if name is None:
@@ -46,6 +49,8 @@ async def handle_delete_topics(ctx, request):
             code, message = int(ErrorCode.topic_authorization_failed), None
         else:
             code, message = outcome.get(name, (int(ErrorCode.unknown_topic_or_partition), None))
+        if name in denied and name in by_id:
+            name = None  # Kafka: an unauthorized principal does not learn the name behind an id
         results.append(build(result_cls, name=name, topic_id=topic_id, error_code=ErrorCode(code),
                              error_message=message))
     return build(schema, throttle_time=ZERO_THROTTLE, responses=tuple(results))

@@ -4,6 +4,7 @@ the low watermark once every in-sync replica has moved its own log start
 import asyncio
 
 from core.error_codes import ErrorCode
+from core.naming import INTERNAL_TOPICS
 
 from net.leader_calls import call_leader
 from net import authorization
@@ -27,9 +28,11 @@ async def handle_delete_records(ctx, request):
     deletable = await authorization.authorized(ctx, Operation.DELETE, ResourceType.TOPIC,
                                                {t.name for t in request.topics})
     denied = (int(ErrorCode.topic_authorization_failed), -1)
+    internal = (int(ErrorCode.invalid_topic_exception), -1)  # Kafka: never, even for a super user
     answers = iter(await asyncio.gather(*(
-        _one(ctx.edge, t.name, p.partition_index, p.offset, timeout_ms) if t.name in deletable
-        else authorization.answer(denied)
+        authorization.answer(denied) if t.name not in deletable
+        else authorization.answer(internal) if t.name in INTERNAL_TOPICS
+        else _one(ctx.edge, t.name, p.partition_index, p.offset, timeout_ms)
         for t in request.topics for p in t.partitions)))
     schema = response_schema_for(request)
     topic_cls, part_cls = nested(schema, "DeleteRecordsTopicResult"), nested(schema, "DeleteRecordsPartitionResult")

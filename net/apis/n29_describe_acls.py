@@ -7,6 +7,7 @@ from cluster.security.acls import (AccessControlEntryFilter, AclBindingFilter, O
 from net import authorization
 from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for
+from net.actor_calls import internal_error
 
 _TESTS = ("tests/integration/test_acls.py::test_acl_tool_add_list_remove",
           "tests/unit/test_acls.py::test_filters_follow_kafka")
@@ -36,7 +37,7 @@ async def handle_describe_acls(ctx, request):
     try:
         store = await authorization.acl_store(ctx.edge)
     except Exception as exc:  # ZooKeeper unreachable
-        return answer(ErrorCode.unknown_server_error, str(exc)[:200])
+        return answer(ErrorCode.unknown_server_error, internal_error(exc, "DescribeAcls"))
     if store is None:
         return answer(ErrorCode.security_disabled, "No Authorizer is configured on the broker")
     try:

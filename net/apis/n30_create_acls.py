@@ -10,6 +10,7 @@ from cluster.security.acls import (AccessControlEntry, AclBinding, Operation, Pa
 from net import authorization
 from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for
+from net.actor_calls import internal_error
 
 _TESTS = ("tests/integration/test_acls.py::test_acl_tool_add_list_remove",
           "tests/unit/test_acls.py::test_validation")
@@ -41,7 +42,7 @@ async def handle_create_acls(ctx, request):
     try:
         store = await authorization.acl_store(ctx.edge)
     except Exception as exc:  # ZooKeeper unreachable
-        return every(ErrorCode.unknown_server_error, str(exc)[:200])
+        return every(ErrorCode.unknown_server_error, internal_error(exc, "CreateAcls"))
     if store is None:
         return every(ErrorCode.security_disabled, "No Authorizer is configured.")
     bindings, results = [], {}

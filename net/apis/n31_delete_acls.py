@@ -10,6 +10,7 @@ from net import authorization
 from net.apis.n29_describe_acls import binding_filter
 from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for
+from net.actor_calls import internal_error
 
 _TESTS = ("tests/integration/test_acls.py::test_acl_tool_add_list_remove",)
 
@@ -37,7 +38,7 @@ async def handle_delete_acls(ctx, request):
     try:
         store = await authorization.acl_store(ctx.edge)
     except Exception as exc:  # ZooKeeper unreachable
-        return every(ErrorCode.unknown_server_error, str(exc)[:200])
+        return every(ErrorCode.unknown_server_error, internal_error(exc, "DeleteAcls"))
     if store is None:
         return every(ErrorCode.security_disabled, "No Authorizer is configured.")
     filters, results = [], {}
@@ -49,7 +50,7 @@ async def handle_delete_acls(ctx, request):
     try:
         deleted = await asyncio.get_running_loop().run_in_executor(None, store.delete_acls, [f for _, f in filters])
     except Exception as exc:  # ZooKeeper unreachable
-        return every(ErrorCode.unknown_server_error, str(exc)[:200])
+        return every(ErrorCode.unknown_server_error, internal_error(exc, "DeleteAcls"))
     for (index, _filter), result in zip(filters, deleted):
         results[index] = result
     return answer([results[i] for i in range(len(request.filters))])

@@ -1,5 +1,7 @@
 """DescribeConfigs (32): topic configs with their sources and synonyms (topic
-override > static broker config > default), and the broker's static configs."""
+override > static broker config > default), and the broker's static configs.
+A sensitive config (Kafka's isSensitive: a password, or a key of unknown
+type) answers null for its value and for every synonym's value, to everyone."""
 from core.error_codes import ErrorCode
 
 from net.actor_calls import ActorCallFailed
@@ -58,7 +60,8 @@ async def handle_describe_configs(ctx, request):
             build(entry_cls, name=e["name"], value=None if e["sensitive"] else e["value"], read_only=e["read_only"],
                   config_source=e["source"], is_sensitive=e["sensitive"],
                   is_default=e["source"] == 5,
-                  synonyms=tuple(build(synonym_cls, name=s["name"], value=s["value"], source=s["source"])
+                  synonyms=tuple(build(synonym_cls, name=s["name"], value=None if e["sensitive"] else s["value"],
+                                       source=s["source"])
                                  for s in e["synonyms"]) if with_synonyms else (),
                   config_type=e["type"], documentation=e["doc"] if with_docs else None)
             for e in d.get("entries", ()) if wanted is None or e["name"] in wanted)

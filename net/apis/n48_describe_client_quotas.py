@@ -13,6 +13,7 @@ from net.authorization import Operation
 from net.client_quotas import quotas_of
 from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for
+from net.actor_calls import internal_error
 
 _TESTS = ("tests/integration/test_quotas.py::test_describe_and_alter_client_quotas",
           "tests/unit/test_client_quotas.py::test_describe_filter")
@@ -99,7 +100,7 @@ async def handle_describe_client_quotas(ctx, request):
             None, lambda: zk_store.read_all(quotas.zk_client()))
     except Exception as exc:  # ZooKeeper unreachable
         return build(schema, throttle_time=ZERO_THROTTLE, error_code=ErrorCode.unknown_server_error,
-                     error_message=str(exc)[:200], entries=None)
+                     error_message=internal_error(exc, "DescribeClientQuotas"), entries=None)
     entries = []
     for entity, values in matching(configs, wanted, bool(request.strict)):
         parts = []

@@ -14,6 +14,7 @@ from net.authorization import Operation
 from net.client_quotas import quotas_of
 from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for
+from net.actor_calls import internal_error
 
 _TESTS = ("tests/integration/test_quotas.py::test_describe_and_alter_client_quotas",
           "tests/unit/test_client_quotas.py::test_alter_validation")
@@ -84,7 +85,7 @@ async def handle_alter_client_quotas(ctx, request):
         except AlterError as exc:
             error, message = ErrorCode.invalid_request, str(exc)
         except Exception as exc:  # ZooKeeper unreachable
-            error, message = ErrorCode.unknown_server_error, str(exc)[:200]
+            error, message = ErrorCode.unknown_server_error, internal_error(exc, "AlterClientQuotas")
         results.append(build(entry_cls, error_code=error, error_message=message,
                              entity=tuple(build(entity_cls, entity_type=part.entity_type,
                                                 entity_name=part.entity_name) for part in entry.entity)))

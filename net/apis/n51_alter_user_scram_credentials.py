@@ -14,6 +14,7 @@ from net.registry import api
 from net.sasl import (SCRAM_BY_TYPE, SCRAM_MAX_ITERATIONS, SCRAM_MECHANISMS, credential_to_string,
                       scram_keys)
 from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for
+from net.actor_calls import internal_error
 
 _TESTS = ("tests/integration/test_security.py::test_scram_credentials_admin",
           "tests/unit/test_security.py::test_alter_validation")
@@ -81,7 +82,7 @@ async def handle_alter_user_scram_credentials(ctx, request):
         try:
             answers[user] = await loop.run_in_executor(None, _apply, store, user, items)
         except Exception as exc:  # ZooKeeper unreachable
-            answers[user] = (ErrorCode.unknown_server_error, str(exc)[:200])
+            answers[user] = (ErrorCode.unknown_server_error, internal_error(exc, "AlterUserScramCredentials"))
     return build(schema, throttle_time=ZERO_THROTTLE,
                  results=tuple(build(result_cls, user=user, error_code=error, error_message=message)
                                for user, (error, message) in answers.items()))

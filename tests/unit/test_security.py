@@ -228,3 +228,43 @@ def test_tls_contexts_from_pem_stores(tmp_path):
         with pytest.raises(ConfigError) as info:
             BrokerConfig.from_sources(overrides=base + extra)
         assert info.value.key == key
+
+
+# ---- issue 28: secrets never leave DescribeConfigs, internal topics, topic names ----------------------
+
+def test_describe_configs_hides_every_sensitive_value_and_synonym():
+    from cluster.topic_admin import describe_broker_config_entries
+    from core.config import BrokerConfig, is_sensitive_broker_key
+
+    jaas = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
+            'password="admin-secret" user_admin="admin-secret";')
+    config = BrokerConfig.from_sources(overrides=[
+        ("listeners", "SASL_PLAINTEXT://127.0.0.1:0"),
+        ("sasl.enabled.mechanisms", "PLAIN"),
+        ("sasl.jaas.config", jaas),
+    ])
+    entries = {e["name"]: e for e in describe_broker_config_entries(config)}
+    jaas_entry = entries["sasl.jaas.config"]
+    assert jaas_entry["sensitive"] and jaas_entry["value"] is None
+    assert jaas_entry["synonyms"] and all(s["value"] is None for s in jaas_entry["synonyms"])
+    assert "admin-secret" not in repr(entries)
+    assert is_sensitive_broker_key("listener.name.sasl_ssl.plain.sasl.jaas.config")
+    assert is_sensitive_broker_key("ssl.key.password") and is_sensitive_broker_key("no.such.key")
+    assert not is_sensitive_broker_key("num.partitions")
+
+
+def test_a_password_never_appears_in_a_config_error():
+    from core.config import BROKER_CONFIGS, ConfigDef, ConfigError
+
+    definition = BROKER_CONFIGS["ssl.key.password"]
+    strict = ConfigDef(definition.name, "password", None, validator=lambda v: (_ for _ in ()).throw(ValueError(v)))
+    with pytest.raises(ConfigError) as caught:
+        strict.parse("top-secret")
+    assert "top-secret" not in str(caught.value)
+
+
+def test_topic_names_with_a_trailing_newline_are_illegal():
+    from core.naming import topic_name_error
+
+    assert topic_name_error("orders") is None
+    assert topic_name_error("orders\n") is not None

@@ -301,6 +301,9 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("transaction.state.log.segment.bytes", "int", 104857600, min=1),
     ConfigDef("transaction.state.log.load.buffer.size", "int", 5242880, min=1),
     ConfigDef("transaction.max.timeout.ms", "int", 900000, min=1),
+    ConfigDef("transaction.partition.verification.enable", "bool", True,
+              "KIP-890: the leader asks the transaction coordinator whether a transactional batch's "
+              "partition is in its producer's ongoing transaction before appending it"),
     ConfigDef("transactional.id.expiration.ms", "int", 604800000, min=1),
     ConfigDef("transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", 10000, min=1),
     ConfigDef("transaction.remove.expired.transaction.cleanup.interval.ms", "int", 3600000, min=1),

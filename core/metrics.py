@@ -185,6 +185,10 @@ CATALOGUE: tuple[MetricDef, ...] = (
     _c("kafka_server_groupcoordinatormetrics_offsetcommit", ("broker",),
        "kafka.server:type=group-coordinator-metrics,name=offset-commit-count",
        "Partition offsets committed (OffsetCommit, TxnOffsetCommit)"),
+    # coordinators (the __consumer_offsets / __transaction_state partitions led here)
+    _c("kafka_coordinator_skippedrecords", ("topic", "partition"),
+       "(none: Kafka's coordinator fails the load)",
+       "Records a coordinator could not parse while loading its partition, skipped (each also logged)"),
 )
 
 BY_NAME = {m.name: m for m in CATALOGUE}
@@ -388,3 +392,16 @@ def markdown_table() -> str:
         labels = ", ".join(t for t in m.tags)
         rows.append(f"| `{shown}` | {m.kind} | {labels} | `{m.kafka}` |")
     return "\n".join(rows)
+
+
+def count_skipped_coordinator_record(topic: str, partition: int) -> None:
+    """A coordinator skipped a record of its internal topic it could not parse.
+    Coordinators report no other metric, so their process starts reporting at
+    the first skip (rare: only a bug or a hand-written record leads here)."""
+    import sys
+
+    r = registry()
+    r.counter("kafka_coordinator_skippedrecords").inc((topic, str(partition)))
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():  # in a Ray worker (not a unit test)
+        r.start_reporting(r.interval_s)

@@ -66,7 +66,7 @@ class Connection:
     __slots__ = ("peer", "reader", "writer", "inflight", "inflight_bytes", "space", "closed",
                  "last_active", "requests_served", "client_software", "can_sendfile", "socket_fd",
                  "listener", "principal", "sasl", "max_request_bytes", "muted_until", "quota_bound",
-                 "one_at_a_time")
+                 "one_at_a_time", "produce_gate")
 
     def __init__(self, reader: FrameReceiver, writer: asyncio.StreamWriter):
         self.reader = reader
@@ -98,6 +98,9 @@ class Connection:
         self.quota_bound = False
         # Requests of ConnectionLimits.one_at_a_time_api_keys read but not yet written (0 or 1).
         self.one_at_a_time = 0
+        # Produce: set while a request verifies transactional batches (KIP-890)
+        # before issuing its appends; later requests wait for it (net/apis/n00_produce.py).
+        self.produce_gate: asyncio.Future | None = None
         # sendfile(2) needs the plain socket: not TLS (the kernel would bypass
         # the encryption). Cleared at the first sendfile the kernel refuses.
         sock = writer.get_extra_info("socket")

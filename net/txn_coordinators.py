@@ -25,7 +25,7 @@ from typing import Any, Awaitable, Optional
 from core.error_codes import ErrorCode
 
 from core.naming import TRANSACTION_STATE_TOPIC, transaction_coordinator_actor_name
-from net.coordinator_router import LocalCoordinators, coordinator_answer
+from net.coordinator_router import LocalCoordinators, coordinator_answer, find_actor
 
 log = logging.getLogger("raykafka.edge.transactions")
 
@@ -41,6 +41,8 @@ class TransactionRouting:
         self._handles = self._coordinators.handles
         self._handle = self._coordinators.handle
         self.local_coordinators = self._coordinators.all
+        # (partition, leader broker) -> the coordinator on another node, for KIP-890 verification
+        self._remote: dict[tuple[int, int], Any] = {}
 
     def coordinator_handles(self) -> list:
         """The transaction coordinators of this node the edge knows (their direct channels stay open)."""
@@ -100,6 +102,33 @@ class TransactionRouting:
         if broker is None:
             return ErrorCode.coordinator_not_available, -1, "", -1
         return ErrorCode.none, broker.broker_id, broker.host, broker.port
+
+    async def verify_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                                partitions: list[tuple[str, int]]) -> tuple[Optional[ErrorCode], Any]:
+        """KIP-890 verification for a leader: ask the coordinator of
+        ``transactional_id``, wherever it runs (the partition's leader need not
+        be on its node), whether ``partitions`` are in the ongoing transaction
+        of ``producer_id``/``producer_epoch`` -> (error or None, {tp: error code})."""
+        partition = self.partition_for(transactional_id)
+        info = None if partition is None else self.edge.metadata.partition(TRANSACTION_STATE_TOPIC, partition)
+        if info is None or info.leader < 0:
+            return ErrorCode.coordinator_not_available, None
+        if info.leader == self.edge.broker_id:
+            return await self.call(transactional_id, "verify_partitions", transactional_id, producer_id,
+                                   producer_epoch, partitions)
+        key = (partition, info.leader)
+        handle = self._remote.get(key)
+        if handle is None:
+            handle = await find_actor(transaction_coordinator_actor_name(partition, info.leader),
+                                      self.edge.config["raykafka.namespace"], self.edge.call_timeout_s)
+            if handle is None:
+                return ErrorCode.not_coordinator, None
+            self._remote = {k: v for k, v in self._remote.items() if k[0] != partition}  # one per partition
+            self._remote[key] = handle
+        pending = asyncio.wait_for(handle.verify_partitions.remote(transactional_id, producer_id, producer_epoch,
+                                                                    partitions), self.edge.call_timeout_s)
+        return await coordinator_answer(self._remote, key, "transaction", "verify_partitions", pending,
+                                        ErrorCode.request_timed_out)
 
     async def call(self, transactional_id: str, method: str, *args, timeout_s: Optional[float] = None):
         """Call the coordinator of ``transactional_id`` on this node -> (error or None, answer)."""

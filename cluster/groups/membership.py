@@ -126,7 +126,8 @@ class GroupCoordinator:
         self._key_space = ("group-coordinator", id(self))
         # The groups as stored in the partition: cache, offsets, records, loading.
         self.manager = GroupMetadataManager(append_records, self.config, self._clock, self._timer, self,
-                                            expire_offsets_periodically=expire_offsets_periodically)
+                                            expire_offsets_periodically=expire_offsets_periodically,
+                                            partition=partition)
 
     # ======================================================================
     # ownership: loading and unloading (the manager's, with our part on

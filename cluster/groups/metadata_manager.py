@@ -29,6 +29,8 @@ import logging
 from typing import Any, Callable, Iterable, Mapping, Optional, Protocol
 
 from core.error_codes import ErrorCode
+from core.metrics import count_skipped_coordinator_record
+from core.naming import OFFSETS_TOPIC
 
 from cluster.groups.api import (
     AppendCompletion,
@@ -160,8 +162,11 @@ class GroupMetadataManager:
         lifecycle: GroupLifecycle,
         *,
         expire_offsets_periodically: bool = True,
+        partition: Optional[int] = None,
     ) -> None:
-        """``timer`` runs the offsets.retention sweep (None: no sweep)."""
+        """``timer`` runs the offsets.retention sweep (None: no sweep);
+        ``partition``: the __consumer_offsets partition (for logs and metrics)."""
+        self.partition = -1 if partition is None else partition
         self._append_records = append_records
         self.config = config
         self._clock = clock
@@ -250,38 +255,50 @@ class GroupMetadataManager:
         sequence = self._append_sequence
         self._append_sequence += 1
         for key_bytes, value_bytes in records:
-            if key_bytes is None:
-                # Not a coordinator record (Kafka fails the load on these;
-                # nothing but coordinators writes here, so skip and say so).
-                log.warning("skipping keyless record in __consumer_offsets")
-                continue
-            key = decode_key(key_bytes)
-            if isinstance(key, OffsetCommitKey):
-                slot = (key.group, TopicPartition(key.topic, key.partition))
-                if producer_id is not None:
-                    pending = self._loading_pending.setdefault(producer_id, {})
-                    if value_bytes is None:
-                        pending.pop(slot, None)
-                    else:
-                        pending[slot] = (decode_offset_commit_value(value_bytes), sequence)
-                elif value_bytes is None:
-                    self._loading_offsets.pop(slot, None)
-                    # The group's offsets were deleted: transactional commits
-                    # of the partition appended before go too (Kafka's newer
-                    # coordinator; what remove_offsets does in memory).
-                    for pending in self._loading_pending.values():
-                        pending.pop(slot, None)
-                else:
-                    self._loading_offsets[slot] = (decode_offset_commit_value(value_bytes), sequence)
-            elif isinstance(key, GroupMetadataKey):
+            try:
+                self._replay_record(key_bytes, value_bytes, producer_id, sequence)
+            except Exception as exc:  # noqa: BLE001 - any record we cannot parse
+                # Kafka's coordinator fails the load, and with it every group of
+                # the partition, retried forever. Only coordinators write here
+                # (clients' appends are refused), so skip it, say so and count it.
+                self._skip_record(f"{type(exc).__name__}: {exc}")
+
+    def _skip_record(self, why: str) -> None:
+        log.warning("__consumer_offsets-%d: skipping a record that cannot be parsed (%s)", self.partition,
+                    why[:300])
+        count_skipped_coordinator_record(OFFSETS_TOPIC, self.partition)
+
+    def _replay_record(self, key_bytes: Optional[bytes], value_bytes: Optional[bytes], producer_id: Optional[int],
+                       sequence: int) -> None:
+        if key_bytes is None:
+            raise RecordFormatError("a record without a key")
+        key = decode_key(key_bytes)
+        if isinstance(key, OffsetCommitKey):
+            slot = (key.group, TopicPartition(key.topic, key.partition))
+            if producer_id is not None:
+                pending = self._loading_pending.setdefault(producer_id, {})
                 if value_bytes is None:
-                    self._loading_groups.pop(key.group, None)
+                    pending.pop(slot, None)
                 else:
-                    self._loading_groups[key.group] = decode_group_metadata_value(value_bytes)
+                    pending[slot] = (decode_offset_commit_value(value_bytes), sequence)
+            elif value_bytes is None:
+                self._loading_offsets.pop(slot, None)
+                # The group's offsets were deleted: transactional commits
+                # of the partition appended before go too (Kafka's newer
+                # coordinator; what remove_offsets does in memory).
+                for pending in self._loading_pending.values():
+                    pending.pop(slot, None)
             else:
-                assert isinstance(key, UnknownKey)
-                if self.other_records is None or not self.other_records(key_bytes, value_bytes):
-                    self._loading_unknown_keys += 1
+                self._loading_offsets[slot] = (decode_offset_commit_value(value_bytes), sequence)
+        elif isinstance(key, GroupMetadataKey):
+            if value_bytes is None:
+                self._loading_groups.pop(key.group, None)
+            else:
+                self._loading_groups[key.group] = decode_group_metadata_value(value_bytes)
+        else:
+            assert isinstance(key, UnknownKey)
+            if self.other_records is None or not self.other_records(key_bytes, value_bytes):
+                self._loading_unknown_keys += 1
 
     def complete_loading(self) -> None:
         """Build the groups from what was replayed and start serving."""
@@ -292,7 +309,10 @@ class GroupMetadataManager:
                         self._loading_unknown_keys)
         groups: dict[str, GroupMetadata] = {}
         for group_id, value in self._loading_groups.items():
-            groups[group_id] = self._group_from_record(group_id, value)
+            try:
+                groups[group_id] = self._group_from_record(group_id, value)
+            except RecordFormatError as exc:
+                self._skip_record(str(exc))
 
         def group_of(group_id: str) -> GroupMetadata:
             group = groups.get(group_id)

@@ -135,6 +135,12 @@ def validate_binding(binding: AclBinding) -> str | None:
         return f"The only valid name for the CLUSTER resource is {CLUSTER_NAME}"
     if not pattern.name:
         return "Invalid empty resource name"
+    if "/" in pattern.name or pattern.name in (".", ".."):
+        # Kafka's ZooKeeper layout keeps each resource's ACLs in the znode
+        # /kafka-acl/<type>/<name>, unencoded: a '/' would make a nested znode that
+        # the loader (the type's direct children) never reads, and the ACL, DENY
+        # included, would vanish at the next load. So such an ACL is refused.
+        return f"Resource name {pattern.name!r} cannot be stored: ACL resource names may not contain '/'"
     if entry.operation in (Operation.ANY, Operation.UNKNOWN):
         return "Invalid operation"
     if entry.permission_type not in (PermissionType.ALLOW, PermissionType.DENY):

@@ -179,6 +179,12 @@ def acl_root(pattern_type: PatternType) -> str:
     return f"{EXTENDED_ACL_PATH}/{pattern_type.name.lower()}"
 
 
+# Bounds: versioned-write retries against concurrent writers (each attempt
+# re-reads), and the znodes one type's load walks.
+MAX_UPDATE_ATTEMPTS = 100
+MAX_ACL_ZNODES_PER_TYPE = 1_000_000
+
+
 def acl_path(pattern: ResourcePattern) -> str:
     return f"{acl_root(pattern.pattern_type)}/{pattern.resource_type.pascal}/{pattern.name}"
 
@@ -291,19 +297,38 @@ class ZkAclStore:
         return decode_acls(data), stat.version
 
     def load_all(self) -> None:
-        from kazoo.exceptions import NoNodeError
-
+        """Every stored ACL. A name holding '/' (CreateAcls refuses new ones; an
+        older version wrote them as nested znodes) is found by walking down, so
+        an ACL stored that way, a DENY above all, is still enforced."""
         found: dict[ResourcePattern, frozenset] = {}
         for pattern_type in (PatternType.LITERAL, PatternType.PREFIXED):
             for resource_type in STORED_RESOURCE_TYPES:
-                try:
-                    names = self._zk.get_children(f"{acl_root(pattern_type)}/{resource_type.pascal}")
-                except NoNodeError:
-                    continue
-                for name in names:
+                for name in self._stored_names(f"{acl_root(pattern_type)}/{resource_type.pascal}"):
                     pattern = ResourcePattern(resource_type, name, pattern_type)
-                    found[pattern] = self._read(pattern)[0]
+                    entries = self._read(pattern)[0]
+                    if entries:
+                        found[pattern] = entries
         self.authorizer.replace_all(found)
+
+    def _stored_names(self, type_path: str) -> list[str]:
+        """The resource names under a type's znode, nested ones as 'a/b' (at most
+        MAX_ACL_ZNODES_PER_TYPE, a bound on a corrupt or hostile tree)."""
+        from kazoo.exceptions import NoNodeError
+
+        names, pending = [], [""]
+        while pending and len(names) < MAX_ACL_ZNODES_PER_TYPE:
+            prefix = pending.pop()
+            try:
+                children = self._zk.get_children(f"{type_path}/{prefix}" if prefix else type_path)
+            except NoNodeError:
+                continue
+            for child in children:
+                name = f"{prefix}/{child}" if prefix else child
+                names.append(name)
+                pending.append(name)
+        if pending:
+            log.error("more than %d ACL znodes under %s: the rest are not loaded", MAX_ACL_ZNODES_PER_TYPE, type_path)
+        return names
 
     def reload(self, pattern: ResourcePattern) -> None:
         self.authorizer.set_acls(pattern, self._read(pattern)[0])
@@ -355,7 +380,7 @@ class ZkAclStore:
         from kazoo.exceptions import BadVersionError, NodeExistsError, NotEmptyError
 
         path = acl_path(pattern)
-        while True:
+        for _attempt in range(MAX_UPDATE_ATTEMPTS):
             current, version = self._read(pattern)
             wanted = frozenset(change(current))
             if wanted == current:
@@ -366,10 +391,17 @@ class ZkAclStore:
                 elif wanted:
                     self._zk.set(path, encode_acls(wanted), version=version)
                 else:
-                    self._zk.delete(path, version=version)
+                    try:
+                        self._zk.delete(path, version=version)
+                    except NotEmptyError:
+                        # the znode is also the parent of a nested name's ('a' of 'a/b'):
+                        # keep it, with no ACL of its own
+                        self._zk.set(path, encode_acls(wanted), version=version)
                 break
-            except (BadVersionError, NodeExistsError, NotEmptyError):
-                continue
+            except (BadVersionError, NodeExistsError):
+                continue  # a concurrent writer: read again
+        else:
+            raise RuntimeError(f"ACLs of {pattern} kept changing under {MAX_UPDATE_ATTEMPTS} attempts")
         change_path, data = encode_change(pattern)
         self._zk.create(f"{change_path}/{CHANGE_PREFIX}", data, sequence=True, makepath=True)
         self.authorizer.set_acls(pattern, wanted)
@@ -391,8 +423,10 @@ class ZkAclStore:
                 try:
                     self._update(pattern, lambda current: current | added)
                 except Exception as exc:
+                    log.warning("creating ACLs on %s failed: %s", pattern, exc)
                     for i in indexes:
-                        results[i] = (ErrorCode.unknown_server_error, str(exc)[:200])
+                        results[i] = (ErrorCode.unknown_server_error,
+                                      "The server experienced an unexpected error when processing the request.")
         return results
 
     def delete_acls(self, filters: list[AclBindingFilter]) -> list[tuple[ErrorCode, str | None, list[AclBinding]]]:

@@ -31,6 +31,7 @@ from cluster.transactions.log_records import (RecordFormatError, TransactionStat
                                               encode_key, encode_value)
 from cluster.transactions.metadata import EXPIRATION_ALLOWED, TransactionMetadata, TxnTransitMetadata
 from core.error_codes import ErrorCode
+from core.metrics import count_skipped_coordinator_record
 from core.naming import TRANSACTION_STATE_TOPIC  # noqa: F401  (re-exported)
 
 log = logging.getLogger("raykafka.transactions")
@@ -112,21 +113,32 @@ def _append_error_to_coordinator_error(error: ErrorCode) -> ErrorCode:
     return error
 
 
-def replay(records: Iterable[Record]) -> dict[str, TransactionMetadata]:
-    """The state a partition's records leave (last value per id wins; a tombstone removes)."""
+def replay(records: Iterable[Record], partition: int = -1) -> dict[str, TransactionMetadata]:
+    """The state a partition's records leave (last value per id wins; a tombstone removes).
+    A record that cannot be parsed is skipped, logged and counted: Kafka's
+    coordinator fails the load instead, and with it every transactional id of
+    the partition, retried forever (only coordinators write here: clients'
+    appends are refused)."""
     loaded: dict[str, TransactionMetadata] = {}
     for key, value in records:
-        if key is None:
-            raise RecordFormatError("a transaction log record without a key")
-        transactional_id = decode_key(key)
-        if transactional_id is None:
-            log.warning("skipping a transaction log key of an unknown version")
+        try:
+            if key is None:
+                raise RecordFormatError("a transaction log record without a key")
+            transactional_id = decode_key(key)
+            if transactional_id is None:
+                log.warning("skipping a transaction log key of an unknown version")
+                continue
+            decoded = decode_value(value)
+            metadata = None if decoded is None else TransactionMetadata.from_log_value(transactional_id, decoded)
+        except Exception as exc:  # noqa: BLE001 - any record we cannot parse
+            log.warning("%s-%d: skipping a record that cannot be parsed (%s: %s)", TRANSACTION_STATE_TOPIC,
+                        partition, type(exc).__name__, str(exc)[:300])
+            count_skipped_coordinator_record(TRANSACTION_STATE_TOPIC, partition)
             continue
-        decoded = decode_value(value)
-        if decoded is None:
+        if metadata is None:
             loaded.pop(transactional_id, None)
         else:
-            loaded[transactional_id] = TransactionMetadata.from_log_value(transactional_id, decoded)
+            loaded[transactional_id] = metadata
     return loaded
 
 
@@ -182,7 +194,7 @@ class TransactionStateManager:
         superseded (another epoch, or unloaded meanwhile)."""
         if self._loading.get(partition) != coordinator_epoch:
             return []
-        loaded = replay(records)
+        loaded = replay(records, partition)
         self._caches[partition] = _PartitionCache(coordinator_epoch, loaded)
         del self._loading[partition]
         now = self.clock()

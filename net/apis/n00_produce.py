@@ -12,6 +12,8 @@ from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, has_field, millis_to_datetime, nested, \
     response_schema_for, timedelta_ms
 from net.server import CloseConnection
+from net.txn_verification import Verdict, transactional_producer, verify
+from net.apis.n22_init_producer_id import routing
 from storage.record_batch import HEADER_SIZE, parse_header
 
 
@@ -40,6 +42,50 @@ def _record_errors(error_cls, result) -> tuple:
                  for index, message in result.record_errors)
 
 
+def _precheck(edge, may, acks, name, unknown, part):
+    """-> (error, message) answered without the leader, or None."""
+    if name is not None and not may(Operation.WRITE, ResourceType.TOPIC, name):
+        return ErrorCode.topic_authorization_failed, None
+    if name in INTERNAL_TOPICS:  # ReplicaManager: even a super user's append is refused
+        return ErrorCode.invalid_topic_exception, f"Cannot append to internal topic {name}"
+    if acks not in (0, 1, -1):
+        return ErrorCode.invalid_required_acks, None
+    info = edge.metadata.partition(name, part.index) if name is not None else None
+    if info is None:
+        return unknown, None
+    if info.leader != edge.broker_id or edge.leader_handle(name, part.index) is None:
+        return ErrorCode.not_leader_or_follower, None
+    problem = _single_batch_error(part.records or b"")
+    if problem is not None:
+        return ErrorCode.invalid_record, problem
+    return None
+
+
+def _issue(edge, entries, acks: int, timeout_ms: int, txn_denied: bool, refused: dict, epochs: dict) -> list:
+    """Hand every partition's records to its appender, in request order, with
+    no await in between (that keeps pipelined requests in order); ``epochs``
+    gets the leader epoch each append was made under."""
+    pending = []
+    for topic, name, parts in entries:
+        futures = []
+        for part, problem in parts:
+            verdict = refused.get((name, part.index))
+            if txn_denied:
+                fut = _immediate(ErrorCode.transactional_id_authorization_failed)
+            elif problem is not None:
+                fut = _immediate(*problem)
+            elif verdict is not None:
+                fut = _immediate(verdict.error, verdict.message)
+            else:
+                info = edge.metadata.partition(name, part.index)
+                epochs[(name, part.index)] = info.leader_epoch
+                fut = edge.appender(name, part.index).append(bytes(part.records or b""), acks, timeout_ms,
+                                                             info.leader_epoch)
+            futures.append((part.index, fut))
+        pending.append((topic, name, futures))
+    return pending
+
+
 @api(0, 3, 13, advertised_min_version=0,
      tests=("tests/integration/test_clients.py::test_produce_consume_roundtrip",
             "tests/integration/test_protocol_edge.py::test_produce_errors"))
@@ -49,14 +95,14 @@ async def handle_produce(ctx, request):
     timeout_ms = timedelta_ms(request.timeout)
     by_id = edge.metadata.topics_by_id
     # Kafka's checks: WRITE on the transactional id (every partition fails
-    # without it), then WRITE on each topic, before anything else.
+    # without it, and so does a request with transactional batches but no
+    # transactional id), then WRITE on each topic, before anything else.
     may = await authorization.checker(ctx)
     txn_id = getattr(request, "transactional_id", None)
     txn_denied = txn_id is not None and not may(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id)
-    # Issue every append before the first await: that is what keeps appends of
-    # pipelined requests on one connection in order.
-    pending = []
+    entries = []  # (topic, name, [(part, error answered without the leader, or None)])
     epochs = {}  # (topic, partition) -> the leader epoch its append was made under
+    producers = set()  # transactional batches' (producer id, epoch)
     for topic in request.topic_data:
         if has_field(type(topic), "topic_id") and not has_field(type(topic), "name"):
             info = by_id.get(topic.topic_id)
@@ -65,30 +111,41 @@ async def handle_produce(ctx, request):
         else:
             name = topic.name
             unknown = ErrorCode.unknown_topic_or_partition
-        futures = []
+        parts = []
         for part in topic.partition_data:
-            if txn_denied:
-                fut = _immediate(ErrorCode.transactional_id_authorization_failed)
-            elif name is not None and not may(Operation.WRITE, ResourceType.TOPIC, name):
-                fut = _immediate(ErrorCode.topic_authorization_failed)
-            elif name in INTERNAL_TOPICS:  # ReplicaManager: even a super user's append is refused
-                fut = _immediate(ErrorCode.invalid_topic_exception, f"Cannot append to internal topic {name}")
-            elif acks not in (0, 1, -1):
-                fut = _immediate(ErrorCode.invalid_required_acks)
-            else:
-                info = edge.metadata.partition(name, part.index) if name is not None else None
-                if info is None:
-                    fut = _immediate(unknown)
-                elif info.leader != edge.broker_id or edge.leader_handle(name, part.index) is None:
-                    fut = _immediate(ErrorCode.not_leader_or_follower)
-                elif (problem := _single_batch_error(part.records or b"")) is not None:
-                    fut = _immediate(ErrorCode.invalid_record, problem)
-                else:
-                    epochs[(name, part.index)] = info.leader_epoch
-                    fut = edge.appender(name, part.index).append(
-                        bytes(part.records or b""), acks, timeout_ms, info.leader_epoch)
-            futures.append((part.index, fut))
-        pending.append((topic, name, futures))
+            problem = _precheck(edge, may, acks, name, unknown, part)
+            if problem is None and (producer := transactional_producer(part.records)) is not None:
+                producers.add(producer)
+            parts.append((part, problem))
+        entries.append((topic, name, parts))
+    appendable = [(name, part.index) for _, name, parts in entries for part, problem in parts if problem is None]
+    refused = {}
+    if producers and txn_id is None:
+        txn_denied = True
+    elif len(producers) > 1:  # Kafka: "Transactional records contained more than one producer ID"
+        refused = {tp: Verdict(ErrorCode.invalid_producer_id_mapping, None) for tp in appendable}
+    verifying = bool(producers) and not txn_denied and not refused and \
+        edge.config.get("transaction.partition.verification.enable", True)
+    conn = ctx.conn
+    before = getattr(conn, "produce_gate", None)
+    if not verifying and (before is None or before.done()):
+        pending = _issue(edge, entries, acks, timeout_ms, txn_denied, refused, epochs)
+    else:
+        # Verification awaits the coordinator; the appends of this connection's
+        # later requests wait until this one's are issued, so they stay in order.
+        mine = asyncio.get_running_loop().create_future()
+        if conn is not None:
+            conn.produce_gate = mine
+        try:
+            if verifying:
+                refused = await verify(routing(edge), txn_id, next(iter(producers)), appendable)
+            if before is not None:
+                await before
+            pending = _issue(edge, entries, acks, timeout_ms, txn_denied, refused, epochs)
+        finally:
+            mine.set_result(None)
+            if conn is not None and conn.produce_gate is mine:
+                conn.produce_gate = None
 
     results = []
     for topic, name, futures in pending:

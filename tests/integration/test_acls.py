@@ -8,6 +8,7 @@ The last test restarts the broker: the ACLs live in ZooKeeper.
 """
 from __future__ import annotations
 
+import datetime
 import socket
 import subprocess
 import time
@@ -17,11 +18,16 @@ import pytest
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 
-from confluent_kafka import ConsumerGroupTopicPartitions, Consumer, KafkaError, KafkaException, Producer  # noqa: E402
+from confluent_kafka import (ConsumerGroupTopicPartitions, Consumer, KafkaError, KafkaException, Producer,  # noqa: E402
+                             TopicCollection, TopicPartition)
 from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation, AclPermissionType,  # noqa: E402
                                    AdminClient, ConfigResource, NewTopic, ResourcePatternType, ResourceType)
 
+from net.codec import request_schema  # noqa: E402
+from net.schema_build import nested  # noqa: E402
+from storage.records import build_batch  # noqa: E402
 from tests.broker_process import REPO, BrokerProcess  # noqa: E402
+from tests.wire_client import WireClient  # noqa: E402
 
 RAYKAFKA = REPO / ".venv" / "bin" / "raykafka"
 USERS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret"}
@@ -43,6 +49,7 @@ def acl_broker(tmp_path_factory):
         "listeners": f"PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:{sasl_port}",
         "listener.name.sasl_plaintext.sasl.enabled.mechanisms": "PLAIN",
         "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
+        "sasl.jaas.config": JAAS,  # the fallback: a secret DescribeConfigs must not show (issue 28)
         "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
         "super.users": "User:admin",
         "offsets.topic.num.partitions": "1",
@@ -323,6 +330,132 @@ def test_spark_ray_path_serves_only_principals_with_read(acl_broker):
             assert time.monotonic() < deadline, "READ for User:ANONYMOUS never took effect"
             time.sleep(0.2)
         assert authorize_slices(client, ranges, slices) == slices
+# ---- issue 28: the protocol-layer holes, closed ------------------------------------------------------
+
+def _wire(broker) -> WireClient:
+    """A raw Kafka protocol client on the PLAINTEXT listener (User:ANONYMOUS)."""
+    return WireClient(broker["broker"].bootstrap)
+
+
+def _watermarks(broker, topic: str, partition: int = 0) -> tuple[int, int]:
+    consumer = Consumer(_config(broker, "admin", **{"group.id": f"wm-{uuid.uuid4().hex[:6]}"}))
+    try:
+        return consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)
+    finally:
+        consumer.close()
+
+
+def test_describe_configs_shows_no_secret_even_to_a_super_user(acl_broker):
+    broker_id = next(iter(_admin(acl_broker).list_topics(timeout=30).brokers))
+    resource = ConfigResource(ConfigResource.Type.BROKER, str(broker_id))
+    entries = _admin(acl_broker).describe_configs([resource], include_synonyms=True)[resource].result(30)
+    jaas = entries["sasl.jaas.config"]
+    assert jaas.is_sensitive and jaas.value is None
+    assert jaas.synonyms and all(s.value is None for s in jaas.synonyms.values())
+    shown = [(e.name, e.value) for e in entries.values()] + \
+        [(s.name, s.value) for e in entries.values() for s in e.synonyms.values()]
+    assert not [name for name, value in shown if value and "secret" in value], shown
+    described = subprocess.run(
+        [str(RAYKAFKA), "configs", "--bootstrap-server", acl_broker["sasl"], "--command-config",
+         str(acl_broker["admin_properties"]), "--describe", "--all", "--entity-type", "brokers", "--entity-name",
+         str(broker_id)], capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert described.returncode == 0, described.stderr
+    assert "sasl.jaas.config=null sensitive=true" in described.stdout
+    assert "secret" not in described.stdout + described.stderr
+
+
+def test_internal_topics_refuse_client_writes_and_foreign_specs(acl_broker):
+    admin_config = _config(acl_broker, "admin")
+    topic = _topic(acl_broker)
+    assert _produce(admin_config, topic) == set()
+    assert _consume(admin_config, topic, f"g-{topic}", 3)[1] == set()  # __consumer_offsets exists
+    before = _watermarks(acl_broker, "__consumer_offsets")
+    # Even a super user: INVALID_TOPIC_EXCEPTION, and the end offset stays.
+    assert _produce(admin_config, "__consumer_offsets", n=2, timeout_s=10) == {KafkaError.TOPIC_EXCEPTION}
+    refused = _admin(acl_broker).delete_records([TopicPartition("__consumer_offsets", 0, before[1])])
+    assert set(_wait(refused).values()) == {KafkaError.TOPIC_EXCEPTION}
+    assert _watermarks(acl_broker, "__consumer_offsets") == before
+    # CreateTopics may not pre-create an internal topic with its own settings.
+    exists = "__transaction_state" in _admin(acl_broker).list_topics(timeout=30).topics
+    created = _wait(_admin(acl_broker).create_topics([NewTopic("__transaction_state", 7, 1)]))
+    assert created == {"__transaction_state": KafkaError.TOPIC_ALREADY_EXISTS if exists
+                       else KafkaError.INVALID_REQUEST}
+    producer = Producer({**admin_config, "transactional.id": f"spec-{topic}"})
+    producer.init_transactions(30)  # FindCoordinator creates it, from transaction.state.log.* only
+    assert len(_admin(acl_broker).list_topics(timeout=30).topics["__transaction_state"].partitions) == 1
+
+
+def _txn_produce(client: WireClient, topic: str, batch: bytes, transactional_id: str | None):
+    schema = request_schema(0, 9)
+    topic_cls, part_cls = nested(schema, "TopicProduceData"), nested(schema, "PartitionProduceData")
+    body = client.request(0, 9, transactional_id=transactional_id, acks=-1,
+                          timeout=datetime.timedelta(seconds=5), topic_data=(
+                              topic_cls(name=topic, partition_data=(part_cls(index=0, records=batch),)),))
+    return body.responses[0].partition_responses[0]
+
+
+def test_transactional_batches_need_an_authorized_and_registered_transactional_id(acl_broker):
+    topic = _topic(acl_broker)
+    _allow(acl_broker, "User:ANONYMOUS", AclOperation.WRITE, ResourceType.TOPIC, topic)
+    before = _watermarks(acl_broker, topic)
+    client = _wire(acl_broker)
+    try:
+        def attack(producer_id: int, epoch: int, transactional_id: str | None):
+            return _txn_produce(client, topic, build_batch([(b"k", b"forged", [])], producer_id=producer_id,
+                                                           producer_epoch=epoch, base_sequence=0,
+                                                           is_transactional=True), transactional_id)
+
+        # Only WRITE on the topic: Kafka's TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
+        assert attack(987654321, 0, None).error_code == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        txn_id = f"attack-{topic}"
+        assert attack(987654321, 0, txn_id).error_code == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        # An authorized transactional id, but a producer id its coordinator never registered.
+        _allow(acl_broker, "User:ANONYMOUS", AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id)
+        assert attack(987654321, 0, txn_id).error_code == KafkaError.INVALID_PRODUCER_ID_MAPPING
+        # Its own producer id, but the partition was never added to a transaction (KIP-890).
+        schema = request_schema(22, 3)
+        init = client.request(22, 3, **{k: v for k, v in dict(
+            transactional_id=txn_id, transaction_timeout=datetime.timedelta(minutes=1),
+            transaction_timeout_ms=60000, producer_id=-1, producer_epoch=-1).items()
+            if k in schema.__dataclass_fields__})
+        assert init.error_code == 0, init
+        refused = attack(int(init.producer_id), int(init.producer_epoch), txn_id)
+        assert refused.error_code == KafkaError.INVALID_TXN_STATE, refused
+    finally:
+        client.close()
+    assert _watermarks(acl_broker, topic) == before  # nothing appended, nothing pins the LSO
+    assert _produce(_config(acl_broker, "admin"), topic) == set()
+
+
+def test_acl_on_a_name_with_a_slash_is_refused(acl_broker):
+    binding = AclBinding(ResourceType.GROUP, "team/a", ResourcePatternType.LITERAL, "User:bob", "*",
+                         AclOperation.READ, AclPermissionType.DENY)
+    assert set(_wait(_admin(acl_broker).create_acls([binding])).values()) == {KafkaError.INVALID_REQUEST}
+
+
+def test_topic_names_and_ids(acl_broker):
+    bad = "orders\n"
+    assert _wait(_admin(acl_broker).create_topics([NewTopic(bad, 1, 1)])) == {bad: KafkaError.TOPIC_EXCEPTION}
+    topic = _topic(acl_broker)
+    described = _admin(acl_broker).describe_topics(TopicCollection([topic]))[topic].result(30)
+    topic_id = uuid.UUID(int=((described.topic_id.get_most_significant_bits() & (2**64 - 1)) << 64)
+                         | (described.topic_id.get_least_significant_bits() & (2**64 - 1)))
+    client = _wire(acl_broker)  # ANONYMOUS: may not DESCRIBE or DELETE the topic
+    try:
+        metadata_schema = request_schema(3, 12)
+        answer = client.request(3, 12, topics=(nested(metadata_schema, "MetadataRequestTopic")(
+            topic_id=topic_id, name=None),), allow_auto_topic_creation=False,
+            include_topic_authorized_operations=False)
+        [hidden] = answer.topics
+        assert (hidden.error_code, hidden.name) == (KafkaError.TOPIC_AUTHORIZATION_FAILED, None)
+        delete_schema = request_schema(20, 6)
+        answer = client.request(20, 6, topics=(nested(delete_schema, "DeleteTopicState")(
+            name=None, topic_id=topic_id),), timeout=datetime.timedelta(seconds=10))
+        [refused] = answer.responses
+        assert (refused.error_code, refused.name) == (KafkaError.TOPIC_AUTHORIZATION_FAILED, None)
+        named = client.request(3, 12, topics=(nested(metadata_schema, "MetadataRequestTopic")(
+            topic_id=None, name=bad),), allow_auto_topic_creation=True, include_topic_authorized_operations=False)
+        assert named.topics[0].error_code in (KafkaError.TOPIC_EXCEPTION, KafkaError.TOPIC_AUTHORIZATION_FAILED)
     finally:
         client.close()
 

@@ -14,6 +14,7 @@ import time
 import uuid
 
 import confluent_kafka
+import pytest
 from kio.schema.errors import ErrorCode
 
 from cli import transactions as txn
@@ -21,6 +22,7 @@ from net.codec import request_schema
 from net.schema_build import build, nested
 from storage.records import SimpleRecord, build_batch
 from tests import cli_runner
+from tests.broker_process import BrokerProcess
 from tests.cli_runner import CliResult, run_cli
 from tests.kafka_admin import create_topic
 from tests.wire_client import WireClient
@@ -240,8 +242,20 @@ def test_list_describe_and_describe_producers_of_an_open_transaction(broker, top
             producer.abort_transaction(30)
 
 
-def test_find_hanging_and_abort_so_read_committed_moves_on(broker, topic_name):
-    bootstrap = broker.bootstrap
+@pytest.fixture(scope="module")
+def unverified_broker(tmp_path_factory):
+    """A broker that appends transactional batches without asking their coordinator
+    (transaction.partition.verification.enable=false, KIP-890's switch): the only way
+    a client can leave a hanging transaction for find-hanging and abort to find."""
+    process = BrokerProcess(tmp_path_factory.mktemp("unverified") / "data", overrides={
+        "transaction.partition.verification.enable": "false", "offsets.topic.num.partitions": "1",
+        "transaction.state.log.num.partitions": "1"}, log_name="unverified-broker.log").start()
+    yield process
+    assert process.stop() == 0, process.log_tail()
+
+
+def test_find_hanging_and_abort_so_read_committed_moves_on(unverified_broker, topic_name):
+    bootstrap = unverified_broker.bootstrap
     broker_id = only_broker(bootstrap)
     create_topic(bootstrap, topic_name, 1)
     live_tid, known_tid = f"cli-live-{uuid.uuid4().hex[:6]}", f"cli-known-{uuid.uuid4().hex[:6]}"

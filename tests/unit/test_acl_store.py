@@ -87,3 +87,27 @@ def test_invalid_bindings_are_refused_one_by_one(stores):
     results = store.create_acls([good, bad])
     assert results[0] == (0, None) and results[1][0] == 42  # INVALID_REQUEST
     assert store.authorizer.bindings() == [good]
+
+
+def test_names_with_a_slash_are_refused_and_nested_ones_written_earlier_still_hold(stores, raw):  # noqa: F811
+    """Issue 28 item 7: Kafka keeps /kafka-acl/<type>/<name> unencoded, so 'team/a' would nest."""
+    store = stores()
+    slash = AclBinding(ResourcePattern(Rt.GROUP, "team/a", Pt.LITERAL), Ace(ALICE, "*", Op.READ, Perm.DENY))
+    [(code, message)] = store.create_acls([slash])
+    assert code == 42 and "'/'" in message  # INVALID_REQUEST
+    assert raw.exists("/kafka-acl/Group/team") is None
+    # An older version wrote such a DENY as a nested znode under the parent name's own ACL.
+    parent = AclBinding(ResourcePattern(Rt.GROUP, "team", Pt.LITERAL), Ace(ALICE, "*", Op.READ, Perm.ALLOW))
+    assert store.create_acls([parent]) == [(0, None)]
+    raw.create("/kafka-acl/Group/team/a", json.dumps({"version": 1, "acls": [
+        {"host": "*", "permissionType": "Deny", "operation": "Read", "principal": ALICE}]}).encode())
+    restarted = stores()
+    assert not restarted.authorizer.authorize(ALICE, "h", Op.READ, Rt.GROUP, "team/a")  # the DENY holds
+    assert restarted.authorizer.authorize(ALICE, "h", Op.READ, Rt.GROUP, "team")
+    # Deleting the parent's ACL keeps the znode the nested one lives under, and returns.
+    everything = AclBindingFilter(ResourcePatternFilter(Rt.GROUP, "team", Pt.LITERAL), AccessControlEntryFilter())
+    assert restarted.delete_acls([everything]) == [(0, None, [parent])]
+    assert raw.exists("/kafka-acl/Group/team/a") is not None
+    assert not stores().authorizer.authorize(ALICE, "h", Op.READ, Rt.GROUP, "team/a")
+    nested = AclBindingFilter(ResourcePatternFilter(Rt.GROUP, "team/a", Pt.LITERAL), AccessControlEntryFilter())
+    assert [len(d) for _, _, d in restarted.delete_acls([nested])] == [1]

@@ -326,8 +326,20 @@ def test_load_in_chunks_with_old_versions_tombstones_and_foreign_records():
     assert only["offsets"][TopicPartition("t2", 3)].offset == 10
 
 
-def test_unreadable_partition_fails_the_load():
+def test_a_record_that_cannot_be_parsed_is_skipped_and_counted_not_fatal():
+    """Issue 28 item 3: Kafka fails the load (every group of the partition down,
+    retried forever); ours skips the record, logs it and counts it."""
+    from core import metrics
+
+    counter = metrics.registry().counter("kafka_coordinator_skippedrecords")
+    before = sum(counter.values.values())
     h = Harness(load=False)
-    with pytest.raises(ValueError):
-        h.coordinator.load([(encode_group_metadata_key("g"), b"\x00\x03\x00")])
-    assert h.coordinator.status is CoordinatorStatus.NOT_LOADED
+    good = h.coordinator.manager if hasattr(h.coordinator, "manager") else None
+    h.coordinator.load([
+        (encode_group_metadata_key("broken"), b"\x00\x03\x00"),  # a value cut short
+        (None, b"keyless"),
+        (b"\xff", b""),  # a key cut short
+    ])
+    assert h.coordinator.status is CoordinatorStatus.ACTIVE
+    assert sum(counter.values.values()) == before + 3
+    assert good is None or "broken" not in good._groups

@@ -100,3 +100,17 @@ def test_tombstone_and_bad_values():
 
 def test_group_partitions_sorted_by_topic():
     assert group_partitions({("b", 1), ("a", 3), ("b", 0)}) == (("a", (3,)), ("b", (0, 1)))
+
+
+def test_replay_skips_records_it_cannot_parse():
+    """Issue 28 item 3: a record that cannot be parsed is skipped (logged, counted),
+    never a load that fails and takes every transactional id of the partition down."""
+    from cluster.transactions.state_manager import replay
+    from core import metrics
+
+    counter = metrics.registry().counter("kafka_coordinator_skippedrecords")
+    before = sum(counter.values.values())
+    loaded = replay([(None, b"x"), (encode_key("t1"), b"\x00\x00\x01"), (b"\x00", None),
+                     (encode_key("t2"), encode_value(ONGOING))], partition=0)
+    assert list(loaded) == ["t2"] and loaded["t2"].producer_id == ONGOING.producer_id
+    assert sum(counter.values.values()) == before + 3

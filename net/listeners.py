@@ -60,13 +60,17 @@ class ListenerRuntime:
             # sasl.server.max.receive.size); SaslAuthenticate restores the full bound.
             conn.max_request_bytes = min(conn.max_request_bytes, self.sasl.max_receive_bytes)
         elif self.ssl_context is not None:
-            from net.tls import ANONYMOUS, NoMatchingRule, ssl_principal
+            from net.tls import NoMatchingRule, ssl_principal
 
             try:
                 conn.principal = ssl_principal(conn.writer.get_extra_info("peercert"), self.mapper)
             except NoMatchingRule as exc:
-                log.warning("connection from %s on %s: %s; principal ANONYMOUS", conn.peer, self.spec.name, exc)
-                conn.principal = ANONYMOUS
+                # Kafka fails the authentication: never User:ANONYMOUS for a
+                # certificate it cannot name. No request of it is read.
+                log.warning("authentication of %s on %s failed: %s", conn.peer, self.spec.name, exc)
+                conn.principal = None
+                conn.closed = True
+                conn.writer.close()
 
 
 class BrokerEndpoints:

@@ -26,6 +26,7 @@ import asyncio
 import base64
 import hashlib
 import hmac
+import json
 import logging
 import re
 import secrets
@@ -287,13 +288,21 @@ def plain_check(token: bytes, users: dict[str, str]) -> str:
 class ScramStore:
     """SCRAM credentials in /config/users/<sanitized user>, Kafka's format, through a
     ZooKeeper session of its own, opened on first use (blocking calls: run them
-    in an executor)."""
+    in an executor).
+
+    Lookups come from memory, as Kafka's CredentialCache: every user's
+    credentials are read once (at the first lookup), then each /config/changes
+    notification for a user entity rereads that user only. An unauthenticated
+    client's first SCRAM message therefore costs no ZooKeeper read."""
 
     def __init__(self, zk_connect: str, session_timeout_ms: int = 18000):
         self.zk_connect = zk_connect
         self.session_timeout_ms = session_timeout_ms
         self._zk = None
         self._lock = threading.Lock()
+        self._cache: dict[str, dict[str, str]] | None = None  # user -> {mechanism: credential}
+        self._last_change: str | None = None  # the newest /config/changes entry applied
+        self._watch = None
 
     def _client(self):
         with self._lock:
@@ -311,7 +320,62 @@ class ScramStore:
         return self._client().get_entity_config(zk_paths.CONFIG_ENTITY_USERS, sanitize(user))
 
     def credential(self, user: str, mechanism: str) -> str | None:
-        return self.user_config(user).get(mechanism)
+        cache = self._cache if self._cache is not None else self._start_cache()
+        return cache.get(user, {}).get(mechanism)
+
+    # ---- the in-memory cache ----------------------------------------------------------------
+    def _start_cache(self) -> dict[str, dict[str, str]]:
+        """Load every user's credentials and follow the change notifications (once)."""
+        with self._lock:
+            if self._cache is not None:
+                return self._cache
+        zk = self._client()
+        from metadata import zk_paths
+
+        names = sorted(zk._children(zk_paths.CONFIG_CHANGES) or [])  # what the full load below includes
+        cache = self._read_all()
+        with self._lock:
+            if self._cache is None:
+                self._cache = cache
+                self._last_change = names[-1] if names else ""
+                self._watch = zk.watch_config_changes(self._on_changes)
+            return self._cache
+
+    def _read_all(self) -> dict[str, dict[str, str]]:
+        return {user: _scram_only(self.user_config(user)) for user in self.users()}
+
+    def _on_changes(self, names: list[str]) -> None:
+        """Blocking (the ZooKeeper client's event thread): reread the users that changed."""
+        from metadata import zk_paths
+
+        last = self._last_change or ""
+        fresh = [n for n in names if n > last]
+        if not fresh:
+            return
+        try:
+            if last and last not in names and names and names[0] > last:
+                # Notifications we never saw were purged: anything may have changed.
+                self._cache = self._read_all()
+            else:
+                zk = self._client()
+                for name in fresh:
+                    found = zk._get(zk_paths.config_change_notification_path(name))
+                    body = json.loads(found[0]) if found and found[0] else {}
+                    parts = str(body.get("entity_path", "")).split("/")
+                    if len(parts) == 2 and parts[0] == zk_paths.CONFIG_ENTITY_USERS:
+                        self._refresh(desanitize(parts[1]))
+            self._last_change = fresh[-1]
+        except Exception:  # ZooKeeper away: keep what is known; the next notification retries
+            log.exception("reading SCRAM credential changes failed; keeping the ones known")
+
+    def _refresh(self, user: str) -> None:
+        credentials = _scram_only(self.user_config(user))
+        cache = dict(self._cache or {})
+        if credentials:
+            cache[user] = credentials
+        else:
+            cache.pop(user, None)
+        self._cache = cache  # replaced whole: readers on other threads see one or the other
 
     def users(self) -> list[str]:
         from metadata import zk_paths
@@ -329,12 +393,21 @@ class ScramStore:
             config.pop(mechanism, None)
         config.update(set_mechanisms)
         self._client().set_entity_config(zk_paths.CONFIG_ENTITY_USERS, sanitize(user), config)
+        if self._cache is not None:
+            self._refresh(user)  # this edge at once; the others through the notification
 
     def close(self) -> None:
         with self._lock:
+            if self._watch is not None:
+                self._watch.cancel()
+                self._watch = None
             if self._zk is not None:
                 self._zk.close()
                 self._zk = None
+
+
+def _scram_only(config: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in config.items() if k in SCRAM_MECHANISMS}
 
 
 # ------------------------------------------------------------------ per-connection state

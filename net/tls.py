@@ -14,7 +14,8 @@ blocks are re-wrapped before OpenSSL sees them, as Kafka's PemParser does.
 
 The principal of an SSL connection is ``User:`` + the client certificate's
 subject DN in RFC 2253 form, mapped by ``ssl.principal.mapping.rules``
-(Kafka's SslPrincipalMapper); without a certificate it is ``User:ANONYMOUS``.
+(Kafka's SslPrincipalMapper); without a certificate it is ``User:ANONYMOUS``;
+a certificate no rule maps fails the authentication (the connection is closed), as in Kafka.
 """
 from __future__ import annotations
 
@@ -162,7 +163,12 @@ def server_context(config, spec: ListenerSpec) -> ssl.SSLContext:
                 from None
     client_auth = value("ssl.client.auth")
     if client_auth != "none" and not (trust_location or trust_inline):
-        context.load_default_certs(ssl.Purpose.CLIENT_AUTH)
+        # Without a trust store the system's CA bundle would vouch for client
+        # certificates: anyone with a certificate any public CA signed would
+        # get in under the name in it.
+        raise _error(_key_of(config, spec, "ssl.client.auth"),
+                     f"ssl.client.auth={client_auth} needs a trust store (ssl.truststore.location or "
+                     "ssl.truststore.certificates) naming the CAs that sign client certificates")
     context.verify_mode = {"none": ssl.CERT_NONE, "requested": ssl.CERT_OPTIONAL,
                            "required": ssl.CERT_REQUIRED}[client_auth]
     try:

@@ -348,13 +348,29 @@ def _watermarks(broker, topic: str, partition: int = 0) -> tuple[int, int]:
 def test_describe_configs_shows_no_secret_even_to_a_super_user(acl_broker):
     broker_id = next(iter(_admin(acl_broker).list_topics(timeout=30).brokers))
     resource = ConfigResource(ConfigResource.Type.BROKER, str(broker_id))
-    entries = _admin(acl_broker).describe_configs([resource], include_synonyms=True)[resource].result(30)
+    entries = _admin(acl_broker).describe_configs([resource])[resource].result(30)
     jaas = entries["sasl.jaas.config"]
     assert jaas.is_sensitive and jaas.value is None
-    assert jaas.synonyms and all(s.value is None for s in jaas.synonyms.values())
     shown = [(e.name, e.value) for e in entries.values()] + \
         [(s.name, s.value) for e in entries.values() for s in e.synonyms.values()]
     assert not [name for name, value in shown if value and "secret" in value], shown
+    # With synonyms asked for on the wire (ANONYMOUS given DESCRIBE_CONFIGS on the cluster).
+    _allow(acl_broker, "User:ANONYMOUS", AclOperation.DESCRIBE_CONFIGS, ResourceType.BROKER, "kafka-cluster")
+    schema = request_schema(32, 4)
+    client = _wire(acl_broker)
+    try:
+        answer = client.request(32, 4, include_synonyms=True, include_documentation=False, resources=(
+            nested(schema, "DescribeConfigsResource")(resource_type=4, resource_name=str(broker_id),
+                                                      configuration_keys=None),))
+    finally:
+        client.close()
+    [result] = answer.results
+    assert result.error_code == 0, result
+    [wire_jaas] = [c for c in result.configs if c.name == "sasl.jaas.config"]
+    assert wire_jaas.is_sensitive and wire_jaas.value is None
+    assert wire_jaas.synonyms and all(s.value is None for s in wire_jaas.synonyms)
+    values = [c.value for c in result.configs] + [s.value for c in result.configs for s in c.synonyms]
+    assert not [v for v in values if v and "secret" in v]
     described = subprocess.run(
         [str(RAYKAFKA), "configs", "--bootstrap-server", acl_broker["sasl"], "--command-config",
          str(acl_broker["admin_properties"]), "--describe", "--all", "--entity-type", "brokers", "--entity-name",

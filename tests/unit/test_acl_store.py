@@ -111,3 +111,26 @@ def test_names_with_a_slash_are_refused_and_nested_ones_written_earlier_still_ho
     assert not stores().authorizer.authorize(ALICE, "h", Op.READ, Rt.GROUP, "team/a")
     nested = AclBindingFilter(ResourcePatternFilter(Rt.GROUP, "team/a", Pt.LITERAL), AccessControlEntryFilter())
     assert [len(d) for _, _, d in restarted.delete_acls([nested])] == [1]
+
+
+def test_scram_credentials_come_from_memory_and_follow_change_notifications(chroot_connect):  # noqa: F811
+    """Issue 28 item 10: Kafka's CredentialCache: no ZooKeeper read per SCRAM first message."""
+    from net.sasl import ScramStore
+
+    edge, admin = ScramStore(chroot_connect, 4000), ScramStore(chroot_connect, 4000)
+    try:
+        admin.alter("alice", {"SCRAM-SHA-256": "salt=a,stored_key=b,server_key=c,iterations=4096"}, [])
+        assert edge.credential("alice", "SCRAM-SHA-256").startswith("salt=a")  # loads everything once
+        reads = []
+        edge.user_config = lambda user: reads.append(user) or {}  # any further read is seen
+        for _ in range(50):
+            assert edge.credential("mallory", "SCRAM-SHA-256") is None
+        assert reads == []
+        del edge.user_config
+        admin.alter("bob", {"SCRAM-SHA-512": "salt=x,stored_key=y,server_key=z,iterations=4096"}, [])
+        _eventually(lambda: edge.credential("bob", "SCRAM-SHA-512") is not None)
+        admin.alter("alice", {}, ["SCRAM-SHA-256"])
+        _eventually(lambda: edge.credential("alice", "SCRAM-SHA-256") is None)
+    finally:
+        edge.close()
+        admin.close()

@@ -268,3 +268,48 @@ def test_topic_names_with_a_trailing_newline_are_illegal():
 
     assert topic_name_error("orders") is None
     assert topic_name_error("orders\n") is not None
+
+
+def test_client_auth_without_a_trust_store_refuses_to_start(tmp_path):
+    """Issue 28 item 10: the system's CA bundle must not vouch for client certificates."""
+    pytest.importorskip("cryptography")
+    from tests.security_certs import make_pki
+
+    pki = make_pki(tmp_path, key_password="kpw")
+    base = [("listeners", "SSL://127.0.0.1:0"), ("ssl.keystore.type", "PEM"),
+            ("ssl.keystore.location", str(pki["broker"])), ("ssl.key.password", "kpw")]
+    for auth in ("required", "requested"):
+        with pytest.raises(ConfigError) as info:
+            BrokerConfig.from_sources(overrides=base + [("ssl.client.auth", auth)])
+        assert info.value.key == "ssl.client.auth" and "trust store" in str(info.value)
+    BrokerConfig.from_sources(overrides=base + [("ssl.client.auth", "required"), ("ssl.truststore.type", "PEM"),
+                                                ("ssl.truststore.location", str(pki["ca"]))])
+
+
+def test_a_certificate_no_rule_maps_fails_authentication():
+    """Issue 28 item 10: Kafka fails the authentication; never User:ANONYMOUS."""
+    from net.listeners import ListenerRuntime
+    from net.tls import PrincipalMapper
+
+    class Writer:
+        closed = False
+
+        def get_extra_info(self, name):
+            return {"subject": ((("organizationName", "x"),),)} if name == "peercert" else None
+
+        def close(self):
+            self.closed = True
+
+    class Conn:
+        peer = "127.0.0.1:1"
+        principal = "User:ANONYMOUS"
+        closed = False
+        writer = Writer()
+
+    runtime = ListenerRuntime.__new__(ListenerRuntime)
+    runtime.sasl, runtime.ssl_context = None, object()
+    runtime.mapper = PrincipalMapper("RULE:^CN=(.*)$/$1/L")
+    runtime.spec = type("Spec", (), {"name": "MTLS"})()
+    conn = Conn()
+    runtime.on_connect(conn)
+    assert conn.principal is None and conn.closed and conn.writer.closed

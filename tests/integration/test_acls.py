@@ -330,6 +330,10 @@ def test_spark_ray_path_serves_only_principals_with_read(acl_broker):
             assert time.monotonic() < deadline, "READ for User:ANONYMOUS never took effect"
             time.sleep(0.2)
         assert authorize_slices(client, ranges, slices) == slices
+    finally:
+        client.close()
+
+
 # ---- issue 28: the protocol-layer holes, closed ------------------------------------------------------
 
 def _wire(broker) -> WireClient:

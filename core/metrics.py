@@ -39,6 +39,21 @@ log = logging.getLogger("raykafka.metrics")
 # Milliseconds; Kafka's request timers span sub-millisecond to the 30 s timeout.
 TIME_MS_BUCKETS = (0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000)
 
+# Every tag set a metric is ever given is a series for the life of the
+# process, here and in Ray's metrics agent (OpenCensus keeps each view's
+# tag sets). Some tag values derive from client input, so each metric that
+# records per event (inc / set / observe) holds at most this many series;
+# a new tag set past it is counted in its metric's overflow series (the
+# broker tag kept, every other tag OTHER). Recorders fold what they can
+# themselves (unknown topics, unsupported versions); this is the backstop.
+MAX_SERIES_PER_METRIC = 10_000
+OTHER = "other"
+
+
+def overflow_tags(tags: tuple) -> tuple:
+    """Where a metric past MAX_SERIES_PER_METRIC counts a new tag set."""
+    return tags[:1] + (OTHER,) * (len(tags) - 1)
+
 
 class MetricDef(NamedTuple):
     name: str  # as handed to Ray (no "ray_" prefix, no "_total")
@@ -204,7 +219,12 @@ class _Counter:
 
     def inc(self, tags: tuple, value: float = 1) -> None:
         values = self.values
-        values[tags] = values.get(tags, 0) + value
+        current = values.get(tags)
+        if current is None:
+            if len(values) >= MAX_SERIES_PER_METRIC:
+                tags = overflow_tags(tags)
+            current = values.get(tags, 0)
+        values[tags] = current + value
 
 
 class _Gauge:
@@ -215,7 +235,10 @@ class _Gauge:
         self.values: dict[tuple, float] = {}
 
     def set(self, tags: tuple, value: float) -> None:
-        self.values[tags] = value
+        values = self.values
+        if tags not in values and len(values) >= MAX_SERIES_PER_METRIC:
+            tags = overflow_tags(tags)
+        values[tags] = value
 
     def replace(self, values: dict[tuple, float]) -> None:
         """A whole new sample (series no longer present stop being reported;
@@ -238,7 +261,11 @@ class _Histogram:
     def observe(self, tags: tuple, value: float) -> None:
         counts = self.counts.get(tags)
         if counts is None:
-            counts = self.counts[tags] = [0] * (len(self.bounds) + 2)
+            if len(self.counts) >= MAX_SERIES_PER_METRIC:
+                tags = overflow_tags(tags)
+                counts = self.counts.get(tags)
+            if counts is None:
+                counts = self.counts[tags] = [0] * (len(self.bounds) + 2)
         counts[bisect.bisect_left(self.bounds, value)] += 1
         counts[-1] += value
 

@@ -97,17 +97,28 @@ def error_codes(obj: Any, out: list, depth: int = 0) -> None:
 
 
 def _error_name(code) -> str:
+    """A code Kafka does not define (never ours to send, but a tag value
+    must come from a bounded set) is counted as OTHER."""
     try:
         return ErrorCode(int(code)).name.upper()
     except ValueError:
-        return str(int(code))
+        return m.OTHER
+
+
+UNSUPPORTED_VERSION = "unsupported"
 
 
 class EdgeMetrics:
-    def __init__(self, broker_id: int, api_names: dict[int, str]):
+    def __init__(self, broker_id: int, api_names: dict[int, str],
+                 versions: dict[int, tuple[int, int]] | None = None):
+        """`versions`: api key -> (min, max) served. A request's version is
+        client input: one outside these (an ApiVersions probe, answered with
+        UNSUPPORTED_VERSION) is tagged "unsupported", so a client walking
+        the int16 range adds one series, not 65,536."""
         registry = self.registry = m.registry()
         self.broker = str(broker_id)
         self.api_names = {key: _camel(name) for key, name in api_names.items()}
+        self.versions = versions
         c, h, g = registry.counter, registry.histogram, registry.gauge
         self.requests = c("kafka_network_requestmetrics_requests")
         self.errors = c("kafka_network_requestmetrics_errors")
@@ -150,18 +161,30 @@ class EdgeMetrics:
 
     # ---- each request ---------------------------------------------------------------------------
     def _api(self, api_key: int) -> str:
-        return self.api_names.get(api_key) or str(api_key)
+        """Unknown keys (closed before they get here) would be OTHER, not a series each."""
+        return self.api_names.get(api_key) or m.OTHER
+
+    def _version(self, api_key: int, version: int) -> str:
+        if self.versions is not None:
+            served = self.versions.get(api_key)
+            if served is None or not served[0] <= version <= served[1]:
+                return UNSUPPORTED_VERSION
+        return str(version)
 
     def request_done(self, times: RequestTimes, write_started: float, written: float) -> None:
         """From the server, once the response is on the socket (or, acks=0, at once)."""
         key = (times.api_key, times.version)
         tags = self._req_tags.get(key)
         if tags is None:
-            tags = self._req_tags[key] = (self.broker, self._api(times.api_key), str(times.version))
+            tags = (self.broker, self._api(times.api_key), self._version(times.api_key, times.version))
+            if tags[2] != UNSUPPORTED_VERSION and times.api_key in self.api_names:
+                self._req_tags[key] = tags  # cached for served (key, version) pairs only: bounded
         self.requests.inc(tags)
         time_tags = self._time_tags.get(times.api_key)
         if time_tags is None:
-            time_tags = self._time_tags[times.api_key] = (self.broker, self._api(times.api_key))
+            time_tags = (self.broker, self._api(times.api_key))
+            if times.api_key in self.api_names:
+                self._time_tags[times.api_key] = time_tags
         self.total_time.observe(time_tags, (written - times.received) * 1000)
         if times.handled:
             self.queue_time.observe(time_tags, (times.started - times.received) * 1000)

@@ -65,7 +65,8 @@ class EdgeService:
         handlers = registry.handlers()
         # Kafka's request and topic metrics (net/edge_metrics.py); None: not recorded.
         self.metrics: EdgeMetrics | None = (
-            EdgeMetrics(broker_id, {key: h.name for key, h in handlers.items()})
+            EdgeMetrics(broker_id, {key: h.name for key, h in handlers.items()},
+                        {key: (h.min_version, h.max_version) for key, h in handlers.items()})
             if config["raykafka.metrics.enabled"] else None)
         self.requests = RequestDispatch(self, handlers, self.metrics)
         self.replicas = ReplicaRouter(broker_id, self.call_timeout_s, self.local_channels, self.local_tail)

@@ -217,3 +217,78 @@ def test_node_sample_reads_metadata_replicas_purgatory_and_groups(monkeypatch, t
     assert gauges["kafka_server_replicafetchermanager_maxlag"] == {one: 10}
     assert gauges["kafka_server_delayedoperationpurgatory_purgatorysize"] == {("1", "Produce"): 2, ("1", "Fetch"): 7}
     assert gauges["kafka_coordinator_group_groupmetadatamanager_numgroups"][("1", "Stable")] == 1
+
+
+def _series(registry: metrics.Registry) -> int:
+    return (sum(len(c.values) for c in registry.counters.values())
+            + sum(len(g.values) for g in registry.gauges.values())
+            + sum(len(h.counts) for h in registry.histograms.values()))
+
+
+def test_series_stay_bounded_under_client_controlled_values(monkeypatch):
+    """Issue 28 item 9: every tag set is a series kept for the life of the edge
+    (and of Ray's metrics agent). Versions, error codes and topic names a
+    client sends come from a bounded set of tag values, whatever it sends."""
+    monkeypatch.setattr(metrics, "_registry", metrics.Registry())
+    edge = EdgeMetrics(7, {0: "produce", 18: "api_versions"}, {0: (3, 11), 18: (0, 4)})
+    meta = NS(topics_by_id={}, topics={"t": NS()})
+    for version in [*range(5), *range(-(2 ** 15), 2 ** 15, 7)]:  # served, then probes answered UNSUPPORTED_VERSION
+        edge.request_done(metrics_request(18, version), 0.0, 0.0)
+    for n in range(3_000):  # produce to topics that do not exist; codes Kafka does not define
+        request = NS(topic_data=[NS(name=f"fuzz-{n}", partition_data=[NS(index=n, records=None)])])
+        edge.response_ready(0, request, NS(responses=[NS(name=f"fuzz-{n}", partition_responses=[
+            NS(index=n, error_code=3)])]), meta)
+        edge.response_ready(18, NS(), NS(error_code=1000 + n), meta)
+    counters = metrics.registry().snapshot()["counters"]
+    assert set(counters["kafka_network_requestmetrics_requests"]) == {
+        ("7", "ApiVersions", str(v)) for v in range(5)} | {("7", "ApiVersions", "unsupported")}
+    assert set(counters["kafka_server_brokertopicmetrics_failedproducerequests"]) == {("7", "unknown")}
+    assert set(counters["kafka_network_requestmetrics_errors"]) == {
+        ("7", "Produce", "UNKNOWN_TOPIC_OR_PARTITION"), ("7", "ApiVersions", "other")}
+    assert len(edge._req_tags) <= 5 and len(edge._time_tags) == 1
+    assert _series(metrics.registry()) < 50
+
+
+def metrics_request(api_key: int, version: int):
+    from net.edge_metrics import RequestTimes
+
+    return RequestTimes(api_key, version, 0.0)
+
+
+def test_each_metric_holds_at_most_max_series_then_overflows(monkeypatch):
+    """The backstop: a metric given more distinct tag sets than
+    MAX_SERIES_PER_METRIC counts the rest in one overflow series, and a
+    flush hands Ray no more series than that."""
+    monkeypatch.setattr(metrics, "MAX_SERIES_PER_METRIC", 100)
+    registry = metrics.Registry()
+    ray_series: dict[str, set] = {}
+
+    class FakeRay:
+        def __init__(self, name):
+            self.name = name
+
+        def inc(self, value, tags):
+            ray_series.setdefault(self.name, set()).add(tuple(sorted(tags.items())))
+
+        set = inc
+
+    monkeypatch.setattr(registry, "_ray_metric", lambda d: FakeRay(d.name) if d.kind != "histogram" else (
+        FakeRay(d.name + "_bucket"), FakeRay(d.name + "_count"), FakeRay(d.name + "_sum")))
+    errors = registry.counter("kafka_network_requestmetrics_errors")
+    lag = registry.gauge("kafka_server_fetcherlagmetrics_consumerlag")
+    total = registry.histogram("kafka_network_requestmetrics_totaltimems")
+    for n in range(1_000):
+        errors.inc(("1", f"api{n}", f"E{n}"))
+        lag.set(("1", f"t{n}", "0"), n)
+        total.observe(("1", f"api{n}"), 1.0)
+        if n % 250 == 0:
+            registry.flush()
+    registry.flush()
+    assert len(errors.values) == 101 and errors.values[("1", "other", "other")] == 900
+    assert sum(errors.values.values()) == 1_000  # nothing lost, only folded
+    assert len(lag.values) == 101 and lag.values[("1", "other", "other")] == 999
+    assert len(total.counts) == 101 and sum(total.counts[("1", "other")][:-1]) == 900
+    assert len(ray_series["kafka_network_requestmetrics_errors"]) == 101
+    assert len(ray_series["kafka_network_requestmetrics_totaltimems_count"]) == 101
+    errors.inc(("1", "api0", "E0"))  # a series it already has still counts on its own
+    assert errors.values[("1", "api0", "E0")] == 2

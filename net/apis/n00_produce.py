@@ -103,6 +103,7 @@ async def handle_produce(ctx, request):
     entries = []  # (topic, name, [(part, error answered without the leader, or None)])
     epochs = {}  # (topic, partition) -> the leader epoch its append was made under
     producers = set()  # transactional batches' (producer id, epoch)
+    transactional = []  # the partitions they go to: the ones verified (KIP-890)
     for topic in request.topic_data:
         if has_field(type(topic), "topic_id") and not has_field(type(topic), "name"):
             info = by_id.get(topic.topic_id)
@@ -116,6 +117,7 @@ async def handle_produce(ctx, request):
             problem = _precheck(edge, may, acks, name, unknown, part)
             if problem is None and (producer := transactional_producer(part.records)) is not None:
                 producers.add(producer)
+                transactional.append((name, part.index))
             parts.append((part, problem))
         entries.append((topic, name, parts))
     appendable = [(name, part.index) for _, name, parts in entries for part, problem in parts if problem is None]
@@ -138,7 +140,7 @@ async def handle_produce(ctx, request):
             conn.produce_gate = mine
         try:
             if verifying:
-                refused = await verify(routing(edge), txn_id, next(iter(producers)), appendable)
+                refused = await verify(routing(edge), txn_id, next(iter(producers)), transactional)
             if before is not None:
                 await before
             pending = _issue(edge, entries, acks, timeout_ms, txn_denied, refused, epochs)

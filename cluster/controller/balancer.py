@@ -120,6 +120,13 @@ class Balancer:
             move = Move.from_json(body)
             if move.tp in ctx.reassignments:  # still running: resumed by the reassignment path
                 self.in_flight[move.tp] = move
+        if self.balancing or state.get("in_flight"):
+            # A move started just before the last controller went, before it published
+            # /balancer/state: one replica in, one out is the balancer's shape. Adopted so
+            # its throttle is lifted when it completes.
+            for tp, r in ctx.reassignments.items():
+                if tp not in self.in_flight and len(r.adding) == 1 and len(r.removing) == 1:
+                    self.in_flight[tp] = Move(tp[0], tp[1], r.removing[0], r.adding[0], REPLICA, "resumed")
         self.balancing = bool(state.get("balancing"))
         for t, p, b in state.get("stale_replicas") or []:
             if t in ctx.topics and b not in ctx.topics[t].assignment.get(p, ()):
@@ -304,7 +311,9 @@ class Balancer:
     async def _start_moves(self, lost: set[int]) -> None:
         ctx = self.c.ctx
         replica_moves = [mv for mv in self.plan if mv.kind == REPLICA]
-        room = self.max_moves - len(self.in_flight)
+        # Every reassignment in progress counts, the operators' and any a previous controller
+        # started without publishing it: the bound is on copies, whoever asked for them.
+        room = self.max_moves - max(len(self.in_flight), len(ctx.reassignments))
         touched: set[tuple[str, int]] = set()
         for move in replica_moves:
             if room <= 0:

@@ -140,7 +140,10 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--counts", default="1000,3000")
     ap.add_argument("--write", type=int, default=1000, help="partitions written and read back per step")
-    ap.add_argument("--hibernate-ms", type=int, default=5000)
+    # Not much shorter than a wake under load: at 5 s on the shared VM (load 50-140) a wave of
+    # 50 wakes took ~30 s (4 actor starts at a time), so the first woken hibernated again before
+    # the fetch that woke them answered, and 200 partitions cost 900 wakes.
+    ap.add_argument("--hibernate-ms", type=int, default=30000)
     ap.add_argument("--produce-mib", type=int, default=64)
     ap.add_argument("--wakes", type=int, default=40)
     ap.add_argument("--out")

@@ -43,6 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-growth-mib", type=float, default=None,
                         help="fail when the edge or the controller grows more than this per 1,000,000 inputs "
                              "after the first round (issue 28: 50)")
+    parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                        help="a broker setting for the broker it starts (repeatable), e.g. to compare "
+                             "raykafka.metrics.enabled=false side by side")
     args = parser.parse_args(argv)
 
     broker = None
@@ -54,7 +57,8 @@ def main(argv: list[str] | None = None) -> int:
         data = Path(tempfile.mkdtemp(prefix="rk-fuzz-")) / "data"
         broker = BrokerProcess(data, log_name="fuzz-broker.log",
                                overrides={"auto.create.topics.enable": "false", "offsets.topic.num.partitions": "1",
-                                          "num.partitions": "1"}).start()
+                                          "num.partitions": "1",
+                                          **dict(o.split("=", 1) for o in args.override)}).start()
         host, port = broker.host, int(broker.port)
         edge_pid = broker.nodes()[0]["edge_pid"]
         processes = role_processes(broker)

@@ -1456,21 +1456,7 @@ class KafkaZkClient:
         if expected_controller_epoch_zk_version is None:
             self._set_or_create(path, data)
             return
-        self._create_if_absent(zk_paths.ADMIN)
-        for _ in range(5):
-            try:
-                self._fenced(f"set {path}", expected_controller_epoch_zk_version,
-                             lambda transaction: transaction.set_data(path, data))
-                return
-            except ZkNoNodeError:
-                pass
-            try:
-                self._fenced(f"create {path}", expected_controller_epoch_zk_version,
-                             lambda transaction: transaction.create(path, data))
-                return
-            except ZkNodeExistsError:
-                pass  # created by someone else in between: set it
-        raise ZkError(f"set or create {path}: raced with concurrent deletes")
+        self._fenced_set_or_create(zk_paths.ADMIN, path, data, expected_controller_epoch_zk_version)
 
     def delete_partition_reassignment(self, *, expected_controller_epoch_zk_version: int | None = None) -> bool:
         """Delete /admin/reassign_partitions; False if it was absent."""
@@ -1515,7 +1501,12 @@ class KafkaZkClient:
         if expected_controller_epoch_zk_version is None:
             self._set_or_create(path, data)
             return
-        self._create_if_absent(zk_paths.BALANCER)
+        self._fenced_set_or_create(zk_paths.BALANCER, path, data, expected_controller_epoch_zk_version)
+
+    def _fenced_set_or_create(self, parent: str, path: str, data: bytes,
+                              expected_controller_epoch_zk_version: int) -> None:
+        """Set or create `path` in a transaction fenced on the controller epoch (ControllerMovedError)."""
+        self._create_if_absent(parent)
         for _ in range(5):
             try:
                 self._fenced(f"set {path}", expected_controller_epoch_zk_version,
@@ -1528,7 +1519,7 @@ class KafkaZkClient:
                              lambda transaction: transaction.create(path, data))
                 return
             except ZkNodeExistsError:
-                pass
+                pass  # created by someone else in between: set it
         raise ZkError(f"set or create {path}: raced with concurrent deletes")
 
     def get_preferred_replica_election(self) -> list[tuple[str, int]]:

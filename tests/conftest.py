@@ -2,6 +2,7 @@
 ZooKeeper start once); tests that kill brokers start their own."""
 from __future__ import annotations
 
+import inspect
 import os
 import shutil
 import tempfile
@@ -11,6 +12,46 @@ from pathlib import Path
 import pytest
 
 from tests.broker_process import BrokerProcess
+
+_SHARED_FIXTURES = __file__
+
+
+def _starts(source: str) -> tuple[bool, bool]:
+    """(starts a broker, starts several nodes) as `source` reads."""
+    own = any(start in source for start in ("BrokerProcess(", "RayOnSpark(", "setup_ray_cluster("))
+    return own, own and '"--nodes"' in source
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark `own_broker` / `multinode` every test that starts a broker or a cluster
+    itself or through a fixture other than this file's shared ones, so
+    `-m "not own_broker"` selects what shares the session broker, and a test
+    added later is classified without anyone remembering to mark it."""
+    sources: dict[object, str] = {}
+
+    def source_of(func) -> str:
+        if func not in sources:
+            try:
+                sources[func] = inspect.getsource(func)
+            except (OSError, TypeError):
+                sources[func] = ""
+        return sources[func]
+
+    for item in items:
+        own = multinode = False
+        funcs = [getattr(item, "function", None)]
+        fixture_info = getattr(item, "_fixtureinfo", None)
+        for defs in (fixture_info.name2fixturedefs.values() if fixture_info else ()):
+            funcs += [d.func for d in defs[-1:]]  # the definition this test gets
+        for func in funcs:
+            if func is None or inspect.getsourcefile(func) == _SHARED_FIXTURES:
+                continue
+            starts, several = _starts(source_of(func))
+            own, multinode = own or starts, multinode or several
+        if own or item.get_closest_marker("multinode"):
+            item.add_marker(pytest.mark.own_broker)
+        if multinode:
+            item.add_marker(pytest.mark.multinode)
 
 
 @pytest.fixture(scope="session")

@@ -1,5 +1,5 @@
-"""Fixtures of the KafkaZkClient tests against a real ZooKeeper: one server per
-test module, a fresh chroot on it per test, clients on that chroot, and a
+"""Fixtures of the KafkaZkClient tests against a real ZooKeeper: the session's
+server (tests/unit/conftest.py), a fresh chroot on it per test, clients on that chroot, and a
 plain kazoo session to check the bytes as written. A test module imports the
 fixtures it uses by name."""
 from __future__ import annotations
@@ -14,16 +14,10 @@ from kazoo.client import KazooClient
 
 from metadata import zk_paths
 from metadata.kafka_zk import KafkaZkClient
-from metadata.testing import running_zookeeper, unique_chroot
+from metadata.testing import unique_chroot
 
 # Short sessions so expiry-driven tests take seconds (the server allows down to 2 ticks).
 SESSION_TIMEOUT_MS = 2000
-
-
-@pytest.fixture(scope="module")
-def zookeeper(tmp_path_factory):
-    with running_zookeeper(tmp_path_factory.mktemp("zookeeper")) as server:
-        yield server
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from cluster.security.acls import (AccessControlEntry as Ace, AccessControlEntry
                                    ResourcePattern, ResourcePatternFilter, ResourceType as Rt)
 from cluster.security.authorizer import AclAuthorizer, ZkAclStore
 from metadata import embedded_zookeeper
-from tests.unit.kafka_zk_fixtures import chroot_connect, raw, zookeeper  # noqa: F401 - fixtures
+from tests.unit.kafka_zk_fixtures import chroot_connect, raw  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.skipif(
     not embedded_zookeeper.DEBIAN_ZOOKEEPER_JAR.is_file(), reason="Debian's zookeeper package is not installed")

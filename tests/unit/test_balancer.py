@@ -12,7 +12,7 @@ import pytest
 
 from cluster.controller.balancer_plan import measure, BrokerView
 from metadata.kafka_zk import PartitionState as ZkPartitionState
-from metadata.testing import running_zookeeper, unique_chroot
+from metadata.testing import unique_chroot
 from tests.unit.controller_harness import (ControllerService, FakeChannel, config, eventually, idle, register,
                                            start_zk, topic_spec)
 
@@ -21,12 +21,6 @@ SETTINGS = {"raykafka.balancer.max.concurrent.moves": "3",
             # The tests drive each step; the timer never fires during one.
             "raykafka.balancer.check.interval.ms": "3600000",
             "raykafka.self.healing.delay.ms": "60000"}
-
-
-@pytest.fixture(scope="module")
-def zookeeper(tmp_path_factory):
-    with running_zookeeper(tmp_path_factory.mktemp("zookeeper")) as server:
-        yield server
 
 
 @pytest.fixture

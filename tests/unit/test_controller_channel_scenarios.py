@@ -10,17 +10,11 @@ import pytest
 
 from cluster.leader_election import ElectionType
 from metadata.kafka_zk import ControllerMovedError, PartitionState as ZkPartitionState
-from metadata.testing import running_zookeeper, unique_chroot
+from metadata.testing import unique_chroot
 from tests.unit.controller_harness import (ControllerService, FakeChannel, config, eventually, idle, register,
                                            start_zk, topic_spec)
 
 BROKERS = (1, 2, 3)
-
-
-@pytest.fixture(scope="module")
-def zookeeper(tmp_path_factory):
-    with running_zookeeper(tmp_path_factory.mktemp("zookeeper")) as server:
-        yield server
 
 
 @pytest.fixture

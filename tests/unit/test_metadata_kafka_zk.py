@@ -42,7 +42,6 @@ from tests.unit.kafka_zk_fixtures import (  # noqa: F401 - fixtures, found by py
     raw_json,
     wait_for_value,
     zk,
-    zookeeper,
 )
 
 pytestmark = pytest.mark.skipif(

@@ -19,7 +19,7 @@ from cluster.security.authorizer import AclAuthorizer, ZkAclStore
 from core.config import BrokerConfig
 from metadata import embedded_zookeeper, zk_security
 from metadata.kafka_zk import KafkaZkClient
-from tests.unit.kafka_zk_fixtures import chroot_connect, raw, zookeeper  # noqa: F401 - fixtures
+from tests.unit.kafka_zk_fixtures import chroot_connect, raw  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.skipif(
     not embedded_zookeeper.DEBIAN_ZOOKEEPER_JAR.is_file(), reason="Debian's zookeeper package is not installed")

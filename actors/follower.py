@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 from cluster.replication_quota import DEFAULT_WINDOW_NUM, DEFAULT_WINDOW_SIZE_S, UNLIMITED_RATE, ReplicaThrottle
 from core.local_channels import LocalChannels
@@ -125,6 +126,7 @@ class FollowerRole:
             if generation != self._fetcher_generation:
                 return
             slices_ok = True
+            received = time.perf_counter()
             size = result.data_size
             self.counters["fetches_sent"] += 1
             self.counters["fetched_bytes"] += size
@@ -149,6 +151,9 @@ class FollowerRole:
                     self._traffic()  # replicating data: normal priority (a flag unless idle)
                 p.apply_fetched(result, records)
                 throttle.record_follower(size)
+                if size:  # profile: answer received -> next fetch sent
+                    self.counters["apply_total_ms"] += (time.perf_counter() - received) * 1000
+                    self.counters["apply_count"] += 1
             except Exception:
                 log.exception("%s-%d follower append failed", self.topic, self.partition_index)
                 await asyncio.sleep(backoff_s)

@@ -93,7 +93,8 @@ class ReplicaActor(FollowerRole):
         # replication (fetches served, bytes, empty answers) and the follower's.
         self.counters = {"append_calls": 0, "append_sets": 0, "append_bytes": 0, "follower_fetches": 0,
                          "follower_fetch_bytes": 0, "follower_fetch_empty": 0, "fetches_sent": 0,
-                         "fetched_bytes": 0, "fetched_as_slices": 0, "commit_waits": 0}
+                         "fetched_bytes": 0, "fetched_as_slices": 0, "commit_waits": 0, "apply_total_ms": 0.0,
+                         "apply_count": 0}
         self._commit_timer = CommitTimer()
         # acks=all produces waiting here for the HW (cluster/commit_waiters.py).
         self._commit_waiters = CommitWaiters()
@@ -517,6 +518,11 @@ class ReplicaActor(FollowerRole):
                 counters["follower_fetch_bytes"] += size
                 if not size:
                     counters["follower_fetch_empty"] += 1
+                elif p.is_leader:
+                    # Profile: when the appended data left for a follower (an answer
+                    # cut at max_bytes is counted only as far as its first offset).
+                    self._commit_timer.served(result.log_end_offset if size < max_bytes else fetch_offset + 1,
+                                              self.clock.monotonic())
                 return result
             if held_back:
                 # Appends cannot lift the quota, only time can: wait for it rather than for data.

@@ -72,8 +72,8 @@ def delta(before: dict, after: dict) -> dict:
     counters = out["counters"]
     keys = ("append_calls", "append_sets", "append_bytes", "follower_fetches", "follower_fetch_bytes",
             "follower_fetch_empty", "fetches_sent", "fetched_bytes", "fetched_as_slices", "commit_waits",
-            "progress_reports", "commit_count",
-            "commit_total_ms")
+            "progress_reports", "commit_count", "commit_total_ms", "serve_count", "serve_total_ms",
+            "apply_total_ms", "apply_count")
     for name, a in after.get("replicas", {}).items():
         b = before.get("replicas", {}).get(name)
         if b is None or b.get("pid") != a.get("pid"):
@@ -81,10 +81,12 @@ def delta(before: dict, after: dict) -> dict:
         out["cpu_s"][a["role"]] += a["cpu_s"] - b.get("cpu_s", 0.0)
         for k in keys:
             counters[k] = counters.get(k, 0) + a.get(k, 0) - b.get(k, 0)
-        counters["commit_max_ms"] = max(counters.get("commit_max_ms", 0.0), a.get("commit_max_ms", 0.0))
-        hist = [x - y for x, y in zip(a.get("commit_histogram", []), b.get("commit_histogram", [0] * 11))]
-        counters["commit_histogram"] = [x + y for x, y in
-                                        zip(counters.get("commit_histogram", [0] * len(hist)), hist)]
+        for what in ("commit", "serve"):
+            counters[f"{what}_max_ms"] = max(counters.get(f"{what}_max_ms", 0.0), a.get(f"{what}_max_ms", 0.0))
+            hist = [x - y for x, y in zip(a.get(f"{what}_histogram", []),
+                                          b.get(f"{what}_histogram", [0] * 11))]
+            counters[f"{what}_histogram"] = [x + y for x, y in
+                                             zip(counters.get(f"{what}_histogram", [0] * len(hist)), hist)]
     for name, a in after.get("processes", {}).items():
         b = before.get("processes", {}).get(name, {})
         if a.get("cpu_s") is None or b.get("pid") not in (None, a["pid"]):

@@ -95,14 +95,16 @@ class RaykafkaClusterTarget(RaykafkaTarget):
 
 def run_client(t, bootstrap: str, topic: str, rf: int, min_insync: int, acks: str,
                records: int, rate: float, a, *, create: bool, delete: bool, expect_hw: int,
-               tag: str, replica_dirs: dict | None = None) -> dict:
+               tag: str, replica_dirs: dict | None = None, pacing: str = "tick") -> dict:
     cmd = [PYTHON, "-m", "bench.repl_client", "--bootstrap", bootstrap, "--topic", topic,
            "--partitions", str(a.partitions), "--replication-factor", str(rf),
            "--min-insync", str(min_insync), "--acks", acks, "--records", str(records),
            "--record-size", str(a.record_size), "--rate", str(rate),
            "--linger-ms", str(a.linger_ms), "--timeout", str(a.phase_timeout),
+           "--batch-size", str(a.batch_size), "--pacing", pacing,
            "--broker-pid", str(t.proc.pid if t.proc else 0),
            "--expect-hw", str(expect_hw)] + (["--create"] if create else []) + (
+               ["--unkeyed"] if a.unkeyed else []) + (
                ["--delete-after"] if delete else []) + (
                ["--replica-dirs", json.dumps(replica_dirs),
                 "--replica-timeout", str(a.replica_timeout)] if replica_dirs else [])
@@ -151,6 +153,10 @@ def profile_figures(res: dict) -> dict:
         "commit_mean_ms": round(c["commit_total_ms"] / c["commit_count"], 2) if c.get("commit_count") else None,
         "commit_max_ms": c.get("commit_max_ms"),
         "commit_histogram": c.get("commit_histogram"),
+        "serve_mean_ms": round(c["serve_total_ms"] / c["serve_count"], 2) if c.get("serve_count") else None,
+        "serve_max_ms": c.get("serve_max_ms"),
+        "serve_histogram": c.get("serve_histogram"),
+        "follower_apply_mean_ms": round(c.get("apply_total_ms", 0) / (c.get("apply_count") or 1), 2),
     }
 
 
@@ -163,7 +169,10 @@ def print_profile(ph: dict, res: dict) -> None:
           f"{f['progress_reports_per_set']} progress reports, {f['commit_waits_per_set']} commit waits; "
           f"fetches answered as slices {f['fetches_as_slices']}; sets {f['mean_set_kb']} KiB; "
           f"append->HW mean {f['commit_mean_ms']} ms max {f['commit_max_ms']} ms "
-          f"hist(<=1,2,5,10,20,50,100,200,500,1000,>) {f['commit_histogram']}", flush=True)
+          f"hist(<=1,2,5,10,20,50,100,200,500,1000,>) {f['commit_histogram']}; of which append->"
+          f"answer to a follower mean {f['serve_mean_ms']} ms max {f['serve_max_ms']} ms hist "
+          f"{f['serve_histogram']}; follower answer->next fetch mean {f['follower_apply_mean_ms']} ms",
+          flush=True)
 
 
 def phases_for(name: str, a) -> list[dict]:
@@ -186,9 +195,11 @@ def phases_for(name: str, a) -> list[dict]:
             out.append({"target": name, "rf": rf, "min_insync": mis, "acks": acks,
                         "mode": "max", "records": a.records, "rate": 0})
             if not a.no_paced:
-                out.append({"target": name, "rf": rf, "min_insync": mis, "acks": acks,
-                            "mode": f"{a.rate:g}/s", "records": a.latency_records,
-                            "rate": a.rate})
+                # --pacing both: the old busy-polling client first, then the ticking one.
+                for pacing in (("spin", "tick") if a.pacing == "both" else (a.pacing,)):
+                    out.append({"target": name, "rf": rf, "min_insync": mis, "acks": acks,
+                                "mode": f"{a.rate:g}/s" + (" spin" if pacing == "spin" else ""),
+                                "records": a.latency_records, "rate": a.rate, "pacing": pacing})
         if a.profile and name == "raykafka":
             # Deletes the topic, so the last profiled phase can be read first.
             out.append({"target": name, "rf": rf, "min_insync": mis, "acks": "1",
@@ -233,13 +244,13 @@ def run_round(t, r: int, a, run_id: str) -> list[dict]:
                 dirs = t.log_dirs()
                 if not dirs:
                     t.note("nodes.json not found: replica files on disk were not checked")
-            tag = f"acks{ph['acks']}-{ph['mode'] if ph['rate'] == 0 else 'paced'}"
+            tag = f"acks{ph['acks']}-{ph['mode'] if ph['rate'] == 0 else 'paced-' + ph['pacing']}"
             profiling = a.profile and isinstance(t, RaykafkaClusterTarget) and not create
             before = profile_snapshot(t, topic, a) if profiling else None
             res = run_client(t, bootstrap, topic, ph["rf"], ph["min_insync"], ph["acks"],
                              ph["records"], ph["rate"], a, create=create,
                              delete=last and not a.keep_topics, expect_hw=held[topic],
-                             tag=tag, replica_dirs=dirs)
+                             tag=tag, replica_dirs=dirs, pacing=ph.get("pacing", "tick"))
             res.update(phase=ph, key=key_of(ph), round=r, startup_s=up)
             if before is not None and res.get("ok") and not last:
                 after = profile_snapshot(t, topic, a)
@@ -260,12 +271,15 @@ def run_round(t, r: int, a, run_id: str) -> list[dict]:
                 f"{res['mb_s']:7.1f} MB/s {res['records_s']:8.0f} rec/s  p50 {lat.get('p50')} "
                 f"p99 {lat.get('p99')} ms ({res['elapsed_s']:.2f}s; CPU% client "
                 f"{cpu.get('client_cpu_pct')} broker {cpu.get('broker_cpu_pct')} other "
-                f"{cpu.get('other_cpu_pct')})" + (
+                f"{cpu.get('other_cpu_pct')}; broker CPU-s/GB {res.get('broker_cpu_s_per_gb')})" + (
                     f"; replicas equal after {res['replica_files']['after_s']}s"
                     if res.get("replica_files", {}).get("ok") else "")
                 if res.get("ok") else f"FAIL: {res.get('error')}"), flush=True)
             for w in res.get("warnings", []):
                 print(f"  {t.name} #{r}: warning: {w}", flush=True)
+            if res.get("latency_timeline") and lat.get("p99", 0) > 50:
+                # [second, records, p99 ms, max ms]: one stall or a spread tail
+                print(f"    per second of send time: {res['latency_timeline']}", flush=True)
             done.append(res)
     finally:
         t.stop()
@@ -290,8 +304,11 @@ def summarize(results: list[dict]) -> dict:
              "elapsed_s": med(lambda r: r["elapsed_s"]),
              "all_mb_s": [round(r["mb_s"], 1) for r in rs],
              "best_mb_s": max(r["mb_s"] for r in rs)}
+        keyed = all(r.get("latency_ms") for r in rs)  # unkeyed phases have no per-record latency
         for q in ("p50", "p99", "p999", "max"):
-            s[f"{q}_ms"] = med(lambda r: r["latency_ms"][q])
+            s[f"{q}_ms"] = med(lambda r: r["latency_ms"][q]) if keyed else None
+        gb = [r.get("broker_cpu_s_per_gb") for r in rs]
+        s["broker_cpu_s_per_gb"] = None if None in gb else statistics.median(gb)
         for c in ("client_cpu_pct", "broker_cpu_pct", "other_cpu_pct"):
             vals = [r.get("cpu", {}).get(c) for r in rs]
             s[c] = statistics.median(vals) if None not in vals else None
@@ -306,7 +323,8 @@ def ratios(summary: dict, a) -> list[dict]:
     """raykafka RF=3 vs tansu RF=1, and raykafka RF=3 vs raykafka RF=1."""
     rf = a.nodes if a.rf is None else a.rf
     out = []
-    modes = ["max"] + ([] if a.no_paced else [f"{a.rate:g}/s"])
+    modes = ["max"] + ([] if a.no_paced else [f"{a.rate:g}/s"] + (
+        [f"{a.rate:g}/s spin"] if a.pacing == "both" else []))
     for other, other_rf, label in (("tansu", 1, f"raykafka RF={rf} / tansu RF=1"),
                                    ("raykafka", 1, f"raykafka RF={rf} / raykafka RF=1")):
         for acks in ("1", "all"):
@@ -319,7 +337,20 @@ def ratios(summary: dict, a) -> list[dict]:
                 div = lambda k: x[k] / y[k] if ok and y[k] else None
                 out.append({"pair": label, "acks": acks, "mode": mode,
                             "mb_s": div("mb_s"), "best_mb_s": div("best_mb_s"),
-                            "p50": div("p50_ms"), "p99": div("p99_ms")})
+                            "p50": div("p50_ms"), "p99": div("p99_ms"),
+                            "cpu_gb": div("broker_cpu_s_per_gb")})
+    # Issue 27's targets: acks=all against acks=1 on the replicated topic, and
+    # against RF=1 acks=all (throughput and broker CPU-s per GB).
+    for label, xk, yk in ((f"raykafka RF={rf} all / RF={rf} acks=1", f"rf{rf}|acks=all", f"rf{rf}|acks=1"),
+                          (f"raykafka RF={rf} all / RF=1 all", f"rf{rf}|acks=all", "rf1|acks=all")):
+        for mode in modes:
+            x, y = summary.get(f"raykafka|{xk}|{mode}"), summary.get(f"raykafka|{yk}|{mode}")
+            if x and y and x is not y:
+                ok = x["ok"] and y["ok"]
+                div = lambda k: x[k] / y[k] if ok and x.get(k) is not None and y.get(k) else None
+                out.append({"pair": label, "acks": "all", "mode": mode, "mb_s": div("mb_s"),
+                            "best_mb_s": div("best_mb_s"), "p50": div("p50_ms"), "p99": div("p99_ms"),
+                            "cpu_gb": div("broker_cpu_s_per_gb")})
     return out
 
 
@@ -327,8 +358,9 @@ def print_report(summary: dict, rat: list[dict], a, machine: dict, notes: list[s
     rf = a.nodes if a.rf is None else a.rf
     print()
     print(f"Workload: {a.records} records x {a.record_size} B flat out ('max') and "
-          f"{a.latency_records} records paced at {a.rate:g} records/s; keyed, {a.partitions} "
-          f"partitions, lz4, linger.ms={a.linger_ms:g}, a delivery report per record; "
+          f"{a.latency_records} records paced at {a.rate:g} records/s ({a.pacing} pacing); "
+          f"{'unkeyed' if a.unkeyed else 'keyed'}, {a.partitions} partitions, lz4, "
+          f"linger.ms={a.linger_ms:g}, batch.size={a.batch_size}, a delivery report per record; "
           f"median of {a.repeat} round(s); MB = 10^6 bytes of record values")
     print(f"raykafka: {a.nodes} brokers (one per Ray node) on this machine, topic RF={rf}, "
           f"min.insync.replicas={a.min_insync}. tansu: ONE broker, memory storage, RF=1 "
@@ -338,32 +370,35 @@ def print_report(summary: dict, rat: list[dict], a, machine: dict, notes: list[s
     print()
     hdr = (f"{'target':9s} {'RF':>2s} {'acks':>4s} {'mode':>7s} {'MB/s':>7s} {'records/s':>9s} "
            f"{'p50 ms':>8s} {'p99 ms':>8s} {'p99.9':>8s} {'CPU%cli':>7s} {'brk':>5s} "
-           f"{'other':>5s}  runs MB/s")
+           f"{'other':>5s} {'CPUs/GB':>7s}  runs MB/s")
     print_table_head(hdr)
     f0 = lambda v: f"{v:.0f}" if isinstance(v, (int, float)) else "?"
+    f1 = lambda v, w: f"{v:{w}.1f}" if isinstance(v, (int, float)) else f"{'-':>{w}s}"
     for k, s in summary.items():
         ph = s["phase"]
         head = f"{ph['target']:9s} {ph['rf']:>2d} {ph['acks']:>4s} {ph['mode']:>7s}"
         if not s["ok"]:
             print(f"{head} {'FAIL':>7s}  {s['error'].splitlines()[0][:110]}")
             continue
-        print(f"{head} {s['mb_s']:7.1f} {s['records_s']:9.0f} {s['p50_ms']:8.1f} "
-              f"{s['p99_ms']:8.1f} {s['p999_ms']:8.1f} {f0(s['client_cpu_pct']):>7s} "
-              f"{f0(s['broker_cpu_pct']):>5s} {f0(s['other_cpu_pct']):>5s}  {s['all_mb_s']}")
+        print(f"{head} {s['mb_s']:7.1f} {s['records_s']:9.0f} {f1(s['p50_ms'], 8)} "
+              f"{f1(s['p99_ms'], 8)} {f1(s['p999_ms'], 8)} {f0(s['client_cpu_pct']):>7s} "
+              f"{f0(s['broker_cpu_pct']):>5s} {f0(s['other_cpu_pct']):>5s} "
+              f"{f1(s.get('broker_cpu_s_per_gb'), 7)}  {s['all_mb_s']}")
     print("latency = delivery report time - send time, per record; in 'max' rows every record "
           "is queued at once, so latency there is mostly the producer's own queue")
     print("CPU% = % of ONE core during the timed window: cli = client process, brk = broker "
-          "process tree (all Ray nodes), other = everything else (high = disturbed)")
+          "process tree (all Ray nodes), other = everything else (high = disturbed); CPUs/GB = "
+          "broker CPU-seconds per GB of record values acknowledged")
     if rat:
         print()
-        print(f"{'ratio':34s} {'acks':>4s} {'mode':>7s} {'MB/s':>6s} {'best':>6s} "
-              f"{'p50':>6s} {'p99':>6s}")
+        print(f"{'ratio':38s} {'acks':>4s} {'mode':>7s} {'MB/s':>6s} {'best':>6s} "
+              f"{'p50':>6s} {'p99':>6s} {'CPU/GB':>6s}")
         fr = lambda v: f"{v:6.2f}" if isinstance(v, float) else f"{'n/a':>6s}"
         for r in rat:
-            print(f"{r['pair']:34s} {r['acks']:>4s} {r['mode']:>7s} {fr(r['mb_s'])} "
-                  f"{fr(r['best_mb_s'])} {fr(r['p50'])} {fr(r['p99'])}")
+            print(f"{r['pair']:38s} {r['acks']:>4s} {r['mode']:>7s} {fr(r['mb_s'])} "
+                  f"{fr(r['best_mb_s'])} {fr(r['p50'])} {fr(r['p99'])} {fr(r.get('cpu_gb'))}")
         print("(MB/s: ratio of medians, > 1 = raykafka faster; best: ratio of best rounds; "
-              "p50/p99: latency ratios, > 1 = raykafka slower)")
+              "p50/p99: latency ratios, > 1 = raykafka slower; CPU/GB: broker CPU per GB ratio)")
     for n in notes:
         print(f"note: {n}")
 
@@ -371,7 +406,8 @@ def print_report(summary: dict, rat: list[dict], a, machine: dict, notes: list[s
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(prog="python -m bench.replication",
                                  description=__doc__.split("\n")[0])
-    ap.add_argument("--records", type=int, default=100000, help="records per flat-out phase")
+    ap.add_argument("--records", type=int, default=None,
+                    help="records per flat-out phase (100,000; 150,000 with --workload external)")
     ap.add_argument("--latency-records", type=int, default=20000, help="records per paced phase")
     ap.add_argument("--rate", type=float, default=5000, help="records/s in the paced phases")
     ap.add_argument("--record-size", type=int, default=1024)
@@ -382,8 +418,20 @@ def parse_args(argv=None):
     ap.add_argument("--min-insync", type=int, default=2, help="min.insync.replicas of the "
                     "replicated raykafka topic")
     ap.add_argument("--linger-ms", type=float, default=5)
+    ap.add_argument("--batch-size", type=int, default=1000000, help="librdkafka batch.size")
+    ap.add_argument("--unkeyed", action="store_true",
+                    help="null keys (librdkafka's partitioner spreads them); no per-record latency")
+    ap.add_argument("--pacing", choices=("tick", "spin", "both"), default="tick",
+                    help="paced phases' client: tick (waits >= 1 ms between sends), spin (the old "
+                         "busy-polling client, a core at nice 0), both (spin then tick, same run)")
+    ap.add_argument("--workload", choices=("default", "external"), default="default",
+                    help="external: issue 27's outside workload (150,000 unkeyed 1 KiB records flat "
+                         "out, lz4, linger 5 ms, batch 1 MB, 3 partitions, 3 nodes, median of 3 "
+                         "rounds, no paced phases; RF=1/RF=3 x acks=1/all with broker CPU-s per GB); "
+                         "explicit --records/--repeat still apply")
     ap.add_argument("--targets", default="raykafka,tansu")
-    ap.add_argument("--repeat", type=int, default=1, help="rounds (interleaved); median reported")
+    ap.add_argument("--repeat", type=int, default=None,
+                    help="rounds (interleaved); median reported (1; 3 with --workload external)")
     ap.add_argument("--no-rf1", action="store_true", help="skip raykafka's RF=1 baseline phases")
     ap.add_argument("--no-paced", action="store_true", help="skip the paced latency phases")
     ap.add_argument("--keep-topics", action="store_true",
@@ -401,6 +449,13 @@ def parse_args(argv=None):
                          "(bench.repl_profile; adds a small warm-up phase per topic)")
     ap.add_argument("--output", type=Path)
     a = ap.parse_args(argv)
+    external = a.workload == "external"
+    if external:
+        a.unkeyed, a.no_paced = True, True
+    if a.records is None:
+        a.records = 150000 if external else 100000
+    if a.repeat is None:
+        a.repeat = 3 if external else 1
     a.targets = [x.strip() for x in a.targets.split(",") if x.strip()]
     if not a.targets or any(x not in ("raykafka", "tansu") for x in a.targets):
         ap.error("--targets: a subset of raykafka,tansu")

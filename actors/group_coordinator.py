@@ -209,8 +209,9 @@ class GroupCoordinatorActor:
     async def join_group(self, group_id: str, member_id: str, group_instance_id: Optional[str], client_id: str,
                          client_host: str, rebalance_timeout_ms: int, session_timeout_ms: int, protocol_type: str,
                          protocols: list, api_version: int, reason: Optional[str] = None, image=None):
-        if self._ensure() and self.consumer_groups.owns(group_id):
-            # A classic member of a consumer group (a group migrating to the consumer protocol).
+        if self._ensure() and self.consumer_groups.takes_classic_join(group_id):
+            # A classic member of a consumer group with members (a group migrating between the
+            # protocols); an empty consumer group was just deleted and continues as a classic one.
             future, callback = self._answer()
             self.consumer_groups.classic_join(group_id, member_id, group_instance_id, client_id, client_host,
                                               rebalance_timeout_ms, session_timeout_ms, protocol_type, protocols,

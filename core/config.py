@@ -124,6 +124,12 @@ from core.throttled_replicas import validate_throttled_replicas  # noqa: E402,F4
 _KAFKA_VERSION = re.compile(r"(0\.(8\.[0-2]|9\.0|10\.[0-2]|11\.0)|1\.[01]|2\.[0-8]|3\.[0-9])(\.\d+)?(-IV\d+)?")
 
 
+def _validate_migration_policy(value: str) -> None:
+    # Kafka's CaseInsensitiveValidString.
+    if str(value).lower() not in ("disabled", "upgrade", "downgrade", "bidirectional"):
+        raise ValueError(f"value {value!r} is not one of disabled, upgrade, downgrade, bidirectional")
+
+
 def _validate_kafka_version(value: str) -> None:
     if not _KAFKA_VERSION.fullmatch(value):
         raise ValueError(f"Version `{value}` is not a valid version")
@@ -283,8 +289,8 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("group.consumer.assignors", "list", ["uniform", "range"],
               "Server-side assignors of consumer groups; the first is the default"),
     ConfigDef("group.consumer.migration.policy", "string", "bidirectional",
-              "Online migration between classic and consumer groups",
-              choices=("disabled", "upgrade", "downgrade", "bidirectional")),
+              "Online migration between classic and consumer groups (Kafka 4.0's default; any case, as Kafka)",
+              validator=_validate_migration_policy),
     # ---- transactions (transaction coordinator, __transaction_state) -----------------------------
     # As for __consumer_offsets, every partition is a replica actor plus a
     # coordinator actor on its leader; the topic is created on the first

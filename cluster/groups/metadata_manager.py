@@ -583,6 +583,11 @@ class GroupMetadataManager:
         if self.status is not CoordinatorStatus.ACTIVE:
             on_done(E.not_coordinator)
             return
+        self._append([self.group_record(group, assignment)], lambda error: on_done(_store_group_error(error)))
+
+    @staticmethod
+    def group_record(group: GroupMetadata, assignment: Mapping[str, bytes]) -> Record:
+        """The group's metadata record: its generation, members and ``assignment``."""
         protocol = group.protocol_name
         if group.members and protocol is None:
             raise IllegalStateError(f"group {group.group_id}: storing members without a selected protocol")
@@ -606,8 +611,7 @@ class GroupMetadataManager:
                 for m in group.members.values()
             ),
         )
-        self._append([group_metadata_record(group.group_id, value)],
-                     lambda error: on_done(_store_group_error(error)))
+        return group_metadata_record(group.group_id, value)
 
     def _append(self, records: list[Record], on_done: Callable[[ErrorCode], None],
                 producer: Optional[TxnProducer] = None) -> None:

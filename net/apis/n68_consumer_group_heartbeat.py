@@ -16,6 +16,8 @@ from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for, 
 
 TESTS = ("tests/integration/test_consumer_protocol.py::test_consumer_protocol_members_join_and_leave_under_load",
          "tests/integration/test_consumer_protocol.py::test_classic_and_consumer_members_share_a_group_during_upgrade",
+         "tests/integration/test_consumer_protocol.py::test_group_downgrades_to_classic_when_the_last_consumer_member_leaves",
+         "tests/unit/test_group_migration.py::test_last_consumer_member_leaving_downgrades_to_a_classic_group",
          "tests/unit/test_group_consumer_protocol.py::test_join_reconcile_no_double_ownership")
 
 

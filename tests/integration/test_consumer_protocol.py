@@ -3,7 +3,8 @@ confluent-kafka consumers with ``group.protocol=consumer`` against a real
 broker (its own, with a short consumer heartbeat interval). Members join and
 leave while a producer runs; every record is consumed, none twice, and the
 assignment history recorded from the clients' callbacks never shows a
-partition owned by two members at once. Also DescribeTopicPartitions
+partition owned by two members at once; a group moves between the classic
+and the consumer protocol both ways. Also DescribeTopicPartitions
 (KIP-966) paging, and ListGroups/ConsumerGroupDescribe/DeleteGroups of a
 consumer group.
 """
@@ -234,6 +235,86 @@ def test_classic_and_consumer_members_share_a_group_during_upgrade(cbroker, stra
                  "the consumer-protocol member owns all after the classic one left")
         send(60)
         wait_for(lambda: set(produced) <= set(consumed), 60, "records consumed after the classic member left")
+    finally:
+        for member in members:
+            member.stop()
+    assert history.violations == [], history.violations
+    twice = {k: v for k, v in consumed.items() if len(v) > 1}
+    assert not twice, f"records consumed more than once: {sorted(twice.items())[:10]}"
+
+
+@pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
+def test_group_downgrades_to_classic_when_the_last_consumer_member_leaves(cbroker, strategy):
+    """A classic member (librdkafka, group.protocol=classic) and a
+    consumer-protocol member share a group (upgraded online); when the
+    consumer-protocol member closes, the group becomes a classic group again
+    (Kafka 4's downgrade, group.consumer.migration.policy=bidirectional): the
+    classic member takes every partition in a classic rebalance, DescribeGroups
+    and the admin client see a classic group, the committed offsets stay (no
+    record consumed twice), and a new consumer-protocol member upgrades it once
+    more."""
+    from confluent_kafka import ConsumerGroupType
+    from confluent_kafka.admin import AdminClient
+
+    topic, group = unique("downgrade"), unique("downgrade-group")
+    create_topic(cbroker.bootstrap, topic, SIX)
+    history, consumed = History(), {}
+    producer = Producer({"bootstrap.servers": cbroker.bootstrap, "linger.ms": 5})
+    produced = []
+    admin = AdminClient({"bootstrap.servers": cbroker.bootstrap})
+
+    def group_type():
+        try:
+            return admin.describe_consumer_groups([group])[group].result(timeout=30).type
+        except KafkaException:
+            return None
+
+    def send(count: int) -> None:
+        for i in range(count):
+            producer.produce(topic, value=b"%d" % i, partition=i % SIX,
+                             on_delivery=lambda err, msg: err is None and produced.append((msg.partition(),
+                                                                                          msg.offset())))
+        assert producer.flush(30) == 0
+
+    send(60)
+    classic = Member("classic", cbroker.bootstrap, topic, group, history, consumed,
+                     extra={"group.protocol": "classic", "partition.assignment.strategy": strategy,
+                            "session.timeout.ms": 6000, "heartbeat.interval.ms": 300})
+    members = [classic]
+    try:
+        wait_for(lambda: owned_by(history).get("classic") == set(range(SIX)), 60, "the classic member owns all")
+        assert group_type() == ConsumerGroupType.CLASSIC
+        modern = Member("modern", cbroker.bootstrap, topic, group, history, consumed)
+        members.append(modern)
+        wait_for(lambda: sorted(len(ps) for ps in owned_by(history).values()) == [3, 3], 60,
+                 "a classic and a consumer-protocol member with three partitions each")
+        assert group_type() == ConsumerGroupType.CONSUMER
+        send(60)
+        wait_for(lambda: set(produced) <= set(consumed), 60, "records consumed by the mixed group")
+        members.remove(modern)
+        modern.stop()  # leaves with epoch -1: the last consumer-protocol member
+        wait_for(lambda: owned_by(history).get("classic") == set(range(SIX)), 60,
+                 "the classic member owns all after the downgrade")
+        wait_for(lambda: group_type() == ConsumerGroupType.CLASSIC, 30, "a classic group again")
+        coordinator = _coordinator_client(cbroker, group)
+        try:
+            [described] = coordinator.request(15, 5, groups=(group,), include_authorized_operations=False).groups
+            assert described.error_code == 0 and described.protocol_type == "consumer", described
+            assert described.protocol_data == strategy and len(described.members) == 1, described
+            [not_consumer] = coordinator.request(69, 1, group_ids=(group,),
+                                                 include_authorized_operations=False).groups
+            assert not_consumer.error_code == 69, not_consumer  # GROUP_ID_NOT_FOUND: not a consumer group
+        finally:
+            coordinator.close()
+        send(60)
+        wait_for(lambda: set(produced) <= set(consumed), 60, "records consumed after the downgrade")
+        # ... and up again.
+        members.append(Member("modern2", cbroker.bootstrap, topic, group, history, consumed))
+        wait_for(lambda: sorted(len(ps) for ps in owned_by(history).values()) == [3, 3], 60,
+                 "upgraded again: three partitions each")
+        assert group_type() == ConsumerGroupType.CONSUMER
+        send(60)
+        wait_for(lambda: set(produced) <= set(consumed), 60, "records consumed after the second upgrade")
     finally:
         for member in members:
             member.stop()

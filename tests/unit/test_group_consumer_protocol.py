@@ -234,19 +234,35 @@ def test_offsets_with_member_epoch_and_admin():
     assert cl.cg.validate_fetch("g", "a", a.epoch) is None
     assert cl.cg.validate_fetch("g", "a", a.epoch + 1) == E.stale_member_epoch
     assert cl.cg.validate_fetch("g", "nobody", 3) == E.unknown_member_id
-    # an older epoch: accepted for partitions the member holds (KIP-1251), stale otherwise
-    reply = Reply()
-    cl.cg.commit_offsets("g", "a", None, a.epoch - 1, commit, reply, api_version=9)
-    assert reply.value == {TopicPartition("t1", 0): E.none}
+    # An older epoch (KIP-1251): accepted for partitions the member has held
+    # since that epoch or before, stale for any other.
+    first_epoch = a.epoch
     b = Client(cl, "b")
     run_rounds([a, b])
-    mine = next(p for p in range(6) if cl.cg.groups["g"].holder(T1, p) == "b")
-    reply = Reply()
-    cl.cg.commit_offsets("g", "a", None, a.epoch - 1, {TopicPartition("t1", mine): PartitionCommit(offset=1)},
-                         reply, api_version=9)
-    assert reply.value == {TopicPartition("t1", mine): E.stale_member_epoch}
+    group = cl.cg.groups["g"]
+    assert a.epoch > first_epoch
+    kept = next(p for p in range(6) if group.holder(T1, p) == "a")
+    theirs = next(p for p in range(6) if group.holder(T1, p) == "b")
+
+    def commit_at(epoch, partition, producer=None):
+        reply = Reply()
+        cl.cg.commit_offsets("g", "a", None, epoch, {TopicPartition("t1", partition): PartitionCommit(offset=5)},
+                             reply, api_version=9, producer=producer)
+        return reply.value[TopicPartition("t1", partition)]
+
+    assert commit_at(first_epoch, kept) == E.none  # a commit that raced the epoch bump
+    assert commit_at(first_epoch - 1, kept) == E.stale_member_epoch  # from before it got the partition
+    assert commit_at(first_epoch, theirs) == E.stale_member_epoch  # someone else's
     cl.beat("b", -1)
+    second_epoch = a.epoch
     run_rounds([a])
+    assert group.holder(T1, theirs) == "a" and a.epoch > second_epoch
+    # the partition came (back) to it at the newest epoch: a zombie commit of an older epoch is fenced
+    assert commit_at(second_epoch, theirs) == E.stale_member_epoch
+    assert commit_at(a.epoch, theirs) == E.none
+    from cluster.groups import TxnProducer
+    assert commit_at(first_epoch - 1, kept, TxnProducer(1, 0)) == E.illegal_generation  # TxnOffsetCommit's code
+    commit_at(a.epoch, 0)
     fetched = cl.h.coordinator.fetch_offsets("g", [TopicPartition("t1", 0)])
     assert fetched.partitions[TopicPartition("t1", 0)].offset == 5
     [listing] = cl.cg.listings()

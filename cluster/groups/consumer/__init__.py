@@ -6,6 +6,10 @@
 * ``assignors``: the server-side ``uniform`` and ``range`` assignors.
 * ``coordinator``: ``ConsumerGroupCoordinator``, ConsumerGroupHeartbeat and
   ConsumerGroupDescribe, sessions, offsets with member epochs, loading.
+* ``classic_members``: JoinGroup/SyncGroup/Heartbeat/LeaveGroup of classic
+  members in a consumer group.
+* ``migration``: upgrade of a classic group, downgrade back to a classic
+  group, and empty groups changing kind (``group.consumer.migration.policy``).
 * ``api``: the plain values its requests and answers are made of.
 """
 from cluster.groups.consumer.api import (ConsumerGroupDescription, ConsumerHeartbeat, ConsumerHeartbeatResult,

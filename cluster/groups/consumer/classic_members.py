@@ -1,20 +1,16 @@
-"""Classic members in a consumer group, and the online upgrade of a classic
-group (Kafka's migration rules, ``group.consumer.migration.policy``).
+"""Classic members in a consumer group (a group migrating between the two
+protocols; the conversions themselves are in ``migration``).
 
-While a group moves from the classic protocol to the consumer protocol its
-members speak both: consumer-protocol members heartbeat with
+While a group moves from the classic protocol to the consumer protocol (or
+back) its members speak both: consumer-protocol members heartbeat with
 ConsumerGroupHeartbeat, classic ones keep using JoinGroup, SyncGroup,
 Heartbeat and LeaveGroup. The coordinator serves the classic ones from the
 consumer group, as Kafka 4 does:
 
-* **Upgrade.** The first ConsumerGroupHeartbeat for a classic group with
-  members converts it (policy ``upgrade`` or ``bidirectional``, the group
-  Stable and using the embedded consumer protocol): every classic member
-  becomes a member of the consumer group with its last assignment as both
-  its current and target assignment, at the classic generation as epoch.
-  The classic group's record is tombstoned and the consumer group written.
-* **JoinGroup** of a classic member updates its subscription (from its
-  embedded protocol), runs the same epoch bump / target / reconciliation as a
+* **JoinGroup** of a classic member (protocol type ``consumer`` and an
+  assignor every other classic member supports, else
+  INCONSISTENT_GROUP_PROTOCOL) updates its subscription (from its embedded
+  protocol), runs the same epoch bump / target / reconciliation as a
   heartbeat, with the partitions it says it still owns, and answers at once
   with its member epoch as the generation and no leader: nobody computes
   assignments on the client side.
@@ -25,22 +21,17 @@ consumer group, as Kafka 4 does:
   for were released.
 * **LeaveGroup** removes the member as a consumer-protocol leave would.
 
-A classic member's session is its own ``session.timeout.ms``. Converting a
-consumer group back to a classic one when its last consumer-protocol member
-leaves (Kafka's downgrade) is not done: such a group keeps working with
-classic members only.
+A classic member's session is its own ``session.timeout.ms``.
 """
 from __future__ import annotations
 
 import uuid
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
 
 from cluster.groups.api import (JoinGroupResult, LeaveGroupResult, LeavingMember, MemberLeaveResult,
                                 SyncGroupResult)
-from cluster.groups.consumer import records as R
 from cluster.groups.consumer.embedded_protocol import EmbeddedProtocolError, decode_subscription, encode_assignment
 from cluster.groups.consumer.model import ConsumerGroup, ConsumerMember, MemberState, reconcile
-from cluster.groups.group import GroupState
 from core.error_codes import ErrorCode
 
 E = ErrorCode
@@ -52,70 +43,6 @@ MEMBER_ID_REQUIRED_VERSION = 4
 class ClassicMemberHandling:
     """Mixed into ConsumerGroupCoordinator (which provides the group state,
     records, timers and ``_Failure``)."""
-
-    # ---- upgrade ----------------------------------------------------------------------------------
-
-    def _upgrade_allowed(self) -> bool:
-        return self.config.migration_policy in ("upgrade", "bidirectional")
-
-    def _convert_classic_group(self, classic: Any, records: list) -> ConsumerGroup:
-        """A Stable classic group of consumers becomes a consumer group (its
-        offsets stay with its entry in the classic manager, now memberless)."""
-        from cluster.groups.consumer.coordinator import _Failure  # one definition of the failure type
-
-        if not classic.is_(GroupState.STABLE):
-            raise _Failure(E.coordinator_not_available,
-                           f"Group {classic.group_id} is rebalancing with the classic protocol; retry.")
-        group = ConsumerGroup(classic.group_id)
-        generation = classic.generation_id
-        group.group_epoch = group.assignment_epoch = generation
-        protocol = classic.protocol_name
-        members = []
-        for old in classic.members.values():
-            try:
-                subscription = decode_subscription(old.metadata(protocol))
-            except (EmbeddedProtocolError, KeyError) as exc:
-                raise _Failure(E.group_id_not_found, f"Cannot upgrade the classic group {classic.group_id}: "
-                               f"malformed embedded consumer protocol ({exc}).")
-            assigned = self._ids_of(_decode_assignment(old.assignment))
-            members.append(ConsumerMember(
-                member_id=old.member_id, instance_id=old.group_instance_id, rack_id=subscription.rack_id,
-                client_id=old.client_id, client_host=old.client_host,
-                subscribed_topic_names=tuple(sorted(set(subscription.topics))),
-                rebalance_timeout_ms=old.rebalance_timeout_ms,
-                classic_protocols=tuple((name, bytes(old.metadata(name))) for name in old.protocol_names()),
-                classic_session_timeout_ms=old.session_timeout_ms,
-                member_epoch=generation, previous_member_epoch=generation, state=MemberState.STABLE,
-                assigned=assigned))
-        # The classic group is gone: waiting requests rejoin, its record goes.
-        for old in list(classic.members.values()):
-            classic.maybe_invoke_join_callback(old, JoinGroupResult.failed(old.member_id, E.rebalance_in_progress))
-            classic.maybe_invoke_sync_callback(old, SyncGroupResult(E.rebalance_in_progress))
-            classic.remove(old.member_id)
-        classic.pending_sync_members.clear()
-        classic.state = GroupState.EMPTY  # an offsets holder from now on (its timers find no members)
-        from cluster.groups.records import group_metadata_tombstone
-        records.append(group_metadata_tombstone(classic.group_id))
-        for member in members:
-            group.put_member(member)
-            group.target[member.member_id] = dict(member.assigned)
-        group.subscription_metadata = self._subscription_metadata(group)
-        for member in members:
-            records.append(self._member_metadata_record(group.group_id, member))
-        records.append(R.record(R.GROUP_METADATA, group.group_id, None, R.GroupMetadataValue(group.group_epoch)))
-        records.append(R.record(R.PARTITION_METADATA, group.group_id, None, R.PartitionMetadataValue(
-            tuple(R.TopicMetadata(t, name, n) for name, (t, n) in sorted(group.subscription_metadata.items())),
-            group.group_epoch)))
-        for member in members:
-            records.append(R.record(R.TARGET_ASSIGNMENT_MEMBER, group.group_id, member.member_id,
-                                    R.TargetAssignmentMemberValue(member.assigned)))
-        records.append(R.record(R.TARGET_ASSIGNMENT_METADATA, group.group_id, None,
-                                R.TargetAssignmentMetadataValue(group.assignment_epoch)))
-        for member in members:
-            records.append(self._current_assignment_record(group.group_id, member))
-            self._schedule_session(group.group_id, member.member_id, self._session_timeout(member))
-        self.groups[group.group_id] = group
-        return group
 
     # ---- names and ids ---------------------------------------------------------------------------
 
@@ -178,8 +105,8 @@ class ClassicMemberHandling:
         if not (classic_config.group_min_session_timeout_ms <= session_timeout_ms
                 <= classic_config.group_max_session_timeout_ms):
             raise _Failure(E.invalid_session_timeout)
-        if protocol_type != CONSUMER_PROTOCOL_TYPE or not protocols:
-            raise _Failure(E.inconsistent_group_protocol)
+        if not _supports_classic_protocols(group, protocol_type, [name for name, _ in protocols]):
+            raise _Failure(E.inconsistent_group_protocol, f"Member {member_id}'s protocols are not supported.")
         try:
             subscription = decode_subscription(protocols[0][1])
         except EmbeddedProtocolError:
@@ -190,14 +117,15 @@ class ClassicMemberHandling:
             if instance_id is None and api_version >= MEMBER_ID_REQUIRED_VERSION:
                 return JoinGroupResult(E.member_id_required, member_id)
         member: Optional[ConsumerMember] = None
+        replaced: Optional[ConsumerMember] = None
         if instance_id is not None:
             current = group.static_members.get(instance_id)
             if current is not None and current != member_id:
                 if not unknown:
                     raise _Failure(E.fenced_instance_id)
                 # A new incarnation of a static member takes its place (classic semantics).
-                previous = group.members[current]
-                member = self._replace_static_member(group, previous, member_id, records)
+                replaced = group.members[current]
+                member = self._replace_static_member(group, replaced, member_id, records)
         if member is None:
             member = group.members.get(member_id)
         is_new = member is None
@@ -205,8 +133,8 @@ class ClassicMemberHandling:
             if len(group.members) >= self.config.max_size:
                 raise _Failure(E.group_max_size_reached)
             member = ConsumerMember(member_id=member_id, member_epoch=0)
-        elif not member.uses_classic_protocol:
-            raise _Failure(E.unknown_member_id)
+        elif not member.uses_classic_protocol and replaced is None:
+            raise _Failure(E.unknown_member_id)  # (a classic static member may replace a consumer-protocol one)
         before = member
         member = member.replace(
             instance_id=instance_id, client_id=client_id, client_host=client_host,
@@ -229,6 +157,10 @@ class ClassicMemberHandling:
             group.put_member(reconciled)
         self._schedule_session(group_id, member_id, session_timeout_ms)
         self._schedule_revocation(group_id, reconciled)
+        if replaced is not None and self._downgrade_on_replacement(group, replaced):
+            # It replaced the last consumer-protocol member: a classic group
+            # from now on, the newcomer in its predecessor's place (no rebalance).
+            self._convert_to_classic_group(group, None, records, rebalance=False)
         return JoinGroupResult(E.none, member_id, generation_id=reconciled.member_epoch,
                                protocol_type=CONSUMER_PROTOCOL_TYPE, protocol_name=protocols[0][0], leader_id="")
 
@@ -311,26 +243,13 @@ class ClassicMemberHandling:
         return LeaveGroupResult(E.none, tuple(results))
 
 
-def _decode_assignment(data: bytes) -> dict[str, list[int]]:
-    """ConsumerProtocolAssignment -> {topic: partitions} (the v0 prefix every version shares)."""
-    import struct
-
-    out: dict[str, list[int]] = {}
-    if not data or len(data) < 6:
-        return out
-    try:
-        pos = 2
-        (count,) = struct.unpack_from(">i", data, pos)
-        pos += 4
-        for _ in range(max(count, 0)):
-            (length,) = struct.unpack_from(">h", data, pos)
-            pos += 2
-            topic = bytes(data[pos:pos + length]).decode()
-            pos += length
-            (n,) = struct.unpack_from(">i", data, pos)
-            pos += 4
-            out[topic] = list(struct.unpack_from(f">{max(n, 0)}i", data, pos))
-            pos += 4 * max(n, 0)
-    except (struct.error, UnicodeDecodeError):
-        return out
-    return out
+def _supports_classic_protocols(group: ConsumerGroup, protocol_type: str, names: Sequence[str]) -> bool:
+    """Kafka's ConsumerGroup.supportsClassicProtocols: the consumer protocol
+    type, and a protocol (assignor) every classic member already supports,
+    so that the group could become a classic group again (a downgrade needs
+    one protocol all its members share)."""
+    if protocol_type != CONSUMER_PROTOCOL_TYPE or not names:
+        return False
+    classic = [{name for name, _ in m.classic_protocols or ()} for m in group.members.values()
+               if m.uses_classic_protocol]
+    return any(all(name in supported for supported in classic) for name in names)

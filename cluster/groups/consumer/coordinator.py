@@ -33,6 +33,7 @@ from cluster.groups.consumer.api import (ConsumerGroupDescription, ConsumerHeart
                                          WireAssignment)
 from cluster.groups.consumer.assignors import ASSIGNORS, AssignmentSpec
 from cluster.groups.consumer.classic_members import ClassicMemberHandling
+from cluster.groups.consumer.migration import POLICIES, GroupMigration
 from cluster.groups.consumer.model import (JOIN_GROUP_MEMBER_EPOCH, LEAVE_GROUP_MEMBER_EPOCH,
                                            LEAVE_GROUP_STATIC_MEMBER_EPOCH, ConsumerGroup, ConsumerMember,
                                            MemberState, is_subset, normalized, reconcile)
@@ -55,7 +56,7 @@ class ConsumerGroupConfig:
     session_timeout_ms: int = 45000  # group.consumer.session.timeout.ms
     max_size: int = 2**31 - 1  # group.consumer.max.size
     assignors: tuple[str, ...] = ("uniform", "range")  # group.consumer.assignors; the first is the default
-    migration_policy: str = "bidirectional"  # group.consumer.migration.policy
+    migration_policy: str = "bidirectional"  # group.consumer.migration.policy (Kafka 4.0's default; migration.py)
 
     @classmethod
     def from_broker_config(cls, config: Any) -> "ConsumerGroupConfig":
@@ -69,11 +70,14 @@ class ConsumerGroupConfig:
         if isinstance(assignors, str):
             assignors = [a.strip() for a in assignors.split(",") if a.strip()]
         names = tuple(_assignor_name(a) for a in assignors) or d.assignors
+        policy = str(get("group.consumer.migration.policy", d.migration_policy)).lower()
+        if policy not in POLICIES:  # core.config checks it at start; Kafka takes any case
+            raise ValueError(f"group.consumer.migration.policy: {policy!r} is not one of {', '.join(POLICIES)}")
         return cls(heartbeat_interval_ms=int(get("group.consumer.heartbeat.interval.ms", d.heartbeat_interval_ms)),
                    session_timeout_ms=int(get("group.consumer.session.timeout.ms", d.session_timeout_ms)),
                    max_size=int(get("group.consumer.max.size", d.max_size)),
                    assignors=names,
-                   migration_policy=str(get("group.consumer.migration.policy", d.migration_policy)).lower())
+                   migration_policy=policy)
 
 
 def _assignor_name(configured: str) -> str:
@@ -110,7 +114,7 @@ def to_wire(assignment: Assignment) -> WireAssignment:
     return tuple((t, tuple(sorted(ps))) for t, ps in sorted(assignment.items(), key=lambda kv: kv[0].bytes))
 
 
-class ConsumerGroupCoordinator(ClassicMemberHandling):
+class ConsumerGroupCoordinator(ClassicMemberHandling, GroupMigration):
     def __init__(self, classic: Any, timer: Any, append_records: Callable[[list], Any],
                  config: Optional[ConsumerGroupConfig] = None) -> None:
         """``classic``: the partition's classic GroupCoordinator (status,
@@ -422,7 +426,13 @@ class ConsumerGroupCoordinator(ClassicMemberHandling):
         return ConsumerHeartbeatResult(E.none, None, member_id, LEAVE_GROUP_MEMBER_EPOCH, interval)
 
     def _remove_member(self, group: ConsumerGroup, member_id: str, records: list, reason: str) -> None:
+        """Kafka's consumerGroupFenceMember: the member goes, or, when it was the
+        last consumer-protocol member beside classic ones, the group becomes a
+        classic group without it (migration.py)."""
         log.info("consumer group %s: member %s removed (%s)", group.group_id, member_id, reason)
+        if self._downgrade_on_leave(group, member_id):
+            self._convert_to_classic_group(group, member_id, records, rebalance=True)
+            return
         self._remove_member_records(group.group_id, member_id, records)
         self._cancel_timers(group.group_id, member_id)
         group.remove_member(member_id)
@@ -600,10 +610,14 @@ class ConsumerGroupCoordinator(ClassicMemberHandling):
             return False
         error = self._validate_commit(group, member_id, member_epoch, api_version, producer is not None)
         if error == E.stale_member_epoch and member_epoch < group.members[member_id].member_epoch \
-                and self._all_held(group, member_id, offsets):
-            # KIP-1251: a commit that raced an epoch bump is accepted for
-            # partitions the member still holds (nobody else can own them).
+                and self._assigned_since(group, member_id, member_epoch, offsets):
+            # KIP-1251 (Kafka 4.3): a commit that raced an epoch bump is accepted
+            # when every partition in it is the member's since that epoch or
+            # before (assignment epoch <= its epoch <= the member epoch):
+            # nobody else can have owned them in between.
             error = None
+        if error == E.stale_member_epoch and producer is not None:
+            error = E.illegal_generation  # TxnOffsetCommit has no STALE_MEMBER_EPOCH (Kafka converts it)
         if error is not None:
             callback({TopicPartition(*tp): error for tp in offsets})
             return True
@@ -615,11 +629,15 @@ class ConsumerGroupCoordinator(ClassicMemberHandling):
             self.classic.manager.store_offsets(holder, offsets, callback, producer)
         return True
 
-    def _all_held(self, group: ConsumerGroup, member_id: str, offsets: Mapping[TopicPartition, Any]) -> bool:
+    def _assigned_since(self, group: ConsumerGroup, member_id: str, member_epoch: int,
+                        offsets: Mapping[TopicPartition, Any]) -> bool:
         for tp in offsets:
             topic = self._ids_by_name.get(tp[0])
             if topic is None or group.holder(topic[0], tp[1]) != member_id:
                 return False
+            since = group.assigned_at(topic[0], tp[1])
+            if since is None or since > member_epoch:
+                return False  # a zombie commit from before the partition came (back) to it
         return True
 
     @staticmethod

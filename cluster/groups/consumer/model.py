@@ -149,6 +149,9 @@ class ConsumerGroup:
         # topic name -> (topic id, partitions) of the subscribed topics, as of the group epoch
         self.subscription_metadata: dict[str, tuple[uuid.UUID, int]] = {}
         self._holders: dict[tuple[uuid.UUID, int], str] = {}  # partition -> member holding it
+        # partition -> the member epoch at which its holder got it (KIP-1251's
+        # assignment epoch; not persisted: after a load, the holder's epoch then)
+        self._assigned_at: dict[tuple[uuid.UUID, int], int] = {}
         self.dead = False
 
     @property
@@ -167,9 +170,16 @@ class ConsumerGroup:
     def holder(self, topic_id: uuid.UUID, partition: int) -> Optional[str]:
         return self._holders.get((topic_id, partition))
 
+    def assigned_at(self, topic_id: uuid.UUID, partition: int) -> Optional[int]:
+        """The member epoch at which the partition's holder got it."""
+        return self._assigned_at.get((topic_id, partition))
+
     def put_member(self, member: ConsumerMember) -> None:
         old = self.members.get(member.member_id)
+        kept: dict[tuple[uuid.UUID, int], int] = {}
         if old is not None:
+            kept = {(t, p): self._assigned_at[(t, p)] for t, ps in old.held.items() for p in ps
+                    if self._holders.get((t, p)) == old.member_id and (t, p) in self._assigned_at}
             self._release(old)
         for t, ps in member.held.items():
             for p in ps:
@@ -178,6 +188,7 @@ class ConsumerGroup:
                 assert holder is None or holder == member.member_id, (
                     f"group {self.group_id}: partition {t}-{p} held by {holder} given to {member.member_id}")
                 self._holders[(t, p)] = member.member_id
+                self._assigned_at[(t, p)] = kept.get((t, p), member.member_epoch)
         self.members[member.member_id] = member
         if member.instance_id is not None:
             self.static_members[member.instance_id] = member.member_id
@@ -196,6 +207,7 @@ class ConsumerGroup:
             for p in ps:
                 if self._holders.get((t, p)) == member.member_id:
                     del self._holders[(t, p)]
+                    self._assigned_at.pop((t, p), None)
 
     def subscribed_topic_names(self, matches: Callable[[str], list[str]]) -> set[str]:
         """Every topic name some member subscribes to, regexes resolved by ``matches``."""

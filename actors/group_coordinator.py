@@ -61,7 +61,8 @@ from cluster.controller.internal_topics import OFFSETS_TOPIC, offsets_topic_spec
 from cluster.groups import (AppendCompletion, CoordinatorStatus, GroupConfig, GroupCoordinator, GroupDescription,
                             LeavingMember, OffsetFetchResult, PartitionCommit,
                             TopicPartition, TxnProducer)
-from cluster.groups.consumer import ConsumerGroupConfig, ConsumerGroupCoordinator, ConsumerHeartbeat
+from cluster.groups.consumer import (ConsumerGroupConfig, ConsumerGroupCoordinator, ConsumerHeartbeat,
+                                     TopicsImageWanted)
 from cluster.internal_topic_log import InternalTopicLog
 from core.config import BrokerConfig
 from core.error_codes import ErrorCode
@@ -209,7 +210,10 @@ class GroupCoordinatorActor:
     async def join_group(self, group_id: str, member_id: str, group_instance_id: Optional[str], client_id: str,
                          client_host: str, rebalance_timeout_ms: int, session_timeout_ms: int, protocol_type: str,
                          protocols: list, api_version: int, reason: Optional[str] = None, image=None):
-        if self._ensure() and self.consumer_groups.takes_classic_join(group_id):
+        self._ensure()
+        if self.consumer_groups.owns(group_id) and self.consumer_groups.wants_image(image):
+            return TopicsImageWanted(self.consumer_groups.image.version)  # the edge asks again with it
+        if self.consumer_groups.takes_classic_join(group_id):
             # A classic member of a consumer group with members (a group migrating between the
             # protocols); an empty consumer group was just deleted and continues as a classic one.
             future, callback = self._answer()
@@ -320,6 +324,8 @@ class GroupCoordinatorActor:
     async def consumer_group_heartbeat(self, request: ConsumerHeartbeat, image):
         """ConsumerGroupHeartbeat (KIP-848) -> ConsumerHeartbeatResult, once its records are durable."""
         self._ensure()
+        if self.consumer_groups.wants_image(image):
+            return TopicsImageWanted(self.consumer_groups.image.version)  # the edge asks again with it
         future, callback = self._answer()
         self.consumer_groups.heartbeat(request, image, callback)
         return await future

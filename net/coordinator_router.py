@@ -137,6 +137,7 @@ class CoordinatorRouter:
         self.coordinator_handle = self.groups.handle
         self.local_coordinators = self.groups.all
         self._topic_creations: dict[str, asyncio.Future] = {}
+        self.topics_images = TopicsImageShipping()
 
     # ---- which coordinator ----------------------------------------------------------------
     def group_partition(self, group_id: str) -> int | None:
@@ -159,6 +160,28 @@ class CoordinatorRouter:
         pending = edge.local_channels.call(handle, method, args, timeout_s or edge.call_timeout_s)
         return await coordinator_answer(self.handles, partition, "group", method, pending,
                                         GROUP_TIMEOUT_ERRORS.get(method, GROUP_TIMEOUT_DEFAULT))
+
+    async def group_call_with_topics(self, group_id: str, method: str, *args, timeout_s: float | None = None):
+        """``group_call`` with this edge's topics image as the last argument
+        (consumer groups resolve subscriptions with it): a reference while the
+        coordinator holds this metadata version, the whole image otherwise,
+        and again whole when the coordinator asks for it (TopicsImageWanted:
+        it restarted, or never saw this version)."""
+        from cluster.groups.consumer import TopicsImageWanted
+
+        partition = self.group_partition(group_id)
+        shipping = self.topics_images
+        image = shipping.image_for(partition, self.edge.metadata)
+        error, answer = await self.group_call(group_id, method, *args, image, timeout_s=timeout_s)
+        if error is None and isinstance(answer, TopicsImageWanted):
+            shipping.forget(partition)
+            image = shipping.image_for(partition, self.edge.metadata)
+            error, answer = await self.group_call(group_id, method, *args, image, timeout_s=timeout_s)
+            if error is None and isinstance(answer, TopicsImageWanted):  # whole images are never refused
+                return E.coordinator_not_available, None
+        if error is None and image.topics is not None:
+            shipping.held(partition, image.version)
+        return error, answer
 
     # ---- internal topics ------------------------------------------------------------------------
     def ensure_offsets_topic(self) -> Awaitable[ErrorCode | None]:
@@ -192,6 +215,34 @@ class CoordinatorRouter:
             log.warning("creating %s failed: %s (%s)", topic, E(code).name, message)
             return E.coordinator_not_available
         return None
+
+
+class TopicsImageShipping:
+    """The topics image as this edge ships it to the group coordinators:
+    built once per metadata version, sent whole to a coordinator that may
+    not hold that version, as a reference (the version alone) to one that
+    does. A coordinator that gets a reference to a version newer than its
+    own answers TopicsImageWanted and is sent the whole image."""
+
+    def __init__(self) -> None:
+        self._image = None
+        self._held: dict[int, int] = {}  # __consumer_offsets partition -> version its coordinator holds
+
+    def image_for(self, partition: int | None, metadata: Any):
+        from cluster.groups.consumer import TopicsImage
+
+        if self._image is None or self._image.version != metadata.version:
+            self._image = topics_image(metadata)
+        if partition is not None and self._held.get(partition) == metadata.version:
+            return TopicsImage(metadata.version, None)
+        return self._image
+
+    def held(self, partition: int | None, version: int) -> None:
+        if partition is not None:
+            self._held[partition] = version
+
+    def forget(self, partition: int | None) -> None:
+        self._held.pop(partition, None)
 
 
 def topics_image(metadata: Any):

@@ -5,7 +5,6 @@ from core.error_codes import ErrorCode
 
 from net import authorization
 from net.authorization import Operation, ResourceType
-from net.coordinator_router import topics_image
 from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, has_field, nested, response_schema_for, timedelta_ms
 
@@ -28,12 +27,13 @@ async def handle_join_group(ctx, request):
     if not await authorization.authorize(ctx, Operation.READ, ResourceType.GROUP, request.group_id):
         error = ErrorCode.group_authorization_failed  # Kafka: READ on the group
     elif request.group_id:
-        error, result = await edge.group_call(
+        # The topics image (last argument) serves classic members of consumer groups.
+        error, result = await edge.coordinators.group_call_with_topics(
             request.group_id, "join_group", request.group_id, request.member_id,
             getattr(request, "group_instance_id", None), ctx.header.client_id or "", client_host(ctx),
             rebalance_ms, session_ms, request.protocol_type,
             [(p.name, bytes(p.metadata)) for p in request.protocols], ctx.api_version,
-            getattr(request, "reason", None), topics_image(edge.metadata),  # for classic members of consumer groups
+            getattr(request, "reason", None),
             timeout_s=max(rebalance_ms, session_ms) / 1000 + edge.call_timeout_s)
     if result is None:
         return build(schema, throttle_time=ZERO_THROTTLE, error_code=error, generation_id=-1,

@@ -10,7 +10,6 @@ from core.error_codes import ErrorCode
 from cluster.groups.consumer import ConsumerHeartbeat
 from net import authorization
 from net.authorization import Operation, ResourceType
-from net.coordinator_router import topics_image
 from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for, timedelta_ms
 
@@ -60,8 +59,8 @@ async def handle_consumer_group_heartbeat(ctx, request):
         server_assignor=request.server_assignor,
         owned=None if owned is None else tuple((tp.topic_id, tuple(tp.partitions)) for tp in owned),
         client_id=ctx.header.client_id or "", client_host=client_host(ctx), api_version=ctx.api_version)
-    error, result = await edge.group_call(request.group_id, "consumer_group_heartbeat", heartbeat,
-                                          topics_image(edge.metadata))
+    error, result = await edge.coordinators.group_call_with_topics(request.group_id, "consumer_group_heartbeat",
+                                                                   heartbeat)
     if error is not None:
         return _answer(request, error)
     return _answer(request, ErrorCode(result.error), result.error_message, result.member_id, result.member_epoch,

@@ -160,3 +160,69 @@ def test_the_edge_finds_coordinators_by_the_names_they_register_under():
     assert naming.group_coordinator_actor_name(3, 2) == group_coordinator.coordinator_actor_name(3, 2)
     assert naming.transaction_coordinator_actor_name(3, 2) == transaction_coordinator.coordinator_actor_name(3, 2)
     assert naming.OFFSETS_TOPIC == group_coordinator.OFFSETS_TOPIC == transaction_coordinator.OFFSETS_TOPIC
+
+
+class _ImageHoldingCoordinator:
+    """Stands in for a group coordinator as to the topics image: it keeps the
+    newest whole image it was sent and asks for the whole image when sent a
+    reference to a newer version (the rule of ConsumerGroupCoordinator.wants_image)."""
+
+    def __init__(self):
+        from cluster.groups.consumer import ConsumerGroupCoordinator
+
+        self.consumer_groups = ConsumerGroupCoordinator(classic=None, timer=None, append_records=None)
+        self.images = []
+
+    def __getattr__(self, method):
+        coordinator = self
+
+        class _Method:
+            @staticmethod
+            def remote(*args):
+                from cluster.groups.consumer import TopicsImageWanted
+
+                image = args[-1]
+                coordinator.images.append(image)
+
+                async def answer():
+                    if coordinator.consumer_groups.wants_image(image):
+                        return TopicsImageWanted(coordinator.consumer_groups.image.version)
+                    coordinator.consumer_groups.see_image(image)
+                    return "answer"
+                return answer()
+        return _Method
+
+
+def test_the_topics_image_goes_whole_only_to_a_coordinator_without_it():
+    async def go():
+        edge = _edge()
+        coordinator = _ImageHoldingCoordinator()
+        edge.coordinators.handles[0] = coordinator
+        call = edge.coordinators.group_call_with_topics
+        try:
+            for _ in range(3):
+                assert await call("g", "consumer_group_heartbeat", "request") == (None, "answer")
+            first = [image.topics is not None for image in coordinator.images]
+            assert first == [True, False, False]  # whole once, then references to the same version
+            held = coordinator.consumer_groups.image
+            assert held.version == edge.metadata.version and held.topics
+            edge.metadata.update({  # a new topic: a new version goes whole
+                "controller_epoch": 1, "controller_id": 1, "cluster_id": "c1",
+                "brokers": [{"id": 1, "host": "127.0.0.1", "port": 1}],
+                "topics": {OFFSETS_TOPIC: {"topic_id": "00000000-0000-0000-0000-000000000001", "partitions": {
+                    "0": {"leader": 1, "leader_epoch": 0, "replicas": [1], "isr": [1]}}},
+                    "t": {"topic_id": "00000000-0000-0000-0000-000000000009", "partitions": {
+                        "0": {"leader": 1, "leader_epoch": 0, "replicas": [1], "isr": [1]}}}}})
+            assert await call("g", "consumer_group_heartbeat", "request") == (None, "answer")
+            assert coordinator.images[-1].topics is not None
+            assert "t" in {name for name, _, _ in coordinator.consumer_groups.image.topics}
+            # A restarted coordinator holds no image: it asks, and gets it whole in the same request.
+            restarted = _ImageHoldingCoordinator()
+            edge.coordinators.handles[0] = restarted
+            assert await call("g", "join_group", "g") == (None, "answer")
+            assert [image.topics is not None for image in restarted.images] == [False, True]
+            assert restarted.consumer_groups.image.version == edge.metadata.version
+        finally:
+            edge.close()
+
+    asyncio.run(go())

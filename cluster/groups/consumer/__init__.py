@@ -13,8 +13,8 @@
 * ``api``: the plain values its requests and answers are made of.
 """
 from cluster.groups.consumer.api import (ConsumerGroupDescription, ConsumerHeartbeat, ConsumerHeartbeatResult,
-                                         TopicsImage)
+                                         TopicsImage, TopicsImageWanted)
 from cluster.groups.consumer.coordinator import ConsumerGroupConfig, ConsumerGroupCoordinator
 
 __all__ = ["ConsumerGroupConfig", "ConsumerGroupCoordinator", "ConsumerGroupDescription", "ConsumerHeartbeat",
-           "ConsumerHeartbeatResult", "TopicsImage"]
+           "ConsumerHeartbeatResult", "TopicsImage", "TopicsImageWanted"]

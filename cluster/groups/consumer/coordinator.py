@@ -136,8 +136,12 @@ class ConsumerGroupCoordinator(ClassicMemberHandling, GroupMigration):
     # topics
     # ======================================================================
 
+    def wants_image(self, image: Optional[TopicsImage]) -> bool:
+        """Is ``image`` a reference to a version newer than the one we hold?"""
+        return image is not None and image.topics is None and image.version > self.image.version
+
     def see_image(self, image: Optional[TopicsImage]) -> None:
-        if image is None or image.version < self.image.version:
+        if image is None or image.topics is None or image.version < self.image.version:
             return
         if image.version == self.image.version and image.topics == self.image.topics:
             return

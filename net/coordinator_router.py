@@ -225,16 +225,23 @@ class TopicsImageShipping:
     own answers TopicsImageWanted and is sent the whole image."""
 
     def __init__(self) -> None:
+        import uuid
+
+        # Our versions count from this process's start: the source tells a
+        # coordinator whose versions they are.
+        self.source = uuid.uuid4().hex
         self._image = None
         self._held: dict[int, int] = {}  # __consumer_offsets partition -> version its coordinator holds
 
     def image_for(self, partition: int | None, metadata: Any):
+        import dataclasses
+
         from cluster.groups.consumer import TopicsImage
 
         if self._image is None or self._image.version != metadata.version:
-            self._image = topics_image(metadata)
+            self._image = dataclasses.replace(topics_image(metadata), source=self.source)
         if partition is not None and self._held.get(partition) == metadata.version:
-            return TopicsImage(metadata.version, None)
+            return TopicsImage(metadata.version, None, source=self.source)
         return self._image
 
     def held(self, partition: int | None, version: int) -> None:

@@ -194,6 +194,10 @@ class _ImageHoldingCoordinator:
 
 
 def test_the_topics_image_goes_whole_only_to_a_coordinator_without_it():
+    import uuid
+
+    from cluster.groups.consumer import TopicsImage
+
     async def go():
         edge = _edge()
         coordinator = _ImageHoldingCoordinator()
@@ -222,6 +226,15 @@ def test_the_topics_image_goes_whole_only_to_a_coordinator_without_it():
             assert await call("g", "join_group", "g") == (None, "answer")
             assert [image.topics is not None for image in restarted.images] == [False, True]
             assert restarted.consumer_groups.image.version == edge.metadata.version
+            # Another edge (or this one restarted: its versions count from 1 again) is not
+            # taken for this one: its reference to a version it never sent whole is refused.
+            other = TopicsImage(edge.metadata.version, None, source="another-edge")
+            assert restarted.consumer_groups.wants_image(other)
+            restarted.consumer_groups.see_image(TopicsImage(1, (("x", uuid.UUID(int=5), 1),), source="another-edge"))
+            assert restarted.consumer_groups.image.topics == (("x", uuid.UUID(int=5), 1),)  # the newest arrival
+            assert not restarted.consumer_groups.wants_image(TopicsImage(1, None, source="another-edge"))
+            restarted.consumer_groups.see_image(TopicsImage(0, (), source="another-edge"))  # older: ignored
+            assert restarted.consumer_groups.image.topics == (("x", uuid.UUID(int=5), 1),)
         finally:
             edge.close()
 

@@ -16,20 +16,22 @@ WireAssignment = tuple[tuple[uuid.UUID, tuple[int, ...]], ...]
 class TopicsImage:
     """The topics the edge knows (name, id, partition count), for the
     coordinator to resolve subscriptions and regexes; ``version`` is the
-    edge's metadata version (newer images win). ``topics`` None: a reference
-    to that version, sent while the coordinator already holds it (Kafka's
-    coordinator keeps a metadata image; the edge does not ship every topic
-    with every heartbeat)."""
+    metadata version of the edge ``source`` (an id per edge process: versions
+    of different edges, or of one edge before and after a restart, do not
+    compare). ``topics`` None: a reference to that version, sent while the
+    coordinator already holds it (Kafka's coordinator keeps a metadata image;
+    the edge does not ship every topic with every heartbeat)."""
     version: int
     topics: Optional[tuple[tuple[str, uuid.UUID, int], ...]]
     internal: frozenset[str] = frozenset()
+    source: str = ""
 
 
 @dataclass(frozen=True)
 class TopicsImageWanted:
-    """The coordinator's answer to a reference to a newer version than the
-    image it holds (a restarted coordinator holds none): send the image
-    whole and ask again. Nothing was done."""
+    """The coordinator's answer to a reference to a version it does not hold
+    (a restarted coordinator holds none): send the image whole and ask
+    again. Nothing was done."""
     held_version: int
 
 

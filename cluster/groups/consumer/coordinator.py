@@ -48,6 +48,8 @@ E = ErrorCode
 CONSUMER_PROTOCOL_TYPE = "consumer"
 # Longest subscription regex accepted (a limit on everything).
 MAX_REGEX_LENGTH = 1024
+# Edges (processes) whose image versions a coordinator remembers.
+MAX_IMAGE_SOURCES = 64
 
 
 @dataclass(frozen=True)
@@ -126,6 +128,7 @@ class ConsumerGroupCoordinator(ClassicMemberHandling, GroupMigration):
         self.config = config or ConsumerGroupConfig()
         self.groups: dict[str, ConsumerGroup] = {}
         self.image = TopicsImage(-1, ())
+        self._image_versions: dict[str, int] = {}  # edge (source) -> newest version it sent whole, oldest first
         self._ids_by_name: dict[str, tuple[uuid.UUID, int]] = {}
         self._names_by_id: dict[uuid.UUID, str] = {}
         self._session_tasks: dict[tuple[str, str], TimerTask] = {}
@@ -137,12 +140,20 @@ class ConsumerGroupCoordinator(ClassicMemberHandling, GroupMigration):
     # ======================================================================
 
     def wants_image(self, image: Optional[TopicsImage]) -> bool:
-        """Is ``image`` a reference to a version newer than the one we hold?"""
-        return image is not None and image.topics is None and image.version > self.image.version
+        """Is ``image`` a reference to a version of its edge we never got whole?"""
+        return image is not None and image.topics is None and (
+            self._image_versions.get(image.source, -1) < image.version)
 
     def see_image(self, image: Optional[TopicsImage]) -> None:
-        if image is None or image.topics is None or image.version < self.image.version:
+        """The newest whole image of any edge is the one we resolve topics
+        with; an edge's image older than one it sent before (a reordered
+        call) is ignored."""
+        if image is None or image.topics is None or image.version < self._image_versions.get(image.source, -1):
             return
+        self._image_versions.pop(image.source, None)
+        self._image_versions[image.source] = image.version
+        while len(self._image_versions) > MAX_IMAGE_SOURCES:  # edges that restarted long ago
+            del self._image_versions[next(iter(self._image_versions))]
         if image.version == self.image.version and image.topics == self.image.topics:
             return
         self.image = image

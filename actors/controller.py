@@ -49,6 +49,9 @@ class ControllerActor:
         import logging as _logging
 
         _logging.basicConfig(level=_logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        from core.memory_trace import start_if_asked
+
+        start_if_asked("controller")  # debug only: RAYKAFKA_TRACEMALLOC_DIR
         self.broker_id = broker_id
         self.config = BrokerConfig(config)
         self.zk_connect = zk_connect

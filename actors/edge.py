@@ -44,6 +44,9 @@ log = logging.getLogger("raykafka.edge")
 class EdgeActor:
     def __init__(self, broker_id: int, config: dict, zk_connect: str, log_dirs: list[str], purgatory=None):
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        from core.memory_trace import start_if_asked
+
+        start_if_asked("edge")  # debug only: RAYKAFKA_TRACEMALLOC_DIR
         self.broker_id = broker_id
         self.config = BrokerConfig(config)
         self.zk_connect = zk_connect

@@ -46,6 +46,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                         help="a broker setting for the broker it starts (repeatable), e.g. to compare "
                              "raykafka.metrics.enabled=false side by side")
+    parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                        help="an environment variable for the broker it starts (repeatable), e.g. "
+                             "RAY_enable_open_telemetry=1 to compare Ray's two metrics paths")
+    parser.add_argument("--tracemalloc", metavar="DIR",
+                        help="the edge and the controller write tracemalloc reports to DIR (core/memory_trace.py): "
+                             "Python heap growth by allocation site, and how much of the RSS growth it explains")
     args = parser.parse_args(argv)
 
     broker = None
@@ -58,7 +64,10 @@ def main(argv: list[str] | None = None) -> int:
         broker = BrokerProcess(data, log_name="fuzz-broker.log",
                                overrides={"auto.create.topics.enable": "false", "offsets.topic.num.partitions": "1",
                                           "num.partitions": "1",
-                                          **dict(o.split("=", 1) for o in args.override)}).start()
+                                          **dict(o.split("=", 1) for o in args.override)},
+                               env_changes={**dict(e.split("=", 1) for e in args.env),
+                                            **({"RAYKAFKA_TRACEMALLOC_DIR": str(Path(args.tracemalloc).resolve())}
+                                               if args.tracemalloc else {})}).start()
         host, port = broker.host, int(broker.port)
         edge_pid = broker.nodes()[0]["edge_pid"]
         processes = role_processes(broker)

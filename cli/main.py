@@ -41,6 +41,15 @@ def _environment_for_ray() -> None:
     # Keep every Ray address on loopback (see shared/notes/ENVIRONMENT.md).
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    # Ray's metrics through OpenCensus, not OpenTelemetry (Ray 2.60's
+    # default): with OpenTelemetry a process that sets ~6,000 gauge series
+    # every report interval (the edge: Kafka's request-time histograms,
+    # core/metrics.py) grows without bound inside Ray's native metrics
+    # client, ~1.8 MiB/s measured with a plain actor and nothing of ours
+    # (1.7 GiB per 1M fuzz inputs in the edge, bench/README.md "Protocol
+    # fuzz"); through OpenCensus the same actor stays flat. Same names on
+    # the endpoint. The operator's own setting wins.
+    os.environ.setdefault("RAY_enable_open_telemetry", "0")
 
 
 def ray_token_for_own_cluster(data_dir: Path) -> str | None:

@@ -24,3 +24,26 @@ def test_deploy_head_uses_the_same_system_config():
     found = re.search(r"--system-config='([^']*)'", head)
     assert found, "ray start --head in deploy/ray-cluster.yaml sets no --system-config"
     assert json.loads(found.group(1)) == ray_system_config()
+
+
+def test_metrics_go_through_opencensus_unless_the_operator_says_otherwise(monkeypatch):
+    # Ray's OpenTelemetry metrics client grows without bound in a process
+    # that sets thousands of gauge series each interval (bench/README.md,
+    # "Protocol fuzz"); raykafka's own cluster uses OpenCensus.
+    from cli.main import _environment_for_ray
+
+    monkeypatch.delenv("RAY_enable_open_telemetry", raising=False)
+    _environment_for_ray()
+    import os
+
+    assert os.environ["RAY_enable_open_telemetry"] == "0"
+    monkeypatch.setenv("RAY_enable_open_telemetry", "1")
+    _environment_for_ray()
+    assert os.environ["RAY_enable_open_telemetry"] == "1"
+
+
+def test_deploy_nodes_use_opencensus_metrics():
+    doc = yaml.safe_load(DEPLOY.read_text())
+    for key in ("head_start_ray_commands", "worker_start_ray_commands"):
+        starts = [c for c in doc[key] if "ray start" in c]
+        assert starts and all("RAY_enable_open_telemetry=0" in c for c in starts), key

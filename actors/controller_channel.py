@@ -60,11 +60,18 @@ class RayControllerChannel(ControllerChannel):
         # requests go to their broker's edge, which starts, wakes and hibernates the actor.
         self.pooled: set[tuple[str, int, int]] = set()
         self.hibernation = (config.get(HIBERNATE_KEY, 0) > 0 and config["raykafka.edge.processes"] == 1)
+        # RF > 1 sets hibernate too: every replica of a non-internal partition, leader and
+        # followers, is pooled by its own node's edge (cluster/replica_pool.py).
+        self.replicated = self.hibernation and bool(config.get("raykafka.replica.hibernate.replicated", False))
+
+    def _pooled_kind(self, key: ReplicaKey, request: LeaderAndIsr) -> bool:
+        return self.replicated or (len(request.replicas) == 1 and request.leader == key.broker_id)
 
     def _poolable(self, key: ReplicaKey, request: LeaderAndIsr) -> bool:
-        """A leader replica that may hibernate: unreplicated, not internal, never live here
-        before (a replica this channel started keeps its actor), and its edge reachable."""
-        return (self.hibernation and len(request.replicas) == 1 and request.leader == key.broker_id
+        """A replica that may hibernate: an unreplicated leader (or, with replicated sets,
+        any replica), not internal, never live here before (a replica this channel started
+        keeps its actor), and its edge reachable."""
+        return (self.hibernation and self._pooled_kind(key, request)
                 and not is_internal_topic(key.topic) and tuple(key) not in self.replica_handles
                 and self._edge(key.broker_id) is not None)
 
@@ -123,8 +130,7 @@ class RayControllerChannel(ControllerChannel):
         return self._become_leader_direct(key, request)
 
     def _poolable_still(self, key: ReplicaKey, request: LeaderAndIsr) -> bool:
-        return (len(request.replicas) == 1 and request.leader == key.broker_id
-                and self._edge(key.broker_id) is not None)
+        return self._pooled_kind(key, request) and self._edge(key.broker_id) is not None
 
     async def _after_unpool(self, key: ReplicaKey, then) -> Any:
         await self._unpool(key)
@@ -135,6 +141,15 @@ class RayControllerChannel(ControllerChannel):
                                                      request.replicas, request.zk_version)
 
     def become_follower(self, key: ReplicaKey, request: LeaderAndIsr, leader: ReplicaKey | None) -> Awaitable:
+        key = ReplicaKey(*key)
+        if self.replicated and not is_internal_topic(key.topic) and self._edge(key.broker_id) is not None:
+            # Every follower of a replicated set is pooled, even one this channel started
+            # before (its pool adopts the actor by name): a follower cannot keep its leader's
+            # handle, since the leader may hibernate and wake as another actor. Its pool keeps
+            # the request and points the follower at the leader's live actor, found by name.
+            self.replica_handles.pop(tuple(key), None)
+            self.pooled.add(tuple(key))
+            return self._edge(key.broker_id).pool_leader_and_isr.remote(self._spec_for(key), request)
         pooled = [k for k in (key, leader) if k is not None and tuple(k) in self.pooled]
         if pooled:
             # A pooled replica becomes replicated (reassignment): it leaves the pool first.
@@ -191,7 +206,15 @@ class RayControllerChannel(ControllerChannel):
     def update_replication_throttle(self, key: ReplicaKey, leader_rate, follower_rate,
                                     **throttled_replicas: Any) -> Awaitable:
         key = ReplicaKey(*key)
-        if self._edge_or_none(key) is not None:
+        edge = self._edge_or_none(key)
+        if edge is not None and self.replicated:
+            # A live replica applies it now; a hibernated one is not woken for it (a set
+            # being reassigned is not idle: its replicas are live).
+            args = (leader_rate, follower_rate) + ((throttled_replicas.get("leader_throttled_replicas"),
+                                                   throttled_replicas.get("follower_throttled_replicas"))
+                                                  if throttled_replicas else ())
+            return edge.pool_call.remote(key.topic, key.partition, "update_replication_throttle", args, True)
+        if edge is not None:
             # An unreplicated replica has no replication to throttle: not woken for it.
             async def nothing():
                 return 0

@@ -212,8 +212,10 @@ class EdgeActor:
 
         call_timeout_s = self.service.call_timeout_s
         starter = RayReplicaStarter(config["raykafka.namespace"], self.zk_connect, call_timeout_s,
-                                    start_timeout_s=call_timeout_s + 30)
-        pool = ReplicaPool(starter, node_capacity(config["raykafka.replicas.per.node.max"]), hibernate_ms / 1000)
+                                    start_timeout_s=call_timeout_s + 30,
+                                    replicated=config["raykafka.replica.hibernate.replicated"])
+        pool = ReplicaPool(starter, node_capacity(config["raykafka.replicas.per.node.max"]), hibernate_ms / 1000,
+                           broker_id=self.broker_id)
         self.service.attach_replica_pool(pool)
         self._pool_sweeper = asyncio.ensure_future(pool.run(min(hibernate_ms / 1000 / 4, 5.0)))
 
@@ -240,6 +242,31 @@ class EdgeActor:
             return await pool.starter.call(handle, method, tuple(args))
         finally:
             pool.release(key)
+
+    async def pool_wake_leader(self, topic: str, partition: int, leader_epoch: int) -> int:
+        """A follower on another node found this node's leader replica gone (the set hibernated
+        while it was away): wake it; it wakes its followers (RF > 1 hibernation)."""
+        pool = self.service.replicas.pool
+        if pool is None:
+            return 6  # NOT_LEADER_OR_FOLLOWER
+        return await pool.wake_leader((topic, partition), leader_epoch)
+
+    async def pool_wake_follower(self, topic: str, partition: int, leader_epoch: int) -> int:
+        """The leader of a replicated set woke: wake (or re-point) this node's follower."""
+        pool = self.service.replicas.pool
+        if pool is None:
+            return 6  # NOT_LEADER_OR_FOLLOWER
+        return await pool.wake_follower((topic, partition), leader_epoch)
+
+    async def pool_hibernate_follower(self, topic: str, partition: int, leader_epoch: int, high_watermark: int,
+                                      log_end_offset: int):
+        """The leader of a replicated set closed for hibernation: hibernate this node's follower."""
+        from core.pooled_replica import HibernateAnswer
+
+        pool = self.service.replicas.pool
+        if pool is None:
+            return HibernateAnswer(False, "no replica pool")
+        return await pool.hibernate_follower((topic, partition), leader_epoch, high_watermark, log_end_offset)
 
     async def pool_update_log_config(self, topic: str, partition: int, log_config, min_insync_replicas: int) -> int:
         """A topic config change: a live replica applies it now, a hibernated one when it wakes."""

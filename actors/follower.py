@@ -121,6 +121,7 @@ class FollowerRole:
                 # Leader gone or slow: the controller will send a new LeaderAndIsr.
                 log.info("%s-%d fetch from broker %d failed: %s", self.topic, self.partition_index, leader_id,
                          str(exc).splitlines()[0][:200])
+                await self._leader_unreachable(leader_id, leader_epoch)
                 await asyncio.sleep(backoff_s)
                 continue
             if generation != self._fetcher_generation:
@@ -157,6 +158,9 @@ class FollowerRole:
             except Exception:
                 log.exception("%s-%d follower append failed", self.topic, self.partition_index)
                 await asyncio.sleep(backoff_s)
+
+    async def _leader_unreachable(self, leader_id: int, leader_epoch: int) -> None:
+        """A fetch failed: the replica actor may wake a hibernated leader (actors/partition_leader.py)."""
 
     async def update_replication_throttle(self, leader_rate: int | None, follower_rate: int | None,
                                           leader_throttled_replicas: str | None = None,

@@ -65,6 +65,7 @@ class ReplicaActor(FollowerRole):
         self.partition_index = partition
         self.broker_id = broker_id
         self.zk_connect = zk_connect
+        self.namespace = namespace
         self.clock = clock
         self.replica_config = config = {
             "replica.lag.time.max.ms": 30000, "replica.fetch.max.bytes": 1048576,
@@ -329,18 +330,67 @@ class ReplicaActor(FollowerRole):
         if self._isr_writer is not None:
             self._isr_writer.close_session()
 
-    async def hibernate(self) -> HibernateAnswer:
+    async def hibernate(self, replicated: bool = False) -> HibernateAnswer:
         """The node's replica pool found this replica idle (issue 30): flush,
         checkpoint and close unless something holds it live; the pool then
-        ends the process and keeps its LeaderAndIsr for the next wake."""
+        ends the process and keeps its LeaderAndIsr for the next wake.
+        ``replicated``: an RF > 1 leader closes only with HW = LEO and every
+        follower there (its pool then hibernates them at that HW and LEO).
+        Nothing awaits between the checks and the close: no append slips in."""
         p = self.partition
-        blocker = hibernation_blocker(self.topic, p.is_leader and not self._closed, len(p.replicas),
+        is_leader = p.is_leader and not self._closed
+        behind = is_leader and not p.followers_caught_up(self.clock.now_ms(),
+                                                         self.replica_config["replica.lag.time.max.ms"])
+        fetching = self._fetcher is not None and not self._fetcher.done()
+        blocker = hibernation_blocker(self.topic, is_leader, len(p.replicas),
                                       p.high_watermark, self.log.log_end_offset,
-                                      self.log.producer_state.first_unstable_offset() is not None)
+                                      self.log.producer_state.first_unstable_offset() is not None,
+                                      replicated, behind, fetching)
         if blocker:
             return HibernateAnswer(False, blocker)
+        answer = HibernateAnswer(True, "", p.leader_epoch, p.high_watermark, self.log.log_end_offset)
         await self.close()
-        return HibernateAnswer(True)
+        return answer
+
+    async def followers_waking(self, waking: bool) -> None:
+        """The pool that woke this leader is waking its followers (True), or has (False)."""
+        self.partition.followers_waking(waking, self.clock.now_ms())
+
+    async def hibernate_follower(self, leader_epoch: int, high_watermark: int, log_end_offset: int) -> HibernateAnswer:
+        """The leader of this replica's set closed for hibernation at ``log_end_offset`` (= its
+        HW): close too if this follower holds exactly that log at that epoch, taking the HW."""
+        p = self.partition
+        if self._closed:
+            return HibernateAnswer(True)
+        if p.is_leader or p.leader_epoch != leader_epoch:
+            return HibernateAnswer(False, "not a follower of that leader epoch")
+        if self.log.log_end_offset != log_end_offset:
+            return HibernateAnswer(False, "not at the leader's log end")
+        p.take_leader_high_watermark(high_watermark)
+        answer = HibernateAnswer(True, "", leader_epoch, p.high_watermark, self.log.log_end_offset)
+        await self.close()
+        return answer
+
+    async def _leader_unreachable(self, leader_id: int, leader_epoch: int) -> None:
+        """A fetch failed. If the leader's actor is gone while this follower still follows it, the
+        set hibernated while this one was away (or kept it live by refusing): ask the leader's
+        node to wake it (issue 30); the woken leader gives this follower its new actor. A leader
+        that is not pooled (or another epoch) is left to the controller, as before."""
+        from actors.replica_keeper import named_actor
+        from core.naming import edge_actor_name, replica_actor_name
+
+        namespace = self.namespace
+        loop = asyncio.get_running_loop()
+        try:
+            if await loop.run_in_executor(None, named_actor, replica_actor_name(
+                    self.topic, self.partition_index, leader_id), namespace) is not None:
+                return
+            edge = await loop.run_in_executor(None, named_actor, edge_actor_name(leader_id), namespace)
+            if edge is not None:
+                await asyncio.wait_for(edge.pool_wake_leader.remote(self.topic, self.partition_index, leader_epoch),
+                                       self.call_timeout_s)
+        except Exception as exc:  # noqa: BLE001 - the next failed fetch asks again
+            log.info("%s-%d: waking leader %d: %r", self.topic, self.partition_index, leader_id, exc)
 
     async def state(self) -> dict:
         return {**self.partition.state(), **self.counters, **self._commit_timer.stats(),

@@ -15,7 +15,7 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from core.naming import replica_actor_name
+from core.naming import edge_actor_name, replica_actor_name
 from core.pooled_replica import HibernateAnswer
 
 log = logging.getLogger("raykafka.replica_pool")
@@ -42,8 +42,11 @@ def create_replica_actor(spec: Any, namespace: str, zk_connect: str | None):
 class RayReplicaStarter:
     """cluster.replica_pool.ReplicaStarter over Ray."""
 
-    def __init__(self, namespace: str, zk_connect: str | None, call_timeout_s: float, start_timeout_s: float):
+    def __init__(self, namespace: str, zk_connect: str | None, call_timeout_s: float, start_timeout_s: float,
+                 replicated: bool = False):
         self.namespace = namespace
+        # raykafka.replica.hibernate.replicated: RF > 1 sets hibernate together.
+        self.replicated = replicated
         self.zk_connect = zk_connect
         self.call_timeout_s = call_timeout_s
         self.start_timeout_s = start_timeout_s
@@ -54,7 +57,7 @@ class RayReplicaStarter:
             handle = await loop.run_in_executor(None, create_replica_actor, spec, self.namespace, self.zk_connect)
             try:
                 # The first call waits for the actor's process and constructor (log recovery included).
-                error = await self.leader_and_isr(handle, request, self.start_timeout_s)
+                error = await self.leader_and_isr(handle, request, spec, timeout_s=self.start_timeout_s)
                 break
             except ray.exceptions.ActorDiedError:
                 # The name still led to the actor just ended (ray.kill is asynchronous):
@@ -66,14 +69,63 @@ class RayReplicaStarter:
             log.warning("woken %s-%d answered LeaderAndIsr with error %d", spec.topic, spec.partition, error)
         return handle
 
-    async def leader_and_isr(self, handle: Any, request: Any, timeout_s: float | None = None) -> int:
+    async def leader_and_isr(self, handle: Any, request: Any, spec: Any = None, timeout_s: float | None = None) -> int:
         timeout_s = timeout_s or self.call_timeout_s
+        if spec is not None and request.leader != spec.broker_id:
+            # A follower: it fetches from the leader's live actor, found by name (None while
+            # the leader hibernates: it then waits for the leader's wake to wake it again).
+            leader = await self._leader_handle(spec, request)
+            return await asyncio.wait_for(handle.become_follower.remote(
+                request.controller_epoch, request.leader, request.leader_epoch, request.isr, request.replicas,
+                leader), timeout_s)
         return await asyncio.wait_for(handle.become_leader.remote(
             request.controller_epoch, request.leader_epoch, request.isr, request.replicas, request.zk_version),
             timeout_s)
 
     async def hibernate(self, handle: Any) -> HibernateAnswer:
-        return await asyncio.wait_for(handle.hibernate.remote(), self.call_timeout_s)
+        return await asyncio.wait_for(handle.hibernate.remote(self.replicated), self.call_timeout_s)
+
+    # ---- replicated partitions: the other replicas' pools, through their nodes' edges -----------
+    async def _leader_handle(self, spec: Any, request: Any):
+        if request.leader < 0:
+            return None
+        name = replica_actor_name(spec.topic, spec.partition, request.leader)
+        return await asyncio.get_running_loop().run_in_executor(None, named_actor, name, self.namespace)
+
+    async def leader_is_live(self, spec: Any, request: Any) -> bool:
+        return await self._leader_handle(spec, request) is not None
+
+    async def _to_follower_edges(self, spec: Any, request: Any, method: str, *args: Any) -> list:
+        loop = asyncio.get_running_loop()
+        followers = [b for b in request.replicas if b != spec.broker_id]
+        edges = await asyncio.gather(*(loop.run_in_executor(None, named_actor, edge_actor_name(b), self.namespace)
+                                       for b in followers))
+        calls = [asyncio.wait_for(getattr(edge, method).remote(spec.topic, spec.partition, *args),
+                                  self.call_timeout_s) for edge in edges if edge is not None]
+        answers = await asyncio.gather(*calls, return_exceptions=True)
+        for broker, answer in zip([b for b, e in zip(followers, edges) if e is not None], answers):
+            if isinstance(answer, BaseException) or (answer not in (0, None) and not getattr(answer, "ok", False)):
+                log.info("%s-%d: follower %d answered %s to %s", spec.topic, spec.partition, broker,
+                         repr(answer)[:200], method)
+        return answers
+
+    async def wake_followers(self, spec: Any, request: Any, handle: Any = None) -> None:
+        if handle is not None:
+            await asyncio.wait_for(handle.followers_waking.remote(True), self.call_timeout_s)
+        try:
+            await self._to_follower_edges(spec, request, "pool_wake_follower", request.leader_epoch)
+        finally:
+            if handle is not None:
+                await asyncio.wait_for(handle.followers_waking.remote(False), self.call_timeout_s)
+
+    async def hibernate_followers(self, spec: Any, request: Any, answer: HibernateAnswer) -> None:
+        await self._to_follower_edges(spec, request, "pool_hibernate_follower", answer.leader_epoch,
+                                      answer.high_watermark, answer.log_end_offset)
+
+    async def hibernate_follower(self, handle: Any, leader_epoch: int, high_watermark: int,
+                                 log_end_offset: int) -> HibernateAnswer:
+        return await asyncio.wait_for(handle.hibernate_follower.remote(leader_epoch, high_watermark, log_end_offset),
+                                      self.call_timeout_s)
 
     def end(self, handle: Any) -> None:
         # Closed already (hibernate() flushed and checkpointed): nothing is lost by killing it,
@@ -85,3 +137,11 @@ class RayReplicaStarter:
 
     async def call(self, handle: Any, method: str, args: tuple, timeout_s: float | None = None):
         return await asyncio.wait_for(getattr(handle, method).remote(*args), timeout_s or self.call_timeout_s)
+
+
+def named_actor(name: str, namespace: str):
+    """The live actor of that name, or None (blocks on Ray's GCS: off the event loop)."""
+    try:
+        return ray.get_actor(name, namespace=namespace)
+    except ValueError:
+        return None

@@ -71,6 +71,9 @@ class Partition:
         # watermark at the last fetch (Kafka's PartitionFetchState lag; unknown,
         # so False, until the first answer). Throttling spares caught-up ones.
         self.follower_caught_up = False
+        # As a leader woken from hibernation (issue 30): its followers are being woken by their
+        # nodes' pools; one not heard from yet is not lagging, it is starting.
+        self.waking_followers = False
         # A restarted replica must never expose more than it had committed.
         self.high_watermark = min(max(high_watermark, log_.log_start_offset), log_.log_end_offset)
         log_.producer_state.on_high_watermark_updated(self.high_watermark)
@@ -211,7 +214,41 @@ class Partition:
     def out_of_sync_replicas(self, now_ms: int, lag_time_ms: int) -> list[int]:
         """ISR followers that have not caught up within replica.lag.time.max.ms."""
         return [r for r in self.isr if r != self.broker_id
-                and now_ms - self.followers[r].last_caught_up_ms > lag_time_ms] if self.is_leader else []
+                and now_ms - self.followers[r].last_caught_up_ms > lag_time_ms
+                and not (self.waking_followers and self.followers[r].last_fetch_ms == 0)] if self.is_leader else []
+
+    def followers_waking(self, waking: bool, now_ms: int) -> None:
+        """A woken leader's followers are being woken (True) or have been told to fetch
+        (False): from then on, those not heard from yet get replica.lag.time.max.ms to
+        fetch, as at a leader change. Waking a set takes process starts, which on a
+        loaded node can take longer than the lag time: no follower falls out of the ISR
+        for having hibernated. The controller still drops a dead broker's replicas."""
+        self.waking_followers = waking
+        if not waking:
+            for follower in self.followers.values():
+                if follower.last_fetch_ms == 0:
+                    follower.last_caught_up_ms = max(follower.last_caught_up_ms, now_ms)
+
+    def followers_caught_up(self, now_ms: int, lag_time_ms: int) -> bool:
+        """Whether the set may hibernate (issue 30, RF > 1): every ISR follower, and every
+        follower still fetching (within replica.lag.time.max.ms), has fetched up to the log
+        end, and no ISR follower's log start is short of ours (a DeleteRecords under way).
+        A follower this leader has not heard from since it became leader is not caught up."""
+        end, start = self.log.log_end_offset, self.log.log_start_offset
+        for replica, follower in self.followers.items():
+            in_isr = replica in self.isr
+            if in_isr or now_ms - follower.last_fetch_ms <= lag_time_ms:
+                if follower.log_end_offset != end:
+                    return False
+                if in_isr and 0 <= follower.log_start_offset < start:
+                    return False
+        return True
+
+    def take_leader_high_watermark(self, high_watermark: int) -> None:
+        """A follower told the leader's HW without a fetch (the set hibernates at HW = LEO)."""
+        hw = min(high_watermark, self.log.log_end_offset)
+        if not self.is_leader and hw > self.high_watermark:
+            self._set_high_watermark(hw)
 
     def apply_isr(self, isr: tuple[int, ...], zk_version: int) -> bool:
         """The new ISR is committed (znode written): use it. Returns whether the HW moved."""

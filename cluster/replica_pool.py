@@ -16,6 +16,20 @@ here instead of to the actor. A hibernated replica's LeaderAndIsr is kept
 it comes back with the same name, log, leader epoch and ISR; nothing a
 client or the controller sees changes.
 
+Replicated partitions (RF > 1, `raykafka.replica.hibernate.replicated`):
+every replica of the set is pooled, each by its own node's pool, and the set
+hibernates together. The leader's pool decides: its replica refuses unless
+HW = LEO and every ISR follower has fetched up to LEO; it then closes, and
+its pool asks each follower's pool to hibernate that follower at the same
+epoch and end offset (the follower takes the leader's HW first), then ends
+the leader. No follower stops fetching from a live leader, so the leader
+never shrinks the ISR for it, and the controller sees no replica change. A
+leader's wake wakes its followers (through their nodes' pools); a follower
+fetch that finds its leader gone wakes the leader (actors/partition_leader.py).
+A follower is never put to sleep by its own pool while it follows a live
+leader (it refuses); one left without a leader to follow (the leader
+hibernated while it was away) hibernates when idle, as a leader does.
+
 The idle time to hibernate after (`raykafka.replica.hibernate.ms`; 60 s
 recommended, 0 = off, the default until the whole suite has run with it) is the ski-rental break-even on this machine: a wake costs about one
 actor start (~0.4-0.7 s of a core, ENVIRONMENT.md), an idle live replica
@@ -88,6 +102,21 @@ class ReplicaStarter(Protocol):
     def end(self, handle: Any) -> None:
         """End the (closed) actor's process."""
 
+    # Replicated partitions only (RF > 1): the calls to the other replicas' pools.
+    def wake_followers(self, spec: Any, request: Any, handle: Any = None) -> Awaitable[None]:
+        """The leader woke (`handle`): each follower's pool wakes its follower (to fetch from the
+        new actor); meanwhile the leader counts none it has not heard from as lagging."""
+
+    def hibernate_followers(self, spec: Any, request: Any, answer: HibernateAnswer) -> Awaitable[None]:
+        """The leader closed for hibernation at answer's HW/LEO: each follower's pool hibernates its follower."""
+
+    def hibernate_follower(self, handle: Any, leader_epoch: int, high_watermark: int,
+                           log_end_offset: int) -> Awaitable[HibernateAnswer]:
+        """Ask a live follower to take the HW and close, if it holds exactly the leader's log."""
+
+    def leader_is_live(self, spec: Any, request: Any) -> Awaitable[bool]:
+        """Whether the leader `request` names has a live actor (a follower is woken to follow it)."""
+
 
 class State(enum.Enum):
     HIBERNATED = "hibernated"
@@ -110,6 +139,14 @@ class Entry:
     failure: Exception | None = None  # why the last wake failed, for the requests that waited on it
 
 
+def _is_follower(entry: Entry, broker_id: int | None) -> bool:
+    return broker_id is not None and entry.request.leader != broker_id
+
+
+def _replicated(entry: Entry) -> bool:
+    return len(entry.request.replicas) > 1
+
+
 def _newer_or_same(request: Any, known: Any) -> bool:
     return (request.controller_epoch, request.leader_epoch) >= (known.controller_epoch, known.leader_epoch)
 
@@ -118,8 +155,12 @@ class ReplicaPool:
     """The pooled replicas of one node, keyed by (topic, partition)."""
 
     def __init__(self, starter: ReplicaStarter, live_max: int, hibernate_s: float,
-                 clock: Callable[[], float] = time.monotonic, slot_wait_s: float = SLOT_WAIT_S):
+                 clock: Callable[[], float] = time.monotonic, slot_wait_s: float = SLOT_WAIT_S,
+                 broker_id: int | None = None):
         self.starter = starter
+        # This node's broker: a pooled replica whose LeaderAndIsr names another leader
+        # is a follower (RF > 1). None: every pooled replica is a leader (RF = 1).
+        self.broker_id = broker_id
         self.live_max = max(1, live_max)
         self.hibernate_s = hibernate_s
         self.clock = clock
@@ -141,7 +182,8 @@ class ReplicaPool:
         key = PoolKey(*key)
         entry = self.entries.get(key)
         if entry is None:
-            self.entries[key] = Entry(spec, request, last_used=self.clock())
+            entry = self.entries[key] = Entry(spec, request, last_used=self.clock())
+            await self._follow_if_leader_live(key, entry)
             return 0
         if not _newer_or_same(request, entry.request):
             return int(ErrorCode.stale_controller_epoch) if request.controller_epoch < entry.request.controller_epoch \
@@ -149,12 +191,91 @@ class ReplicaPool:
         await self._settled(entry)
         entry.spec, entry.request = spec, request
         if entry.state is not State.LIVE:
+            await self._follow_if_leader_live(key, entry)
             return 0
         handle = await self.acquire(key)
         try:
-            return await self.starter.leader_and_isr(handle, request)
+            return await self.starter.leader_and_isr(handle, request, spec)
         finally:
             self.release(key)
+
+    async def _follow_if_leader_live(self, key: PoolKey, entry: Entry) -> None:
+        """A hibernated follower told of a leader that is live (its node came back, a new
+        leader elected while the set was live) wakes now, in the background, to fetch
+        from it: otherwise it would never catch up and rejoin the ISR. Followers of a
+        hibernated leader stay hibernated: the leader's wake wakes them."""
+        if not _is_follower(entry, self.broker_id) or entry.request.leader < 0:
+            return
+        try:
+            live = await self.starter.leader_is_live(entry.spec, entry.request)
+        except Exception as exc:  # noqa: BLE001 - unknown: the leader's wake wakes it anyway
+            log.info("leader of %s-%d not found: %r", key.topic, key.partition, exc)
+            return
+        if live:
+            self._spawn(self._wake_and_release(key))
+
+    def _spawn(self, coro) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)  # referenced until done: the loop keeps only weak references
+        task.add_done_callback(self._tasks.discard)
+
+    async def _wake_and_release(self, key: PoolKey) -> None:
+        try:
+            await self.acquire(key)
+        except Exception as exc:  # noqa: BLE001 - logged by _wake; the next request tries again
+            log.info("background wake of %s-%d failed: %r", key.topic, key.partition, exc)
+            return
+        self.release(key)
+
+    # ---- replicated partitions: what the other replicas' pools ask -------------------------------
+    async def wake_leader(self, key: PoolKey, leader_epoch: int) -> int:
+        """A follower found this leader's actor gone (hibernated): wake it (it then
+        wakes its followers). -> 0, or NOT_LEADER_OR_FOLLOWER / FENCED_LEADER_EPOCH."""
+        entry = self.entries.get(PoolKey(*key))
+        if entry is None or _is_follower(entry, self.broker_id):
+            return int(ErrorCode.not_leader_or_follower)
+        if leader_epoch >= 0 and leader_epoch != entry.request.leader_epoch:
+            return int(ErrorCode.fenced_leader_epoch)
+        self._spawn(self._wake_and_release(PoolKey(*key)))
+        return 0
+
+    async def wake_follower(self, key: PoolKey, leader_epoch: int) -> int:
+        """The leader woke (a new actor): a hibernated follower wakes to follow it, a live
+        one is given its LeaderAndIsr again (its fetcher still calls the old actor)."""
+        key = PoolKey(*key)
+        entry = self.entries.get(key)
+        if entry is None or not _is_follower(entry, self.broker_id):
+            return int(ErrorCode.not_leader_or_follower)
+        if leader_epoch != entry.request.leader_epoch:
+            return int(ErrorCode.fenced_leader_epoch)
+        await self._settled(entry)
+        fresh = entry.state is not State.LIVE
+        handle = await self.acquire(key)
+        try:
+            if fresh:
+                return 0  # started with the newest LeaderAndIsr, the woken leader's handle found by name
+            return await self.starter.leader_and_isr(handle, entry.request, entry.spec)
+        finally:
+            self.release(key)
+
+    async def hibernate_follower(self, key: PoolKey, leader_epoch: int, high_watermark: int,
+                                 log_end_offset: int) -> HibernateAnswer:
+        """The leader of the set closed for hibernation: hibernate this follower too if it
+        holds exactly the leader's log at that epoch (it takes the leader's HW first)."""
+        key = PoolKey(*key)
+        entry = self.entries.get(key)
+        if entry is None or not _is_follower(entry, self.broker_id):
+            return HibernateAnswer(False, "not a pooled follower")
+        await self._settled(entry)
+        if entry.state is State.HIBERNATED:
+            return HibernateAnswer(True)
+        if entry.request.leader_epoch != leader_epoch:
+            return HibernateAnswer(False, "another leader epoch")
+        if entry.state is not State.LIVE or entry.inflight:
+            return HibernateAnswer(False, "in use")
+        ok = await self._hibernate(key, entry, lambda handle: self.starter.hibernate_follower(
+            handle, leader_epoch, high_watermark, log_end_offset))
+        return HibernateAnswer(True) if ok else HibernateAnswer(False, "refused")
 
     def forget(self, key: PoolKey) -> Any:
         """The replica was deleted or moved away: -> its live handle (the caller ends it), or None."""
@@ -183,9 +304,7 @@ class ReplicaPool:
                 # WAKING from here on, before any await: concurrent requests wait for this one wake.
                 entry.state = State.WAKING
                 entry.transition = asyncio.get_running_loop().create_future()
-                task = asyncio.get_running_loop().create_task(self._wake(key, entry))
-                self._tasks.add(task)  # referenced until done: the loop keeps only weak references
-                task.add_done_callback(self._tasks.discard)
+                self._spawn(self._wake(key, entry))
             await self._settled(entry)
             if entry.state is State.HIBERNATED and entry.handle is None and entry.failure is not None:
                 failure, entry.failure = entry.failure, None
@@ -238,6 +357,11 @@ class ReplicaPool:
             self._latencies.append(took)
             log.info("woke %s-%d in %.0f ms (%d of %d live)", key.topic, key.partition, took * 1000,
                      self._live_count(), self.live_max)
+            if _replicated(entry) and not _is_follower(entry, self.broker_id):
+                # Its followers fetch from this new actor (the set hibernated with it). In the
+                # background: the request that woke it needs only the leader; an acks=all one
+                # then waits for the followers' fetches, as any would.
+                self._spawn(self._wake_followers(key, entry.spec, entry.request, entry.handle))
         finally:
             transition, entry.transition = entry.transition, None
             transition.set_result(None)
@@ -281,14 +405,21 @@ class ReplicaPool:
                 done += 1
         return done
 
-    async def _hibernate(self, key: PoolKey, entry: Entry) -> bool:
+    async def _wake_followers(self, key: PoolKey, spec: Any, request: Any, handle: Any) -> None:
+        try:
+            await self.starter.wake_followers(spec, request, handle)
+        except Exception as exc:  # noqa: BLE001 - a follower not woken falls out of the ISR, as if it had failed
+            log.warning("waking the followers of %s-%d: %r", key.topic, key.partition, exc)
+
+    async def _hibernate(self, key: PoolKey, entry: Entry,
+                         ask: Callable[[Any], Awaitable[HibernateAnswer]] | None = None) -> bool:
         entry.state = State.HIBERNATING
         entry.transition = asyncio.get_running_loop().create_future()
         self._lru.pop(key, None)
         handle = entry.handle
         try:
             try:
-                answer = await self.starter.hibernate(handle)
+                answer = await (ask or self.starter.hibernate)(handle)
             except Exception as exc:  # noqa: BLE001 - gone already (killed, node trouble): it is not live
                 answer = HibernateAnswer(True, f"unreachable: {exc!r}"[:200])
             if not answer.ok:
@@ -298,6 +429,14 @@ class ReplicaPool:
                 self._lru[key] = None
                 self._lru.move_to_end(key, last=False)
                 return False
+            if answer.ok and not answer.blocker and _replicated(entry) \
+                    and not _is_follower(entry, self.broker_id):
+                # The leader closed at HW = LEO with every ISR follower there: they stop now,
+                # before it ends, so none of them ever finds it gone (and wakes it again).
+                try:
+                    await self.starter.hibernate_followers(entry.spec, entry.request, answer)
+                except Exception as exc:  # noqa: BLE001 - a follower left live wakes the leader when it finds it gone
+                    log.warning("hibernating the followers of %s-%d: %r", key.topic, key.partition, exc)
             self.starter.end(handle)
             entry.state, entry.handle = State.HIBERNATED, None
             self.hibernations += 1
@@ -337,18 +476,27 @@ def _quantile(ordered: list[float], q: float) -> float:
 
 
 def hibernation_blocker(topic: str, is_leader: bool, replicas: int, high_watermark: int, log_end_offset: int,
-                        open_transaction: bool) -> str:
+                        open_transaction: bool, replicated: bool = False, followers_behind: bool = False,
+                        fetching: bool = False) -> str:
     """What holds a replica live ("" when nothing does). The pool already
     holds back a replica with a request in flight (a parked fetch, a pending
-    DeleteRecords, an append); these are what only the replica knows."""
+    DeleteRecords, an append); these are what only the replica knows.
+    ``replicated``: RF > 1 sets hibernate (raykafka.replica.hibernate.replicated);
+    ``followers_behind``: the leader knows an ISR follower short of its log end,
+    or a follower's log start short of its own (DeleteRecords under way);
+    ``fetching``: a follower's fetcher runs (its leader is live)."""
     if topic in (OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC):
         return "internal topic"
     if not is_leader:
-        return "not the leader"
-    if replicas > 1:
+        if replicas > 1 and replicated and not fetching:
+            return ""  # a follower with no live leader to follow (it hibernated while this was away)
+        return "a follower (hibernates with its leader)" if replicas > 1 and replicated else "not the leader"
+    if replicas > 1 and not replicated:
         return "replicated (RF > 1 replicas stay live)"
     if high_watermark < log_end_offset:
         return "unreplicated tail"
+    if followers_behind:
+        return "followers not caught up"
     if open_transaction:
         return "open transaction"
     return ""

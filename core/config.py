@@ -399,6 +399,14 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
               "and ends its actor; the next request wakes it (same name, log, epoch). Recommended 60000: a "
               "wake costs about as much CPU as 40-60 s of an idle live replica (cluster/replica_pool.py). "
               "0: replicas never hibernate (every replica a live actor, as before)", min=0),
+    # RF > 1 (issue 30): the whole replica set hibernates together once every
+    # ISR member is caught up (HW = LEO), and the leader's wake wakes its
+    # followers. Off by default: it needs raykafka.replica.hibernate.ms > 0 too.
+    ConfigDef("raykafka.replica.hibernate.replicated", "bool", False,
+              "With raykafka.replica.hibernate.ms > 0: replicated (RF > 1), non-internal partitions hibernate "
+              "too, the whole replica set at once when every ISR member has caught up (HW = LEO); the first "
+              "request that needs the leader wakes it and it wakes its followers. false: only RF=1 leaders "
+              "hibernate"),
     ConfigDef("raykafka.partitions.per.node.max", "int", None,
               "Partition replicas this broker's node may host (live or hibernated) when replicas hibernate; "
               "creations beyond it are refused with POLICY_VIOLATION. Unset: min(open-file limit / 2, "

@@ -14,6 +14,10 @@ class PooledReplica(NamedTuple):
 
 
 class HibernateAnswer(NamedTuple):
-    """A replica's answer to hibernate(): closed (ok), or what holds it live (blocker)."""
+    """A replica's answer to hibernate(): closed (ok), or what holds it live (blocker).
+    A replicated leader says where it closed, for its followers to close at the same place."""
     ok: bool
     blocker: str = ""
+    leader_epoch: int = -1
+    high_watermark: int = -1
+    log_end_offset: int = -1

@@ -36,7 +36,7 @@ class FakeStarter:
         self.max_live = max(self.max_live, len(self.live))
         return spec  # the handle is the name
 
-    async def leader_and_isr(self, handle, request):
+    async def leader_and_isr(self, handle, request, spec=None):
         self.forwarded.append((handle, request))
         self.live[handle] = request
         return 0

@@ -376,6 +376,8 @@ class ReplicaActor(FollowerRole):
         set hibernated while this one was away (or kept it live by refusing): ask the leader's
         node to wake it (issue 30); the woken leader gives this follower its new actor. A leader
         that is not pooled (or another epoch) is left to the controller, as before."""
+        if not self.replica_config.get("hibernate.replicated"):
+            return
         from actors.replica_keeper import named_actor
         from core.naming import edge_actor_name, replica_actor_name
 

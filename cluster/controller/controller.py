@@ -434,6 +434,9 @@ class Controller:
                 "replica.fetch.backoff.ms": c["replica.fetch.backoff.ms"],
                 "actor.call.timeout.ms": c["raykafka.actor.call.timeout.ms"],
                 "local.calls": c["raykafka.local.calls"],
+                # RF > 1 sets hibernate (issue 30): a follower that finds its leader gone wakes it.
+                "hibernate.replicated": (c["raykafka.replica.hibernate.ms"] > 0
+                                         and c["raykafka.replica.hibernate.replicated"]),
                 # The session a leader opens to commit ISR changes (issue 18: was fixed at 18 s).
                 "zookeeper.session.timeout.ms": c["zookeeper.session.timeout.ms"]}
 

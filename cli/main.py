@@ -41,14 +41,18 @@ def _environment_for_ray() -> None:
     # Keep every Ray address on loopback (see shared/notes/ENVIRONMENT.md).
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    # Ray's metrics through OpenCensus, not OpenTelemetry (Ray 2.60's
-    # default): with OpenTelemetry a process that sets ~6,000 gauge series
-    # every report interval (the edge: Kafka's request-time histograms,
-    # core/metrics.py) grows without bound inside Ray's native metrics
-    # client, ~1.8 MiB/s measured with a plain actor and nothing of ours
-    # (1.7 GiB per 1M fuzz inputs in the edge, bench/README.md "Protocol
-    # fuzz"); through OpenCensus the same actor stays flat. Same names on
-    # the endpoint. The operator's own setting wins.
+
+
+def metrics_through_opencensus() -> None:
+    """On a cluster raykafka starts: Ray's metrics through OpenCensus, not
+    OpenTelemetry (Ray 2.60's default). With OpenTelemetry a process that sets
+    ~6,000 gauge series every report interval (the edge: Kafka's request-time
+    histograms, core/metrics.py) grows without bound inside Ray's native
+    metrics client, ~1.8 MiB/s measured with a plain actor and nothing of ours
+    (bench/ray_metrics_growth.py; 1.7 GiB per 1M fuzz inputs in the edge,
+    bench/README.md "Protocol fuzz"); through OpenCensus the same actor stays
+    flat. Same series on the endpoint. The operator's own setting wins; a
+    cluster the broker joins keeps its own (deploy/ray-cluster.yaml sets it)."""
     os.environ.setdefault("RAY_enable_open_telemetry", "0")
 
 
@@ -471,6 +475,7 @@ class BrokerProcess:
         """Start (or join) Ray; returns the Ray node id for each broker to start."""
         _environment_for_ray()
         if not self.args.ray_address:
+            metrics_through_opencensus()
             # Before Ray's first import: its config reads RAY_AUTH_MODE once per process.
             self.ray_auth_token_path = ray_token_for_own_cluster(self.data_dir)
         import ray

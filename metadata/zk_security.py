@@ -88,6 +88,11 @@ class ZkClientSecurity:
             for key in ("ca", "certfile", "keyfile", "keyfile_password"):
                 if getattr(self, key) is not None:
                     kwargs[key] = getattr(self, key)
+            if self.certfile is not None and self.keyfile is None:
+                # kazoo loads a client certificate only when given both files; a
+                # PEM keystore holds the key with the chain (tests/integration/
+                # test_zookeeper_tls.py: without this no certificate was sent).
+                kwargs["keyfile"] = self.certfile
         return kwargs
 
     def acl_for(self, path: str) -> list[ACL] | None:

@@ -30,15 +30,15 @@ def test_metrics_go_through_opencensus_unless_the_operator_says_otherwise(monkey
     # Ray's OpenTelemetry metrics client grows without bound in a process
     # that sets thousands of gauge series each interval (bench/README.md,
     # "Protocol fuzz"); raykafka's own cluster uses OpenCensus.
-    from cli.main import _environment_for_ray
-
-    monkeypatch.delenv("RAY_enable_open_telemetry", raising=False)
-    _environment_for_ray()
     import os
 
+    from cli.main import metrics_through_opencensus
+
+    monkeypatch.delenv("RAY_enable_open_telemetry", raising=False)
+    metrics_through_opencensus()
     assert os.environ["RAY_enable_open_telemetry"] == "0"
     monkeypatch.setenv("RAY_enable_open_telemetry", "1")
-    _environment_for_ray()
+    metrics_through_opencensus()
     assert os.environ["RAY_enable_open_telemetry"] == "1"
 
 

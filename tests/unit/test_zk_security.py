@@ -142,7 +142,8 @@ def test_settings_from_broker_config(tmp_path):
         "zookeeper.ssl.keystore.location": "/client.pem", "zookeeper.ssl.keystore.password": "pw",
         "zookeeper.set.acl": "true"}))
     assert tls.kazoo_kwargs() == {"use_ssl": True, "verify_certs": True, "check_hostname": True, "ca": "/ca.pem",
-                                  "certfile": "/client.pem", "keyfile_password": "pw",
+                                  # kazoo sends a client certificate only when given a keyfile too
+                                  "certfile": "/client.pem", "keyfile": "/client.pem", "keyfile_password": "pw",
                                   "default_acl": zk_security.default_acl("/")}
     with pytest.raises(zk_security.ZkSecurityError, match="zookeeper.ssl.client.enable is false"):
         zk_security.from_config(BrokerConfig.from_sources({"zookeeper.ssl.truststore.location": "/ca.pem"}))

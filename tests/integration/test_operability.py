@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import select
 import signal
 import subprocess
 import sys
@@ -12,8 +13,11 @@ import urllib.request
 import uuid
 
 import pytest
+from confluent_kafka import Producer
 
 from tests.broker_process import REPO, broker_env
+from tests.cli_runner import wait_for
+from tests.kafka_admin import create_topic
 
 RAYKAFKA = str(REPO / ".venv" / "bin" / "raykafka")
 METRICS_URL = re.compile(r"raykafka metrics on (http://\S+)")
@@ -145,18 +149,47 @@ def test_console_producer_to_console_consumer(broker):
     assert "Processed a total of 50 messages" in consumed.stderr.decode()
 
 
+def _first_line(proc: subprocess.Popen, timeout_s: float) -> bytes:
+    """The first line `proc` writes to stdout within `timeout_s` (b"" if none)."""
+    ready, _, _ = select.select([proc.stdout], [], [], timeout_s)
+    return proc.stdout.readline() if ready else b""
+
+
+def _records_in(bootstrap: str, topic: str) -> int:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"count-{topic}"})
+    try:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        return sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in partitions)
+    except Exception:  # noqa: BLE001 - the topic not created yet
+        return 0
+    finally:
+        consumer.close()
+
+
 @pytest.mark.parametrize("tool", ["console-consumer", "console-producer"])
 def test_console_tools_exit_cleanly_on_ctrl_c(broker, tool):
     topic = _topic("ctrlc")
     args = [RAYKAFKA, tool, "--bootstrap-server", broker.bootstrap, "--topic", topic]
     if tool == "console-consumer":
-        args += ["--group", f"g-{topic}"]
+        # One record already there: the consumer printing it shows it connected,
+        # joined its group and is polling for more.
+        create_topic(broker.bootstrap, topic, 1)
+        producer = Producer({"bootstrap.servers": broker.bootstrap})
+        producer.produce(topic, value=b"first")
+        assert producer.flush(60) == 0
+        args += ["--group", f"g-{topic}", "--from-beginning"]
     proc = subprocess.Popen(args, env=broker_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
-    if tool == "console-producer":
+    if tool == "console-consumer":
+        assert _first_line(proc, 120) == b"first\n", "the console consumer printed no record"
+    else:
         proc.stdin.write(b"one\ntwo\n")
         proc.stdin.flush()
-    time.sleep(6)  # connected, polling / waiting for more input
+        # Both lines acknowledged: the producer waits for more input now.
+        wait_for(lambda: _records_in(broker.bootstrap, topic) == 2, 120, "both lines produced")
+    assert proc.poll() is None, "the tool exited before Ctrl-C"
     proc.send_signal(signal.SIGINT)
     try:
         _out, err = proc.communicate(timeout=30)

@@ -210,7 +210,9 @@ class BrokerProcess:
         code = self.proc.poll()
         leftovers = [p for p in self._known.values() if _alive(p)]
         if leftovers:
-            time.sleep(2)
+            # Ray's workers exit on their own once their raylet is gone: give them
+            # 2 s (returning as soon as they have), then kill -9 what is left.
+            psutil.wait_procs(leftovers, timeout=2)
             self.kill9()
         self._known.clear()
         return code

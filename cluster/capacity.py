@@ -67,9 +67,10 @@ def node_hosted_capacity(configured: int | None, log_dir: str) -> int:
     return default_partitions_per_node(soft if soft > 0 else 1024, shutil.disk_usage(log_dir).free)
 
 
-def always_live(replicas: Iterable[int], internal: bool) -> bool:
-    """Replicas that never hibernate: internal topics' and replicated (RF > 1) ones."""
-    return internal or len(list(replicas)) > 1
+def always_live(replicas: Iterable[int], internal: bool, replicated_hibernate: bool = False) -> bool:
+    """Replicas that never hibernate: internal topics', and replicated (RF > 1) ones unless
+    replicated sets hibernate too (raykafka.replica.hibernate.replicated)."""
+    return internal or (len(list(replicas)) > 1 and not replicated_hibernate)
 
 
 def default_replicas_per_node(cores: float, memory_bytes: int, cpu_budget: float = CPU_BUDGET,
@@ -138,7 +139,7 @@ class NodeCapacity:
 
     def __init__(self, capacity: Mapping[int, int | None], hosting: Mapping[int, int],
                  reserved: Mapping[int, int] | None = None, reserved_for: str = "", key: str = CAPACITY_KEY,
-                 live: "NodeCapacity | None" = None):
+                 live: "NodeCapacity | None" = None, replicated_hibernate: bool = False):
         self.capacity = dict(capacity)
         self.hosting = dict(hosting)
         self.reserved = dict(reserved or {})
@@ -147,6 +148,8 @@ class NodeCapacity:
         # With hibernation: `capacity` is the hosted limit, and `live` the live limit over the
         # replicas that never hibernate (internal, RF > 1), which it alone must also fit.
         self.live = live
+        # RF > 1 sets hibernate too: only internal replicas count against the live limit.
+        self.replicated_hibernate = replicated_hibernate
 
     def room(self, broker: int, internal: bool = False) -> int | None:
         """Replicas `broker` may still take (None: no limit)."""
@@ -170,7 +173,7 @@ class NodeCapacity:
                 return CapacityViolation(broker, adding[broker], self.hosting.get(broker, 0),
                                          self.capacity[broker], kept, self.reserved_for if kept else "", self.key)
         if self.live is not None:
-            return self.live.check(_always_live_part(assignment, internal), internal)
+            return self.live.check(_always_live_part(assignment, internal, self.replicated_hibernate), internal)
         return None
 
     def add(self, assignment: Mapping[int, Iterable[int]], internal: bool = False) -> None:
@@ -178,7 +181,7 @@ class NodeCapacity:
         for broker, n in replicas_per_broker([assignment]).items():
             self.hosting[broker] = self.hosting.get(broker, 0) + n
         if self.live is not None:
-            self.live.add(_always_live_part(assignment, internal))
+            self.live.add(_always_live_part(assignment, internal, self.replicated_hibernate))
 
     def usage(self) -> dict[int, tuple[int, int | None]]:
         """broker -> (replicas hosted, capacity)."""
@@ -186,8 +189,9 @@ class NodeCapacity:
         return {b: (self.hosting.get(b, 0), self.capacity.get(b)) for b in sorted(brokers)}
 
 
-def _always_live_part(assignment: Mapping[int, Iterable[int]], internal: bool) -> dict[int, list[int]]:
-    return {p: list(r) for p, r in assignment.items() if always_live(list(r), internal)}
+def _always_live_part(assignment: Mapping[int, Iterable[int]], internal: bool,
+                      replicated_hibernate: bool = False) -> dict[int, list[int]]:
+    return {p: list(r) for p, r in assignment.items() if always_live(list(r), internal, replicated_hibernate)}
 
 
 def place_with_room(num_partitions: int, replication_factor: int, brokers: list[int],

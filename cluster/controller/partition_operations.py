@@ -152,12 +152,15 @@ class PartitionOperations:
         if all(v is None for v in hosted.values()):
             return NodeCapacity(capacity, hosting, reserved, OFFSETS_TOPIC)
         # Replicas hibernate (issue 30): CreateTopics is refused past the hosted limit, and
-        # past the live one only by the replicas that never hibernate (internal, RF > 1).
+        # past the live one only by the replicas that never hibernate (internal, and RF > 1
+        # unless raykafka.replica.hibernate.replicated).
+        replicated = bool(self.config["raykafka.replica.hibernate.replicated"])
         live_hosting = replicas_per_broker(
-            {p: r for p, r in t.assignment.items() if always_live(r, name.startswith("__"))}
+            {p: r for p, r in t.assignment.items() if always_live(r, name.startswith("__"), replicated)}
             for name, t in ctx.topics.items())
         live = NodeCapacity(capacity, live_hosting, reserved, OFFSETS_TOPIC)
-        return NodeCapacity(hosted, hosting, reserved, OFFSETS_TOPIC, key=HOSTED_KEY, live=live)
+        return NodeCapacity(hosted, hosting, reserved, OFFSETS_TOPIC, key=HOSTED_KEY, live=live,
+                            replicated_hibernate=replicated)
 
     def _described_broker_config(self, name: str):
         """The broker config DescribeConfigs shows for broker `name`: this

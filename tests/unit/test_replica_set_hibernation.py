@@ -403,3 +403,18 @@ def test_a_woken_leader_drops_no_follower_from_the_isr_while_its_followers_are_b
     assert leader.out_of_sync_replicas(56_000, 10_000) == [2], "the lag time counts from when it was told to fetch"
     replicate(leader, follower, now_ms=56_000)
     assert leader.out_of_sync_replicas(60_000, 10_000) == []
+
+
+def test_replicated_sets_count_against_the_live_limit_only_where_they_never_hibernate():
+    from cluster.capacity import HOSTED_KEY, NodeCapacity, always_live
+
+    assert always_live([1, 2, 3], internal=False) and not always_live([1, 2, 3], False, replicated_hibernate=True)
+    assert always_live([1, 2, 3], internal=True, replicated_hibernate=True), "internal topics never hibernate"
+    rf3 = {p: [0, 1, 2] for p in range(4)}
+    capacity = {0: 3, 1: 3, 2: 3}
+    kept_live = NodeCapacity({b: 10 for b in capacity}, {}, key=HOSTED_KEY, live=NodeCapacity(capacity, {}))
+    assert kept_live.check(rf3) is not None, "4 always-live replicas per node pass a live limit of 3"
+    hibernating = NodeCapacity({b: 10 for b in capacity}, {}, key=HOSTED_KEY, live=NodeCapacity(capacity, {}),
+                               replicated_hibernate=True)
+    assert hibernating.check(rf3) is None, "they hibernate: only the hosted limit applies"
+    assert hibernating.check({p: [0, 1, 2] for p in range(11)}).key == HOSTED_KEY

@@ -208,3 +208,39 @@ def test_appends_wait_for_the_high_watermark(tmp_path):
         assert (await actor.fetch_offsets(group, [("t", 0)])).partitions[("t", 0)].offset == 1
 
     asyncio.run(scenario())
+
+
+def test_consumer_heartbeat_asks_for_the_topics_image_it_does_not_hold(tmp_path):
+    """The edge sends a reference to its topics image while the coordinator
+    holds that version; a coordinator without it (here: a new one) answers
+    TopicsImageWanted before doing anything, and serves the whole image."""
+    import uuid
+
+    from cluster.groups.consumer import ConsumerHeartbeat, TopicsImage, TopicsImageWanted
+
+    p = 2
+    group = group_on(p, "kip848-")
+    topic_id = uuid.UUID(int=7)
+    whole = TopicsImage(3, (("t", topic_id, 2),), source="edge-1")
+    reference = TopicsImage(3, None, source="edge-1")
+
+    async def scenario():
+        actor = make_actor(p)
+        assert await actor.elect(0, make_replica(tmp_path, p)) == 0
+        await wait_active(actor)
+        join = ConsumerHeartbeat(group, "m1", 0, rebalance_timeout_ms=30000, subscribed_topic_names=("t",),
+                                 owned=(), client_id="c", client_host="/h")
+        assert await actor.consumer_group_heartbeat(join, reference) == TopicsImageWanted(-1)
+        assert not actor.consumer_groups.owns(group)  # nothing was done
+        joined = await actor.consumer_group_heartbeat(join, whole)
+        assert joined.error == E.none and joined.assignment == ((topic_id, (0, 1)),), joined
+        again = ConsumerHeartbeat(group, "m1", joined.member_epoch, owned=((topic_id, (0, 1)),))
+        beat = await actor.consumer_group_heartbeat(again, reference)
+        assert beat.error == E.none and beat.member_epoch == joined.member_epoch
+        # A classic JoinGroup for the consumer group: the same rule.
+        wanted = await actor.join_group(group, "", None, "c", "/h", 30000, 10000, "consumer",
+                                        [("range", encode_subscription(["t"]))], 9, None,
+                                        TopicsImage(4, None, source="edge-1"))
+        assert wanted == TopicsImageWanted(3)
+
+    asyncio.run(scenario())

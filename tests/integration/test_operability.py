@@ -182,14 +182,19 @@ def test_console_tools_exit_cleanly_on_ctrl_c(broker, tool):
         args += ["--group", f"g-{topic}", "--from-beginning"]
     proc = subprocess.Popen(args, env=broker_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
-    if tool == "console-consumer":
-        assert _first_line(proc, 120) == b"first\n", "the console consumer printed no record"
-    else:
-        proc.stdin.write(b"one\ntwo\n")
-        proc.stdin.flush()
-        # Both lines acknowledged: the producer waits for more input now.
-        wait_for(lambda: _records_in(broker.bootstrap, topic) == 2, 120, "both lines produced")
-    assert proc.poll() is None, "the tool exited before Ctrl-C"
+    try:
+        if tool == "console-consumer":
+            assert _first_line(proc, 120) == b"first\n", "the console consumer printed no record"
+        else:
+            proc.stdin.write(b"one\ntwo\n")
+            proc.stdin.flush()
+            # Both lines acknowledged: the producer waits for more input now.
+            wait_for(lambda: _records_in(broker.bootstrap, topic) == 2, 120, "both lines produced")
+        assert proc.poll() is None, "the tool exited before Ctrl-C"
+    except BaseException:
+        proc.kill()  # not left running after a failed wait
+        proc.wait(30)
+        raise
     proc.send_signal(signal.SIGINT)
     try:
         _out, err = proc.communicate(timeout=30)

@@ -202,7 +202,7 @@ class EdgeActor:
         partitions it hosts (cluster/replica_pool.py, issue 30). Off with several
         edges per node (the pool and its routing live in one process)."""
         from cluster.capacity import node_capacity
-        from cluster.replica_pool import HIBERNATE_KEY, ReplicaPool
+        from cluster.replica_pool import HIBERNATE_KEY, SPARES_KEY, ReplicaPool
 
         config = self.config
         hibernate_ms = config[HIBERNATE_KEY]
@@ -213,9 +213,10 @@ class EdgeActor:
         call_timeout_s = self.service.call_timeout_s
         starter = RayReplicaStarter(config["raykafka.namespace"], self.zk_connect, call_timeout_s,
                                     start_timeout_s=call_timeout_s + 30,
-                                    replicated=config["raykafka.replica.hibernate.replicated"])
+                                    replicated=config["raykafka.replica.hibernate.replicated"],
+                                    ray_node_id=ray.get_runtime_context().get_node_id(), broker_id=self.broker_id)
         pool = ReplicaPool(starter, node_capacity(config["raykafka.replicas.per.node.max"]), hibernate_ms / 1000,
-                           broker_id=self.broker_id)
+                           broker_id=self.broker_id, spares=config[SPARES_KEY])
         self.service.attach_replica_pool(pool)
         self._pool_sweeper = asyncio.ensure_future(pool.run(min(hibernate_ms / 1000 / 4, 5.0)))
 
@@ -268,6 +269,25 @@ class EdgeActor:
             return HibernateAnswer(False, "no replica pool")
         return await pool.hibernate_follower((topic, partition), leader_epoch, high_watermark, log_end_offset)
 
+    async def pooled_replicas(self, keys: list, wake: bool) -> list:
+        """Live handles of pooled replicas of this node, for actors that find replicas
+        (actors/replica_lookup.py: an adopted one has no name); None where a key is not
+        pooled here, or hibernates and `wake` is false. A woken one is not pinned: it
+        may hibernate again once idle, and the caller's next call then fails and looks again."""
+        pool = self.service.replicas.pool
+        out = []
+        for topic, partition in keys:
+            key = (topic, partition)
+            if pool is None or not pool.knows(key):
+                out.append(None)
+            elif not wake:
+                out.append(pool.live_handle(key))
+            else:
+                handle = await pool.acquire(key)
+                pool.release(key)
+                out.append(handle)
+        return out
+
     async def pool_update_log_config(self, topic: str, partition: int, log_config, min_insync_replicas: int) -> int:
         """A topic config change: a live replica applies it now, a hibernated one when it wakes."""
         pool = self.service.replicas.pool
@@ -285,8 +305,7 @@ class EdgeActor:
         pool = self.service.replicas.pool
         if pool is not None:
             handle = pool.forget((topic, partition))
-            if handle is not None and end:
-                pool.starter.end(handle)
+            await pool.starter.leave_pool((topic, partition), handle, end)
 
     async def pool_stats(self) -> dict:
         pool = self.service.replicas.pool

@@ -30,6 +30,7 @@ from cluster.replica_pool import hibernation_blocker
 from core import error_codes
 from core.clock import SYSTEM_CLOCK, Clock
 from core.local_calls import LocalCallServer
+from core.naming import purgatory_actor_name
 from core.pooled_replica import HibernateAnswer
 from core.replica_messages import (DeleteRecordsResult, FollowerFetchResult, PlacedRecordSet, RecordSet,
                                    failed_append)
@@ -57,16 +58,59 @@ LOCAL_CALL_METHODS = ("append", "write_txn_markers", "describe_producers", "appe
 
 
 class ReplicaActor(FollowerRole):
-    def __init__(self, topic: str, partition: int, broker_id: int, log_dirs: list[str],
+    def __init__(self, topic: str | None, partition: int, broker_id: int, log_dirs: list[str],
                  log_config: dict, min_insync_replicas: int = 1, zk_connect: str | None = None,
                  namespace: str = "raykafka", replica_config: dict | None = None, clock: Clock = SYSTEM_CLOCK):
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        self.clock = clock
+        # A spare (topic None): a started process with nothing open, kept by the node's replica
+        # pool so that a wake adopts it (adopt()) instead of waiting for a process to start (issue 30).
+        self._spare = topic is None
+        self._closed = True
+        self._spare_purgatory = None  # looked up while a spare (is_spare), handed to the reporter
+        self._spare_names = (broker_id, namespace)
+        if not self._spare:
+            self._open(topic, partition, broker_id, log_dirs, log_config, min_insync_replicas, zk_connect,
+                       namespace, replica_config)
+
+    async def adopt(self, spec, request, zk_connect: str | None, namespace: str) -> int:
+        """A spare becomes the replica of `spec` (cluster/controller/channel.ReplicaSpec) and takes
+        `request` (its LeaderAndIsr); -> the LeaderAndIsr's error code. The log opens on this
+        loop: a spare serves nothing else before this call answers, and the constructor of a
+        replica started cold does the same work."""
+        if not self._spare:
+            raise RuntimeError(f"{self.topic}-{self.partition_index} is no spare")
+        self._spare = False
+        self._open(spec.topic, spec.partition, spec.broker_id, spec.log_dirs, spec.log_config,
+                   spec.min_insync_replicas, zk_connect, namespace, spec.replica_config)
+        return await self.become_leader(request.controller_epoch, request.leader_epoch, request.isr,
+                                        request.replicas, request.zk_version)
+
+    async def is_spare(self) -> bool:
+        """Answers once the process and constructor are up (the pool's readiness check); a
+        spare looks up its node's purgatory meanwhile, so that its first report after
+        adopting does not block its loop on Ray's GCS."""
+        if self._spare and self._spare_purgatory is None:
+            broker_id, namespace = self._spare_names
+
+            def lookup():
+                try:
+                    return ray.get_actor(purgatory_actor_name(broker_id), namespace=namespace)
+                except ValueError:
+                    return None
+
+            self._spare_purgatory = await asyncio.get_running_loop().run_in_executor(None, lookup)
+        return self._spare
+
+    def _open(self, topic: str, partition: int, broker_id: int, log_dirs: list[str], log_config: dict,
+              min_insync_replicas: int, zk_connect: str | None, namespace: str, replica_config: dict | None) -> None:
+        """What a replica opens: its log, partition state and helpers (the constructor's work)."""
+        clock = self.clock
         self.topic = topic
         self.partition_index = partition
         self.broker_id = broker_id
         self.zk_connect = zk_connect
         self.namespace = namespace
-        self.clock = clock
         self.replica_config = config = {
             "replica.lag.time.max.ms": 30000, "replica.fetch.max.bytes": 1048576,
             "replica.fetch.wait.max.ms": MAX_FOLLOWER_WAIT_MS, "replica.fetch.backoff.ms": 1000,
@@ -87,7 +131,7 @@ class ReplicaActor(FollowerRole):
             zk_connect, topic, partition, broker_id, config.get("zookeeper.session.timeout.ms", 18000))
         self._isr_lock = asyncio.Lock()
         self._progress = ProgressReporter(f"{topic}-{partition}", broker_id, namespace, config["local.calls"],
-                                          self.call_timeout_s, self.partition.progress)
+                                          self.call_timeout_s, self.partition.progress, self._spare_purgatory)
         self._regions = MappedRegions()
         self._local_calls: LocalCallServer | None = None  # for the edge, opened on first ask
         # Profile counters (bench.replication --profile): the leader's side of
@@ -320,6 +364,8 @@ class ReplicaActor(FollowerRole):
 
     async def close(self) -> None:
         """Clean shutdown: flush, checkpoint, close files."""
+        if self._spare:
+            return
         self._commit_waiters.fail_all(error_codes.NOT_LEADER_OR_FOLLOWER)
         self._close_local_calls()
         if not self._closed:

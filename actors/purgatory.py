@@ -32,7 +32,6 @@ import ray
 
 from core import error_codes
 from core.local_calls import LocalCallServer
-from core.naming import replica_actor_name
 from core.replica_messages import PartitionOffset, PartitionProgress
 from delayed import AsyncTimerDriver, DelayedOperation, DelayedOperationPurgatory, SystemTimer
 
@@ -235,23 +234,16 @@ class PurgatoryActor:
         asyncio.get_running_loop().create_task(self._ask(list(keys)))
 
     async def _ask(self, keys: list[PartitionKey]) -> None:
-        def lookup() -> list:
-            found = []
-            for topic, partition in keys:
-                try:
-                    found.append(ray.get_actor(replica_actor_name(topic, partition, self.broker_id),
-                                               namespace=self.namespace))
-                except ValueError:
-                    continue
-            return found
+        from actors.replica_lookup import find_replicas
 
-        # Name lookups ask Ray's GCS: off the event loop, which serves parked operations.
+        # A hibernated replica is not woken for it: its wake reports anyway.
         try:
-            leaders = await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(None, lookup),
-                                             ASK_TIMEOUT_S)
+            found = await find_replicas([tuple(k) for k in keys], self.broker_id, self.namespace, False,
+                                        ASK_TIMEOUT_S)
         except Exception as exc:  # noqa: BLE001 - the next parked operation asks again for quiet ones
             log.warning("asking leaders %s to report failed: %r", keys[:5], exc)
             return
+        leaders = [h for h in found if h is not None]
         for leader in leaders:
             leader.report_progress.remote()
 

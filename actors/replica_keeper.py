@@ -2,14 +2,29 @@
 ends replica actors through Ray (issue 30). The edge of each node holds the
 pool; this is its Ray side.
 
-A woken replica is the same actor name on the same node, created with the
-spec the controller sent and given the newest LeaderAndIsr the pool kept, so
-it opens the same log and takes the same leader epoch and ISR.
+A woken replica opens the same log on the same node with the spec the
+controller sent and the newest LeaderAndIsr the pool kept, so it takes the same
+leader epoch and ISR.
+
+Fast wakes: starting an actor costs a process start, Ray's worker setup and our
+imports (~0.6 s quiet here, 6-40 s when fifty start at once under load, and Ray
+offers no pre-started worker to a named detached actor: measured, only the first
+of six creations reused an idle worker). So the starter keeps a few *spares*
+(`raykafka.replica.spares`): replica actors started with nothing open, owned by
+this edge. A wake of an unreplicated replica hands a spare its partition
+(ReplicaActor.adopt: one call, the log opens, LeaderAndIsr applies) and starts
+the next spare in the background. A spare has no name: an adopted replica is
+found through this node's pool (actors/replica_lookup.py), never by its
+`<topic>-<partition>@<broker>` name; a replicated one (RF > 1: followers and the
+controller find it by name) is still started cold under its name. The spares
+count against the live limit (cluster/replica_pool.py reserves their slots).
 """
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
+import time
 from typing import Any
 
 import ray
@@ -20,8 +35,25 @@ from core.pooled_replica import HibernateAnswer
 
 log = logging.getLogger("raykafka.replica_pool")
 
+# Spares started at once (each is a process start: ~0.5 s of a core).
+MAX_SPARE_STARTS = 2
 # Tries at creating a woken replica whose name still led to its ended predecessor.
 START_ATTEMPTS = 6
+
+
+def create_spare_actor(ray_node_id: str | None, broker_id: int, namespace: str):
+    """A replica actor with nothing open (ReplicaActor.adopt gives it a partition), owned by
+    the calling edge: it ends with it. Blocks on Ray's GCS: call it off an event loop."""
+    from actors.partition_leader import ReplicaActorRemote
+
+    strategy = NodeAffinitySchedulingStrategy(ray_node_id, soft=False) if ray_node_id else "DEFAULT"
+    return ReplicaActorRemote.options(num_cpus=0, max_concurrency=10_000, scheduling_strategy=strategy).remote(
+        None, -1, broker_id, [], {}, namespace=namespace)
+
+
+def named_actors(namespace: str) -> set[str]:
+    """Names of the live named actors of `namespace`. Blocks on Ray's GCS (one call)."""
+    return {a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if a["namespace"] == namespace}
 
 
 def create_replica_actor(spec: Any, namespace: str, zk_connect: str | None):
@@ -43,15 +75,144 @@ class RayReplicaStarter:
     """cluster.replica_pool.ReplicaStarter over Ray."""
 
     def __init__(self, namespace: str, zk_connect: str | None, call_timeout_s: float, start_timeout_s: float,
-                 replicated: bool = False):
+                 replicated: bool = False, ray_node_id: str | None = None, broker_id: int = -1):
         self.namespace = namespace
         # raykafka.replica.hibernate.replicated: RF > 1 sets hibernate together.
         self.replicated = replicated
         self.zk_connect = zk_connect
         self.call_timeout_s = call_timeout_s
         self.start_timeout_s = start_timeout_s
+        self.ray_node_id = ray_node_id  # this edge's node: spares start here
+        self.broker_id = broker_id
+        self._spares: list = []  # started, answering, nothing open
+        self._spares_starting = 0
+        self._spares_wanted = 0
+        self._waiting: collections.deque[asyncio.Future] = collections.deque()  # wakes waiting for a spare
+        self._filler: asyncio.Task | None = None
+        # Never two actors on one log: a partition whose actor under its name was live when
+        # this pool began (started before it was pooled, or by an earlier edge of this node)
+        # keeps that actor (found by name on its wake) until this starter ends it. Listed
+        # once, before the first spare starts; later named actors of pooled partitions are
+        # only this starter's own cold starts (_named), and a partition leaving the pool
+        # (leave_pool) is the controller's again.
+        self._maybe_named: set[str] | None = None  # actor names; None: not listed yet (no spares)
+        # Actors this starter started under their names, by handle: ended (closed first by
+        # hibernate()), their partitions are free for a spare.
+        self._named: dict[Any, str] = {}
+        self.adopted = self.cold_starts = 0
 
-    async def start(self, spec: Any, request: Any):
+    # ---- spares ------------------------------------------------------------------------------------
+    def spares(self, wanted: int) -> None:
+        """Keep `wanted` spares (the pool's free live slots, up to raykafka.replica.spares):
+        started one at a time in the background, extra ones ended now."""
+        self._spares_wanted = max(0, wanted)
+        while self._spares and len(self._spares) + self._spares_starting > self._spares_wanted:
+            self.end(self._spares.pop())
+        if len(self._spares) + self._spares_starting < self._spares_wanted and \
+                (self._filler is None or self._filler.done()):
+            self._filler = asyncio.get_running_loop().create_task(self._fill())
+
+    def spare_count(self) -> int:
+        return len(self._spares)
+
+    def claim_spare(self):
+        """A ready spare for a wake the pool has no room for otherwise (cluster/replica_pool.py)."""
+        return self._spares.pop(0) if self._spares else None
+
+    async def _fill(self) -> None:
+        loop = asyncio.get_running_loop()
+        failures = 0
+        while self._maybe_named is None and failures < 3:
+            try:
+                self._maybe_named = await asyncio.wait_for(loop.run_in_executor(None, named_actors, self.namespace),
+                                                            self.start_timeout_s)
+            except Exception as exc:  # noqa: BLE001 - no spares until it is known
+                failures += 1
+                log.warning("listing named actors failed: %r", exc)
+                await asyncio.sleep(1.0)
+        while self._maybe_named is not None and failures < 3:
+            deficit = self._spares_wanted - len(self._spares) - self._spares_starting
+            if deficit <= 0:
+                return
+            # A few at a time: they compete for the CPU with the wakes that start cold.
+            started = await asyncio.gather(*(self._start_spare() for _ in range(min(deficit, MAX_SPARE_STARTS))))
+            failures += started.count(False)
+
+    async def _start_spare(self) -> bool:
+        self._spares_starting += 1
+        handle = None
+        try:
+            handle = await asyncio.get_running_loop().run_in_executor(
+                None, create_spare_actor, self.ray_node_id, self.broker_id, self.namespace)
+            await asyncio.wait_for(handle.is_spare.remote(), self.start_timeout_s)
+        except Exception as exc:  # noqa: BLE001 - wakes start cold meanwhile; the next change tries again
+            log.warning("starting a spare replica failed: %r", exc)
+            if handle is not None:
+                self.end(handle)
+            await asyncio.sleep(1.0)
+            return False
+        finally:
+            self._spares_starting -= 1
+        while self._waiting:  # a wake waits for the spare under way
+            waiter = self._waiting.popleft()
+            if not waiter.done():
+                waiter.set_result(handle)
+                return True
+        if len(self._spares) < self._spares_wanted:
+            self._spares.append(handle)
+        else:
+            self.end(handle)
+        return True
+
+    async def _next_spare(self):
+        """A ready spare, or the next one under way if no other wake waits for it (it started
+        earlier than a cold start would now), or None."""
+        if self._spares:
+            return self._spares.pop(0)
+        if self._spares_starting <= len(self._waiting):
+            return None
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiting.append(waiter)
+        try:
+            return await asyncio.wait_for(waiter, self.start_timeout_s)
+        except asyncio.TimeoutError:
+            return None
+
+    async def _adopt(self, spec: Any, request: Any, spare: Any = None):
+        """A spare (`spare`, or one of ours) with `spec`'s partition open and its LeaderAndIsr
+        applied, or None (no spare, a replicated partition, an actor under its name)."""
+        if len(request.replicas) != 1 or self._maybe_named is None or \
+                replica_actor_name(spec.topic, spec.partition, spec.broker_id) in self._maybe_named:
+            if spare is not None:
+                self._spares.append(spare)
+            return None
+        started = time.monotonic()
+        if spare is None:
+            spare = await self._next_spare()  # the pool asks for the next one once this wake is done
+            if spare is None:
+                return None
+        try:
+            error = await asyncio.wait_for(spare.adopt.remote(spec, request, self.zk_connect, self.namespace),
+                                           self.start_timeout_s)
+        except Exception as exc:  # noqa: BLE001 - start this one cold
+            log.warning("a spare could not adopt %s-%d: %r", spec.topic, spec.partition, exc)
+            self.end(spare)
+            return None
+        if error:
+            log.warning("adopted %s-%d answered LeaderAndIsr with error %d", spec.topic, spec.partition, error)
+        log.info("a spare adopted %s-%d in %.0f ms (%d spares left)", spec.topic, spec.partition,
+                 (time.monotonic() - started) * 1000, len(self._spares))
+        self.adopted += 1
+        return spare
+
+    # ---- starting, calling, ending --------------------------------------------------------------
+    async def start(self, spec: Any, request: Any, spare: Any = None):
+        adopted = await self._adopt(spec, request, spare)
+        if adopted is not None:
+            return adopted
+        self.cold_starts += 1
+        log.info("starting %s-%d cold (%d spares ready, %d starting)", spec.topic, spec.partition,
+                 len(self._spares), self._spares_starting)
         loop = asyncio.get_running_loop()
         for attempt in range(START_ATTEMPTS):
             handle = await loop.run_in_executor(None, create_replica_actor, spec, self.namespace, self.zk_connect)
@@ -67,6 +228,10 @@ class RayReplicaStarter:
                 await asyncio.sleep(0.05 * 2 ** attempt)
         if error:
             log.warning("woken %s-%d answered LeaderAndIsr with error %d", spec.topic, spec.partition, error)
+        name = replica_actor_name(spec.topic, spec.partition, spec.broker_id)
+        self._named[handle] = name
+        if self._maybe_named is not None:
+            self._maybe_named.add(name)
         return handle
 
     async def leader_and_isr(self, handle: Any, request: Any, spec: Any = None, timeout_s: float | None = None) -> int:
@@ -130,10 +295,31 @@ class RayReplicaStarter:
     def end(self, handle: Any) -> None:
         # Closed already (hibernate() flushed and checkpointed): nothing is lost by killing it,
         # and no restart, so the name is free for the next wake.
+        name = self._named.pop(handle, None)
+        if name is not None and self._maybe_named is not None:
+            self._maybe_named.discard(name)
         try:
             ray.kill(handle, no_restart=True)
         except Exception as exc:  # noqa: BLE001 - gone already
             log.info("ending a hibernated replica: %r", exc)
+
+    async def leave_pool(self, key: tuple[str, int], handle: Any, end: bool) -> None:
+        """The replica left the pool (deleted: `end`; or replicated now: the controller finds
+        it by name from here on). An adopted one has no name: it closes and ends, and the
+        controller starts it under its name on the same log."""
+        if not end and self._maybe_named is not None:
+            self._maybe_named.add(replica_actor_name(key[0], key[1], self.broker_id))
+        if handle is None:
+            return
+        if not end and handle in self._named:
+            self._named.pop(handle, None)  # the controller's from here on
+            return
+        if not end:
+            try:
+                await asyncio.wait_for(handle.close.remote(), self.call_timeout_s)
+            except Exception as exc:  # noqa: BLE001 - gone already
+                log.info("closing adopted %s-%d: %r", *key, exc)
+        self.end(handle)
 
     async def call(self, handle: Any, method: str, args: tuple, timeout_s: float | None = None):
         return await asyncio.wait_for(getattr(handle, method).remote(*args), timeout_s or self.call_timeout_s)

@@ -22,7 +22,7 @@ log = logging.getLogger("raykafka.replica")
 
 class ProgressReporter:
     def __init__(self, name: str, broker_id: int, namespace: str, local_calls: bool, call_timeout_s: float,
-                 snapshot: Callable[[], PartitionProgress]):
+                 snapshot: Callable[[], PartitionProgress], purgatory=None):
         self.name = name
         self.broker_id = broker_id
         self.namespace = namespace
@@ -34,7 +34,9 @@ class ProgressReporter:
         self._dirty = False
         self._inflight = False
         self.reports = 0  # calls made (profile counter)
-        self._purgatory = None
+        # The node's purgatory's handle; looked up on the first report unless given (a spare
+        # looks it up before it adopts a partition: the lookup blocks this loop).
+        self._purgatory = purgatory
         self._channels: LocalChannels | None = None
 
     def report(self, force: bool = False) -> None:

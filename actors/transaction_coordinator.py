@@ -56,7 +56,8 @@ from cluster.transactions.state_manager import TransactionConfig, TransactionSta
 from core.config import BrokerConfig
 from core.error_codes import ErrorCode
 from core.local_calls import LocalCallServer
-from core.naming import group_coordinator_actor_name, replica_actor_name, transaction_coordinator_actor_name
+from actors.replica_lookup import find_replica
+from core.naming import group_coordinator_actor_name, transaction_coordinator_actor_name
 from core.txn_messages import TxnCompletion, TxnMarker, TxnMarkerResult
 
 log = logging.getLogger("raykafka.transaction_coordinator")
@@ -234,8 +235,9 @@ class TransactionCoordinatorActor:
         key = (topic, partition, broker_id)
         handle = self._replicas.get(key)
         if handle is None:
-            handle = self._replicas[key] = await self.node_calls.find_actor(
-                replica_actor_name(topic, partition, broker_id))
+            # By name, or through the edge of its broker (a pooled replica: woken for its markers).
+            handle = self._replicas[key] = await find_replica(topic, partition, broker_id, self.node_calls.namespace,
+                                                              True, self.call_timeout_s)
         return handle
 
     async def _write_markers(self, topic: str, partition: int, markers: list[TxnMarker]) -> list[TxnMarkerResult]:

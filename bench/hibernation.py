@@ -18,11 +18,21 @@ so the run is short), and for each count N (cumulative: the node grows):
 * busy ratio: a busy 1-partition topic's produce rate then, against its rate
   alone at the start (same run; the machine is shared, so compare ratios);
 * wake p50/p99: the first produce (acks=all, long-lived producer) to 40
-  hibernated partitions, one at a time, each acknowledged.
+  hibernated partitions, one at a time (--wake-gap-s apart), each acknowledged.
+
+The replica processes counted include the node's spares (raykafka.replica.spares:
+started, empty replica actors a wake adopts; they take slots of the live limit).
+
+    .venv/bin/python -m bench.hibernation --wake-only [--wakes 40] [--spares 0,4]
+
+compares wakes side by side in one run: for each spares setting a fresh broker,
+--wakes 1-partition topics written once, hibernated, then the first produce to
+each, as above.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -99,9 +109,10 @@ def write_and_read(bootstrap: str, targets: list[tuple[str, int]]) -> None:
     consumer.close()
 
 
-def wait_hibernated(root: int, timeout_s: float) -> float:
+def wait_hibernated(root: int, timeout_s: float, spares: int) -> float:
     started = time.monotonic()
-    while len(actor_processes(root, "ReplicaActor")) > 3:  # __consumer_offsets' 3 stay live
+    # __consumer_offsets' 3 stay live, and the spares
+    while len(actor_processes(root, "ReplicaActor")) > 3 + spares:
         if time.monotonic() - started > timeout_s:
             raise RuntimeError("replicas did not hibernate")
         time.sleep(0.5)
@@ -112,7 +123,7 @@ def tree_cpu(broker) -> float:
     return broker.cpu_seconds()
 
 
-def wake_latencies(bootstrap: str, root: int, targets: list[tuple[str, int]]) -> list[float]:
+def wake_latencies(bootstrap: str, root: int, targets: list[tuple[str, int]], gap_s: float = 0.0) -> list[float]:
     from confluent_kafka import Producer
 
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0})
@@ -126,7 +137,42 @@ def wake_latencies(bootstrap: str, root: int, targets: list[tuple[str, int]]) ->
         if not acked or acked[0] is not None:
             raise RuntimeError(f"wake produce failed: {acked}")
         out.append(time.perf_counter() - t0)
+        time.sleep(gap_s)  # independent arrivals, not a burst (a burst past the spares starts cold)
     return out
+
+
+def wake_only(args) -> str:
+    """First produce to a hibernated partition, p50/p99, per spares setting, side by side."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from tests.broker_process import BrokerProcess
+
+    lines = []
+    for spares in [int(x) for x in args.spares.split(",")]:
+        tmp = tempfile.mkdtemp(prefix="bench-wake-")
+        broker = BrokerProcess(Path(tmp) / "data", {"raykafka.replica.hibernate.ms": str(args.hibernate_ms),
+                                                    "raykafka.replica.spares": str(spares)})
+        broker.start()
+        try:
+            admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+            names = [f"wake-{i}" for i in range(args.wakes)]
+            for future in admin.create_topics([NewTopic(n, 1, 1) for n in names]).values():
+                future.result(timeout=300)
+            wait_for_leaders(broker.bootstrap, names, 300)
+            targets = [(n, 0) for n in names]
+            write_and_read(broker.bootstrap, targets)
+            wait_hibernated(broker.proc.pid, 600, spares)
+            load = os.getloadavg()[0]
+            wakes = wake_latencies(broker.bootstrap, broker.proc.pid, targets, args.wake_gap_s)
+            lines.append(f"| {spares} | {len(wakes)} | {quantile(wakes, 0.5) * 1000:.0f} | "
+                         f"{quantile(wakes, 0.99) * 1000:.0f} | {max(wakes) * 1000:.0f} | {load:.0f} |")
+            print(lines[-1], flush=True)
+        finally:
+            broker.stop()
+    return ("first produce (acks=all) to a hibernated partition, one at a time "
+            f"{args.wake_gap_s:g} s apart; hibernate.ms={args.hibernate_ms}\n\n"
+            "| spares | wakes | p50 ms | p99 ms | max ms | load avg |\n|---|---|---|---|---|---|\n"
+            + "\n".join(lines) + "\n")
 
 
 def quantile(values: list[float], q: float) -> float:
@@ -146,14 +192,25 @@ def main(argv=None) -> int:
     ap.add_argument("--hibernate-ms", type=int, default=30000)
     ap.add_argument("--produce-mib", type=int, default=64)
     ap.add_argument("--wakes", type=int, default=40)
+    ap.add_argument("--wake-gap-s", type=float, default=1.0)
+    ap.add_argument("--spares", default="4", help="raykafka.replica.spares (--wake-only: a list to compare)")
+    ap.add_argument("--wake-only", action="store_true")
     ap.add_argument("--out")
     args = ap.parse_args(argv)
+    if args.wake_only:
+        table = wake_only(args)
+        print(table)
+        if args.out:
+            Path(args.out).write_text(table)
+        return 0
+    spares = int(args.spares)
     counts = [int(c) for c in args.counts.split(",")]
     rows = []
     tmp = tempfile.mkdtemp(prefix="bench-hibernation-")
     print(f"broker data and log under {tmp} (removed after a clean run)", flush=True)
     if True:
-        broker = BrokerProcess(Path(tmp) / "data", {"raykafka.replica.hibernate.ms": str(args.hibernate_ms)})
+        broker = BrokerProcess(Path(tmp) / "data", {"raykafka.replica.hibernate.ms": str(args.hibernate_ms),
+                                                    "raykafka.replica.spares": str(spares)})
         broker.start()
         try:
             from confluent_kafka.admin import AdminClient, NewTopic
@@ -176,18 +233,19 @@ def main(argv=None) -> int:
                 t0 = time.monotonic()
                 write_and_read(broker.bootstrap, targets)
                 write_s = time.monotonic() - t0
-                settle_s = wait_hibernated(root, 600)
+                settle_s = wait_hibernated(root, 600, spares)
                 peak = sampler.stop()
                 cpu0 = tree_cpu(broker)
                 time.sleep(10)
                 idle_cpu = (tree_cpu(broker) - cpu0) / 10
                 busy = max(produce_mb_s(broker.bootstrap, args.produce_mib) for _ in range(2))
-                wait_hibernated(root, 600)
-                wakes = wake_latencies(broker.bootstrap, root, targets[:args.wakes])
+                wait_hibernated(root, 600, spares)
+                load = os.getloadavg()[0]
+                wakes = wake_latencies(broker.bootstrap, root, targets[:args.wakes], args.wake_gap_s)
                 rows.append({"hosted": count, "create_s": create_s, "written": len(targets), "write_read_s": write_s,
                              "settle_s": settle_s, "max_live": peak, "idle_cpu": idle_cpu, "busy_mb_s": busy,
                              "ratio": busy / alone, "wake_p50_ms": quantile(wakes, 0.5) * 1000,
-                             "wake_p99_ms": quantile(wakes, 0.99) * 1000})
+                             "wake_p99_ms": quantile(wakes, 0.99) * 1000, "load": load})
                 print(rows[-1], flush=True)
         finally:
             broker.stop()
@@ -203,13 +261,13 @@ def main(argv=None) -> int:
 
 def render(rows: list[dict], alone: float, args) -> str:
     head = ("| hosted | create s | written+read | write+read s | max live replica processes | idle CPU (cores) "
-            "| busy MB/s (ratio to alone) | wake p50 / p99 ms |\n|---|---|---|---|---|---|---|---|\n")
+            "| busy MB/s (ratio to alone) | wake p50 / p99 ms | load avg at wakes |\n|---|---|---|---|---|---|---|---|---|\n")
     body = "".join(
         f"| {r['hosted']} | {r['create_s']:.0f} | {r['written']} | {r['write_read_s']:.0f} | {r['max_live']} "
         f"| {r['idle_cpu']:.2f} | {r['busy_mb_s']:.0f} ({r['ratio']:.2f}x) | {r['wake_p50_ms']:.0f} / "
-        f"{r['wake_p99_ms']:.0f} |\n" for r in rows)
+        f"{r['wake_p99_ms']:.0f} | {r.get('load', 0):.0f} |\n" for r in rows)
     return (f"busy topic alone: {alone:.0f} MB/s; raykafka.replica.hibernate.ms={args.hibernate_ms}, "
-            f"other settings default\n\n" + head + body)
+            f"raykafka.replica.spares={args.spares}, other settings default\n\n" + head + body)
 
 
 if __name__ == "__main__":

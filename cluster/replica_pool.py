@@ -55,6 +55,7 @@ from core.pooled_replica import HibernateAnswer
 log = logging.getLogger("raykafka.replica_pool")
 
 HIBERNATE_KEY = "raykafka.replica.hibernate.ms"
+SPARES_KEY = "raykafka.replica.spares"
 DEFAULT_HIBERNATE_MS = 60_000
 # Wake latencies kept for the p50/p99 the metrics and tools show.
 LATENCY_SAMPLES = 1024
@@ -90,8 +91,9 @@ class PoolStats(NamedTuple):
 class ReplicaStarter(Protocol):
     """How the pool starts, calls and stops actors (actors/replica_keeper.py)."""
 
-    def start(self, spec: Any, request: Any) -> Awaitable[Any]:
-        """Start (or find) the replica actor and give it its LeaderAndIsr; -> its handle."""
+    def start(self, spec: Any, request: Any, spare: Any = None) -> Awaitable[Any]:
+        """Start (or find) the replica actor and give it its LeaderAndIsr; -> its handle.
+        `spare`: one claim_spare() gave, to adopt the partition (only with spares > 0)."""
 
     def leader_and_isr(self, handle: Any, request: Any) -> Awaitable[int]:
         """Forward a LeaderAndIsr to a live replica; -> its error code."""
@@ -116,6 +118,12 @@ class ReplicaStarter(Protocol):
 
     def leader_is_live(self, spec: Any, request: Any) -> Awaitable[bool]:
         """Whether the leader `request` names has a live actor (a follower is woken to follow it)."""
+
+    def spares(self, wanted: int) -> None:
+        """Keep `wanted` started, empty replica actors for wakes to adopt (only called with spares > 0)."""
+
+    def claim_spare(self) -> Any:
+        """A ready spare, taken out of the starter's hands (None: none ready; only with spares > 0)."""
 
 
 class State(enum.Enum):
@@ -156,12 +164,15 @@ class ReplicaPool:
 
     def __init__(self, starter: ReplicaStarter, live_max: int, hibernate_s: float,
                  clock: Callable[[], float] = time.monotonic, slot_wait_s: float = SLOT_WAIT_S,
-                 broker_id: int | None = None):
+                 broker_id: int | None = None, spares: int = 0):
         self.starter = starter
         # This node's broker: a pooled replica whose LeaderAndIsr names another leader
         # is a follower (RF > 1). None: every pooled replica is a leader (RF = 1).
         self.broker_id = broker_id
         self.live_max = max(1, live_max)
+        # Spare actors a wake adopts (raykafka.replica.spares, actors/replica_keeper.py): their
+        # slots are reserved under the live limit, so live replicas + spares never pass it.
+        self.spare_slots = max(0, min(spares, self.live_max - 1))
         self.hibernate_s = hibernate_s
         self.clock = clock
         self.slot_wait_s = slot_wait_s
@@ -184,6 +195,7 @@ class ReplicaPool:
         if entry is None:
             entry = self.entries[key] = Entry(spec, request, last_used=self.clock())
             await self._follow_if_leader_live(key, entry)
+            self._tell_spares()
             return 0
         if not _newer_or_same(request, entry.request):
             return int(ErrorCode.stale_controller_epoch) if request.controller_epoch < entry.request.controller_epoch \
@@ -282,6 +294,7 @@ class ReplicaPool:
         entry = self.entries.pop(PoolKey(*key), None)
         self._lru.pop(PoolKey(*key), None)
         self._changed.set()
+        self._tell_spares()
         return entry.handle if entry is not None and entry.state is State.LIVE else None
 
     def knows(self, key: PoolKey) -> bool:
@@ -328,6 +341,10 @@ class ReplicaPool:
             entry.state, entry.handle = State.HIBERNATED, None
             self._lru.pop(key, None)
             self._changed.set()
+            # Ended for sure: a replica that only looked gone (a timeout) must not keep its log
+            # open beside the one the next request starts.
+            self.starter.end(handle)
+            self._tell_spares()
 
     def live_handle(self, key: PoolKey) -> Any:
         """The handle if live now (metrics sampling: never wakes)."""
@@ -341,9 +358,12 @@ class ReplicaPool:
     async def _wake(self, key: PoolKey, entry: Entry) -> None:
         started = self.clock()
         try:
-            await self._make_room(key)
-            async with self._starts:
-                entry.handle = await self.starter.start(entry.spec, entry.request)
+            spare = await self._make_room(key)
+            if spare is not None:  # no room, but a started process: adopting adds none
+                entry.handle = await self.starter.start(entry.spec, entry.request, spare)
+            else:
+                async with self._starts:
+                    entry.handle = await self.starter.start(entry.spec, entry.request)
         except Exception as exc:  # noqa: BLE001 - the waiting requests get it
             log.warning("waking %s-%d failed: %r", key.topic, key.partition, exc)
             entry.state, entry.handle, entry.failure = State.HIBERNATED, None, exc
@@ -366,24 +386,34 @@ class ReplicaPool:
             transition, entry.transition = entry.transition, None
             transition.set_result(None)
             self._changed.set()
+            self._tell_spares()
 
     def _live_count(self) -> int:
         return sum(1 for e in self.entries.values() if e.state is not State.HIBERNATED)
 
-    async def _make_room(self, waking: PoolKey) -> None:
-        """Evict least recently used idle replicas until the wake fits the live limit."""
+    def _tell_spares(self) -> None:
+        """The spares the free live slots allow now (none past the limit)."""
+        if self.spare_slots:
+            self.starter.spares(max(0, min(self.spare_slots, self.live_max - self._live_count())))
+
+    async def _make_room(self, waking: PoolKey) -> Any:
+        """Evict least recently used idle replicas until the wake fits the live limit; where
+        none is idle, a ready spare claimed for the wake (-> it; else None)."""
         deadline = self.clock() + self.slot_wait_s
-        while self._live_count() > self.live_max:  # the waking entry counts already
+        while self._live_count() + self.spare_slots > self.live_max:  # the waking entry counts already
             candidate = next((k for k in self._lru if self._evictable(self.entries[k], ignore_time=True)), None)
             if candidate is not None:
                 await self._hibernate(candidate, self.entries[candidate])
                 continue
+            spare = self.starter.claim_spare() if self.spare_slots else None
+            if spare is not None:
+                return spare
             remaining = deadline - self.clock()
             if remaining <= 0:
                 self.over_limit += 1
                 log.warning("waking %s-%d over the live limit %d: no idle replica to hibernate", *waking,
                             self.live_max)
-                return
+                return None
             self._changed.clear()
             try:
                 await asyncio.wait_for(self._changed.wait(), min(remaining, 0.5))
@@ -440,6 +470,7 @@ class ReplicaPool:
             self.starter.end(handle)
             entry.state, entry.handle = State.HIBERNATED, None
             self.hibernations += 1
+            self._tell_spares()
             if self.on_hibernated is not None:
                 self.on_hibernated(key, handle)
             return True

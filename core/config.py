@@ -407,6 +407,12 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
               "too, the whole replica set at once when every ISR member has caught up (HW = LEO); the first "
               "request that needs the leader wakes it and it wakes its followers. false: only RF=1 leaders "
               "hibernate"),
+    # A wake that starts a process waits ~0.6 s quiet and seconds under load; a spare
+    # (a started replica actor with nothing open) takes a partition in one call.
+    ConfigDef("raykafka.replica.spares", "int", 4,
+              "With hibernation on: started, empty replica actors a node keeps for wakes to adopt (each "
+              "costs what an idle live replica does, and takes a slot of raykafka.replicas.per.node.max); "
+              "0: every wake starts a process", min=0, max=64),
     ConfigDef("raykafka.partitions.per.node.max", "int", None,
               "Partition replicas this broker's node may host (live or hibernated) when replicas hibernate; "
               "creations beyond it are refused with POLICY_VIOLATION. Unset: min(open-file limit / 2, "

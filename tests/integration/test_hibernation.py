@@ -17,6 +17,9 @@ from tests.broker_process import BrokerProcess
 from tests.cli_runner import wait_for
 
 LIVE_MAX = 4
+# Started, empty replica actors a wake adopts (raykafka.replica.spares): they are replica
+# processes too, and take slots of the live limit.
+SPARES = 1
 TOPICS, PARTITIONS = 3, 4  # 12 partitions hosted, at most 4 live
 
 
@@ -38,14 +41,17 @@ def internal_replicas(broker: BrokerProcess) -> int:
 
 
 def wait_all_hibernated(broker: BrokerProcess) -> None:
-    wait_for(lambda: replica_processes(broker) == internal_replicas(broker), 60, "idle replicas to hibernate")
+    """Only the internal topics' replicas and the spares are left."""
+    wait_for(lambda: replica_processes(broker) == internal_replicas(broker) + SPARES, 60,
+             "idle replicas to hibernate")
 
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
     b = BrokerProcess(tmp_path_factory.mktemp("hibernation") / "data",
                       {"raykafka.replica.hibernate.ms": "1500", "raykafka.replicas.per.node.max": str(LIVE_MAX),
-                       "raykafka.metrics.report.interval.ms": "1000"})
+                       "raykafka.replica.spares": str(SPARES), "raykafka.metrics.report.interval.ms": "1000",
+                       "transaction.state.log.num.partitions": "1"})
     b.start()
     yield b
     b.stop()
@@ -115,6 +121,37 @@ def test_first_produce_to_a_hibernated_partition_is_acked_and_nothing_is_lost(br
     print(f"first produce to a hibernated partition: {[round(t * 1000) for t in times]} ms")
 
 
+def test_a_transaction_commits_on_a_woken_partition(broker):
+    """A spare adopts the woken partition and has no actor name: the transaction
+    coordinator finds it through the node's edge for its markers."""
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    name = f"txn-{uuid.uuid4().hex[:6]}"
+    admin.create_topics([NewTopic(name, 2, 1)], operation_timeout=120)[name].result(timeout=150)
+    produce_one(broker.bootstrap, name, 0, b"plain")
+    wait_all_hibernated(broker)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": f"t-{name}"})
+    producer.init_transactions(120)  # creates __transaction_state
+    for i in range(2):
+        wait_all_hibernated(broker)
+        producer.begin_transaction()
+        producer.produce(name, f"txn-{i}".encode(), partition=i % 2)
+        if i == 0:
+            producer.abort_transaction(60)
+        else:
+            producer.commit_transaction(60)
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"g-{uuid.uuid4().hex[:6]}",
+                         "enable.auto.commit": False, "isolation.level": "read_committed"})
+    consumer.assign([TopicPartition(name, 0, 0), TopicPartition(name, 1, 0)])
+    values = []
+    deadline = time.monotonic() + 60
+    while len(values) < 2 and time.monotonic() < deadline:
+        msg = consumer.poll(1)
+        if msg is not None and msg.error() is None:
+            values.append(msg.value())
+    consumer.close()
+    assert sorted(values) == [b"plain", b"txn-1"], values
+
+
 def test_a_consumer_group_resumes_on_hibernated_partitions_from_its_committed_offsets(broker):
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     name = f"group-{uuid.uuid4().hex[:6]}"
@@ -160,7 +197,8 @@ def test_acked_records_survive_kill9_while_replicas_hibernate(tmp_path):
     from tests.integration.test_durability import consume_all, produce
 
     data = tmp_path / "data"
-    overrides = {"raykafka.replica.hibernate.ms": "1500", "raykafka.replicas.per.node.max": str(LIVE_MAX)}
+    overrides = {"raykafka.replica.hibernate.ms": "1500", "raykafka.replicas.per.node.max": str(LIVE_MAX),
+                 "raykafka.replica.spares": str(SPARES)}
     broker = BrokerProcess(data, overrides).start()
     topic = "hibernating"
     try:

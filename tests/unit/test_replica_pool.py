@@ -27,8 +27,14 @@ class FakeStarter:
         self.refuse: set[str] = set()
         self.max_live = 0
         self.gate: asyncio.Event | None = None
+        self.ended: list[str] = []
+        self.spares_wanted: list[int] = []  # what the pool asked for, in order
+        self.ready_spares: list[str] = []
+        self.adopted_by: dict[str, str] = {}
 
-    async def start(self, spec, request):
+    async def start(self, spec, request, spare=None):
+        if spare is not None:
+            self.adopted_by[spec] = spare
         if self.gate is not None:
             await self.gate.wait()
         self.live[spec] = request
@@ -47,7 +53,14 @@ class FakeStarter:
         return HibernateAnswer(True)
 
     def end(self, handle):
-        del self.live[handle]
+        self.live.pop(handle, None)  # a lost one is gone already
+        self.ended.append(handle)
+
+    def spares(self, wanted):
+        self.spares_wanted.append(wanted)
+
+    def claim_spare(self):
+        return self.ready_spares.pop(0) if self.ready_spares else None
 
 
 def request(epoch=1, controller_epoch=1):
@@ -206,5 +219,45 @@ def test_a_lost_live_replica_is_started_again_by_the_next_request():
         pool.lost(("t", 0), handle)
         pool.release(("t", 0))
         assert pool.stats().live == 0
+        assert starter.ended == ["t-0"]  # ended for sure: it may only have looked gone
         assert await pool.acquire(("t", 0)) == "t-0" and starter.started == ["t-0", "t-0"]
+    run(scenario())
+
+
+def test_spare_slots_are_reserved_under_the_live_limit():
+    """Live replicas plus the spares a wake adopts never pass the live limit: with 4 slots
+    and 1 spare, at most 3 replicas are live, and the pool asks for the spare only while
+    a slot is free for it."""
+    async def scenario():
+        starter, clock = FakeStarter(), Clock()
+        pool = ReplicaPool(starter, live_max=4, hibernate_s=60, clock=clock, spares=1)
+        for p in range(6):
+            await pool.leader_and_isr(("t", p), f"t-{p}", request())
+        assert starter.spares_wanted[-1] == 1  # a node that hosts pooled partitions keeps one
+        for p in range(6):
+            clock.now += 1
+            await pool.acquire(("t", p))
+            pool.release(("t", p))
+            assert pool.stats().live + starter.spares_wanted[-1] <= 4
+        assert pool.stats().live == 3 and starter.max_live == 3
+        assert starter.ended == ["t-0", "t-1", "t-2"]  # least recently used first
+        # A limit of one leaves no slot for a spare: every wake starts its own.
+        alone = ReplicaPool(FakeStarter(), live_max=1, hibernate_s=60, clock=clock, spares=4)
+        assert alone.spare_slots == 0
+    run(scenario())
+
+
+def test_a_wake_with_every_live_replica_busy_adopts_a_ready_spare_at_once():
+    """No idle replica to evict: a ready spare is a process already, so the wake takes it
+    instead of waiting for a slot (and passing the limit with a new process after)."""
+    async def scenario():
+        starter, clock = FakeStarter(), Clock()
+        pool = ReplicaPool(starter, live_max=3, hibernate_s=60, clock=clock, spares=1, slot_wait_s=30)
+        for p in range(3):
+            await pool.leader_and_isr(("t", p), f"t-{p}", request())
+        for p in range(2):
+            await pool.acquire(("t", p))  # held: in flight
+        starter.ready_spares.append("spare-1")
+        await asyncio.wait_for(pool.acquire(("t", 2)), 1)
+        assert starter.adopted_by == {"t-2": "spare-1"} and pool.stats().over_limit == 0
     run(scenario())

@@ -391,16 +391,24 @@ class ReplicaPool:
     def _live_count(self) -> int:
         return sum(1 for e in self.entries.values() if e.state is not State.HIBERNATED)
 
+    def _spare_reserve(self) -> int:
+        """Slots kept for spares: only where a pooled partition could adopt one (an
+        unreplicated leader; a replicated replica starts under its name)."""
+        if not self.spare_slots or not any(len(e.request.replicas) == 1 for e in self.entries.values()):
+            return 0
+        return self.spare_slots
+
     def _tell_spares(self) -> None:
         """The spares the free live slots allow now (none past the limit)."""
         if self.spare_slots:
-            self.starter.spares(max(0, min(self.spare_slots, self.live_max - self._live_count())))
+            self.starter.spares(max(0, min(self._spare_reserve(), self.live_max - self._live_count())))
 
     async def _make_room(self, waking: PoolKey) -> Any:
         """Evict least recently used idle replicas until the wake fits the live limit; where
         none is idle, a ready spare claimed for the wake (-> it; else None)."""
         deadline = self.clock() + self.slot_wait_s
-        while self._live_count() + self.spare_slots > self.live_max:  # the waking entry counts already
+        reserve = self._spare_reserve()
+        while self._live_count() + reserve > self.live_max:  # the waking entry counts already
             candidate = next((k for k in self._lru if self._evictable(self.entries[k], ignore_time=True)), None)
             if candidate is not None:
                 await self._hibernate(candidate, self.entries[candidate])

@@ -251,3 +251,15 @@ if __name__ == "__main__":  # manual use: python -m tests.broker_process DIR
             time.sleep(1)
     except KeyboardInterrupt:
         b.stop()
+
+
+def replica_processes(broker: BrokerProcess) -> int:
+    """ReplicaActor processes alive under `broker` (hibernation tests count them against the live limit)."""
+    count = 0
+    for p in broker.tree():
+        try:
+            if "ReplicaActor" in " ".join(p.cmdline()):
+                count += 1
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+    return count

@@ -13,7 +13,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.broker_process import BrokerProcess
+from tests.broker_process import BrokerProcess, replica_processes
 from tests.cli_runner import wait_for
 
 LIVE_MAX = 4
@@ -21,17 +21,6 @@ LIVE_MAX = 4
 # processes too, and take slots of the live limit.
 SPARES = 1
 TOPICS, PARTITIONS = 3, 4  # 12 partitions hosted, at most 4 live
-
-
-def replica_processes(broker: BrokerProcess) -> int:
-    count = 0
-    for p in broker.tree():
-        try:
-            if "ReplicaActor" in " ".join(p.cmdline()):
-                count += 1
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            pass
-    return count
 
 
 def internal_replicas(broker: BrokerProcess) -> int:

@@ -16,7 +16,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from kazoo.client import KazooClient
 
-from tests.broker_process import BrokerProcess
+from tests.broker_process import BrokerProcess, replica_processes
 from tests.cli_runner import wait_for
 from tests.kafka_admin import create_topic
 
@@ -54,17 +54,6 @@ def pool_stats(node: dict) -> dict[str, int]:
 def all_hibernated(nodes: list[dict]) -> bool:
     stats = [pool_stats(n) for n in nodes]
     return all(s.get("hosted", 0) == PARTITIONS and s.get("live") == 0 for s in stats)
-
-
-def replica_processes(cluster: BrokerProcess) -> int:
-    count = 0
-    for p in cluster.tree():
-        try:
-            if "ReplicaActor" in " ".join(p.cmdline()):
-                count += 1
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            pass
-    return count
 
 
 def controller_failover(zk: KazooClient) -> None:

@@ -204,6 +204,13 @@ async def hosted_set(cluster: FakeCluster, request: LeaderAndIsr) -> None:
         assert await pool.leader_and_isr(KEY, Spec("t", 0, b), request) == 0
 
 
+async def request_on(cluster: FakeCluster, broker: int = 1) -> None:
+    """One request through `broker`'s pool (waking the set if it sleeps), then let the cluster settle."""
+    await cluster.pools[broker].acquire(KEY)
+    cluster.pools[broker].release(KEY)
+    await settle(cluster)
+
+
 def run(coro):
     return asyncio.run(coro)
 
@@ -229,9 +236,7 @@ def test_the_set_hibernates_leader_first_then_followers_at_the_leaders_end_then_
     async def scenario():
         cluster = FakeCluster()
         await hosted_set(cluster, lai())
-        await cluster.pools[1].acquire(KEY)
-        cluster.pools[1].release(KEY)
-        await settle(cluster)
+        await request_on(cluster)
         cluster.log.clear()
         cluster.now = 61
         # A follower's own pool never puts it to sleep while it follows (the actor refuses: fetching);
@@ -244,9 +249,7 @@ def test_the_set_hibernates_leader_first_then_followers_at_the_leaders_end_then_
         assert all(cluster.pools[b].entries[KEY].state is State.HIBERNATED for b in (1, 2, 3))
         assert cluster.pools[2].entries[KEY].request == lai(), "same leader, epoch and ISR kept"
         # The next produce wakes the whole set again.
-        await cluster.pools[1].acquire(KEY)
-        cluster.pools[1].release(KEY)
-        await settle(cluster)
+        await request_on(cluster)
         assert sorted(cluster.live) == [1, 2, 3]
     run(scenario())
 
@@ -255,9 +258,7 @@ def test_a_leader_that_refuses_keeps_its_followers_live():
     async def scenario():
         cluster = FakeCluster()
         await hosted_set(cluster, lai())
-        await cluster.pools[1].acquire(KEY)
-        cluster.pools[1].release(KEY)
-        await settle(cluster)
+        await request_on(cluster)
         cluster.leader_blocker = "followers not caught up"
         cluster.now = 61
         assert await cluster.pools[1].hibernate_idle() == 0
@@ -270,9 +271,7 @@ def test_a_follower_that_refuses_stays_live_and_the_others_hibernate():
     async def scenario():
         cluster = FakeCluster()
         await hosted_set(cluster, lai())
-        await cluster.pools[1].acquire(KEY)
-        cluster.pools[1].release(KEY)
-        await settle(cluster)
+        await request_on(cluster)
         cluster.follower_refuses.add(3)
         cluster.now = 61
         assert await cluster.pools[1].hibernate_idle() == 1
@@ -290,9 +289,7 @@ def test_a_follower_hibernates_only_at_the_leader_epoch_it_follows():
     async def scenario():
         cluster = FakeCluster()
         await hosted_set(cluster, lai())
-        await cluster.pools[1].acquire(KEY)
-        cluster.pools[1].release(KEY)
-        await settle(cluster)
+        await request_on(cluster)
         answer = await cluster.pools[2].hibernate_follower(KEY, 2, 7, 7)
         assert not answer.ok and cluster.pools[2].entries[KEY].state is State.LIVE
         assert await cluster.pools[2].wake_follower(KEY, 2) != 0, "a stale leader epoch wakes nothing"
@@ -319,9 +316,7 @@ def test_a_new_leader_elected_while_the_set_hibernates_wakes_on_demand_and_wakes
             await cluster.pools[3].wake_follower((spec.topic, spec.partition), request.leader_epoch)
 
         cluster.pools[2].starter.wake_followers = wake_followers
-        await cluster.pools[2].acquire(KEY)
-        cluster.pools[2].release(KEY)
-        await settle(cluster)
+        await request_on(cluster, 2)
         assert cluster.live == {2: elected, 3: elected}
     run(scenario())
 
@@ -330,9 +325,7 @@ def test_a_hibernated_follower_told_of_a_live_leader_wakes_to_follow_it():
     async def scenario():
         cluster = FakeCluster()
         await hosted_set(cluster, lai())
-        await cluster.pools[1].acquire(KEY)
-        cluster.pools[1].release(KEY)
-        await settle(cluster)
+        await request_on(cluster)
         # Broker 3's node restarts: a fresh pool, the controller's LeaderAndIsr for its follower.
         cluster.pools[3] = ReplicaPool(FakeStarter(cluster, 3), 10, 60, clock=cluster.clock, broker_id=3)
         del cluster.live[3]

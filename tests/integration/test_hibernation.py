@@ -8,7 +8,6 @@ from __future__ import annotations
 import time
 import uuid
 
-import psutil
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic

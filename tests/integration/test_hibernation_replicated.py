@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import time
 
-import psutil
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient

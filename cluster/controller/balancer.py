@@ -120,6 +120,7 @@ class Balancer:
             move = Move.from_json(body)
             if move.tp in ctx.reassignments:  # still running: resumed by the reassignment path
                 self.in_flight[move.tp] = move
+        self.balancing = bool(state.get("balancing"))
         if self.balancing or state.get("in_flight"):
             # A move started just before the last controller went, before it published
             # /balancer/state: one replica in, one out is the balancer's shape. Adopted so
@@ -127,7 +128,6 @@ class Balancer:
             for tp, r in ctx.reassignments.items():
                 if tp not in self.in_flight and len(r.adding) == 1 and len(r.removing) == 1:
                     self.in_flight[tp] = Move(tp[0], tp[1], r.removing[0], r.adding[0], REPLICA, "resumed")
-        self.balancing = bool(state.get("balancing"))
         for t, p, b in state.get("stale_replicas") or []:
             if t in ctx.topics and b not in ctx.topics[t].assignment.get(p, ()):
                 ctx.pending_replica_deletions.add((t, p, b))

@@ -14,19 +14,10 @@ __all__ = ["register", "local_session", "prepare_environment"]
 
 
 def register(spark, ray_address: str | None = None, ray_auth_token_path: str | None = None) -> None:
-    """Register the ``raykafka`` format with a SparkSession.
+    """Register the ``raykafka`` format with a SparkSession: see spark.registration.register."""
+    from spark.registration import register as _register
 
-    ``ray_address`` (the broker's Ray cluster, e.g. what Ray-on-Spark's
-    ``setup_ray_cluster`` returns) becomes the default of the ``ray.address``
-    option, which the Ray-native read path needs; ``ray_auth_token_path``
-    (a file holding that cluster's Ray token) the default of
-    ``ray.authTokenPath``."""
-    from spark.source import RayKafkaDataSource, with_defaults
-
-    defaults = {key: value for key, value in (("ray.address", ray_address),
-                                              ("ray.authTokenPath", ray_auth_token_path)) if value}
-    source = with_defaults(defaults) if defaults else RayKafkaDataSource
-    spark.dataSource.register(source)
+    _register(spark, ray_address, ray_auth_token_path)
 
 
 def local_session(*args, **kwargs):

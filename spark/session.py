@@ -78,7 +78,7 @@ def local_session(master: str = "local[2]", app_name: str = "raykafka", conf: di
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     if register:
-        from spark import register as _register
+        from spark.registration import register as _register
 
         _register(spark)
     return spark

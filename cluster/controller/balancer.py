@@ -40,7 +40,7 @@ from typing import Any, Callable
 
 from cluster.controller.balancer_plan import (HARD_REASONS, LEADER, REPLICA, BrokerView, Imbalance, Move, measure,
                                               plan)
-from cluster.leader_election import ElectionType
+from cluster.controller.leader_election import ElectionType
 from cluster.log_config import throttled_replicas_for
 from core.error_codes import ErrorCode
 

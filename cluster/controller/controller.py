@@ -24,13 +24,13 @@ from cluster.controller.topic_deletion import TopicDeletionManager
 from cluster.controller.internal_topics import InternalTopic
 from cluster.controller.partition_operations import Elections, PartitionGrowth, Reassignments
 from cluster.controller.zk import AsyncZk
-from cluster.controller_context import (NO_LEADER, BrokerState, ControllerContext, PartitionState,
-                                        TopicState, new_zk_topic_id, zk_topic_id_to_uuid)
-from cluster.leader_election import offline_partition_leader
+from cluster.controller.controller_context import (NO_LEADER, BrokerState, ControllerContext, PartitionState,
+                                                   TopicState, new_zk_topic_id, zk_topic_id_to_uuid)
+from cluster.controller.leader_election import offline_partition_leader
 from cluster.log_config import log_config_for, throttled_replicas_for
-from cluster.partition_state_machine import PartitionStateName as PS
-from cluster.reassignment import ReplicaAssignment
-from cluster.replica_state_machine import ReplicaState as RS
+from cluster.controller.partition_state_machine import PartitionStateName as PS
+from cluster.controller.reassignment import ReplicaAssignment
+from cluster.controller.replica_state_machine import ReplicaState as RS
 from cluster.topic_admin import TopicSpecError, described_configs, plan_topic
 from core.config import BrokerConfig, TOPIC_CONFIGS
 from metadata.kafka_zk import BadVersionError, KafkaZkClient

@@ -9,8 +9,8 @@ controller as `c`): every method here runs as one
 event of the controller's queue, so it sees a consistent context and never
 interleaves with another decision. The decisions themselves (who may lead,
 which replicas a reassignment adds or removes, which brokers are imbalanced)
-are the plain functions of cluster/leader_election.py, cluster/reassignment.py
-and cluster/leader_imbalance.py; this module does the ZooKeeper writes and the
+are the plain functions of cluster/controller/leader_election.py, cluster/controller/reassignment.py
+and cluster/controller/leader_imbalance.py; this module does the ZooKeeper writes and the
 actor calls around them.
 """
 from __future__ import annotations
@@ -23,14 +23,14 @@ from core.error_codes import ErrorCode
 
 from cluster.controller.channel import ReplicaKey
 from cluster.controller.internal_topics import OFFSETS_TOPIC
-from cluster.controller_context import NO_LEADER, PartitionState
-from cluster.leader_election import (ElectionType, controlled_shutdown_partition_leader,
-                                     offline_partition_leader, preferred_replica_partition_leader,
-                                     reassign_partition_leader)
-from cluster.leader_imbalance import imbalance_ratios, imbalanced_partitions
-from cluster.partition_state_machine import PartitionStateName as PS
-from cluster.reassignment import ReassignmentError, ReplicaAssignment, build_reassignment
-from cluster.replica_state_machine import ReplicaState as RS
+from cluster.controller.controller_context import NO_LEADER, PartitionState
+from cluster.controller.leader_election import (ElectionType, controlled_shutdown_partition_leader,
+                                                offline_partition_leader, preferred_replica_partition_leader,
+                                                reassign_partition_leader)
+from cluster.controller.leader_imbalance import imbalance_ratios, imbalanced_partitions
+from cluster.controller.partition_state_machine import PartitionStateName as PS
+from cluster.controller.reassignment import ReassignmentError, ReplicaAssignment, build_reassignment
+from cluster.controller.replica_state_machine import ReplicaState as RS
 from cluster.capacity import HOSTED_KEY, NodeCapacity, always_live, internal_topic_reserve, replicas_per_broker
 from cluster.topic_admin import TopicSpecError, assign_within_capacity, check_capacity
 

@@ -8,8 +8,8 @@ import logging
 from typing import Any
 
 from cluster.controller.channel import ReplicaKey
-from cluster.partition_state_machine import PartitionStateName as PS
-from cluster.replica_state_machine import ReplicaState as RS
+from cluster.controller.partition_state_machine import PartitionStateName as PS
+from cluster.controller.replica_state_machine import ReplicaState as RS
 from core.error_codes import ErrorCode
 
 log = logging.getLogger("raykafka.controller")

@@ -165,7 +165,7 @@ def test_no_capacity_keeps_the_old_behaviour():
 
 # ---- the controller's view: registrations, CreatePartitions (PartitionOperations without Ray) ----------------
 from cluster.controller.partition_operations import PartitionOperations  # noqa: E402
-from cluster.controller_context import BrokerState, ControllerContext, TopicState  # noqa: E402
+from cluster.controller.controller_context import BrokerState, ControllerContext, TopicState  # noqa: E402
 
 
 class _Controller(PartitionOperations):

@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from cluster.leader_election import ElectionType
+from cluster.controller.leader_election import ElectionType
 from metadata.kafka_zk import ControllerMovedError, PartitionState as ZkPartitionState
 from metadata.testing import unique_chroot
 from tests.unit.controller_harness import (ControllerService, FakeChannel, config, eventually, idle, register,
@@ -348,7 +348,7 @@ def test_a_deposed_controller_is_fenced_and_the_new_one_sends_a_higher_epoch(con
         assert requests and {r.controller_epoch for r in requests} == {old_epoch + 1}
         # The old controller's ZooKeeper writes fail: fenced on /controller_epoch's version.
         state = old.ctx.states[("t", 0)]
-        from cluster.controller_context import PartitionState
+        from cluster.controller.controller_context import PartitionState
 
         with pytest.raises(ControllerMovedError):
             await old._write_state("t", 0, PartitionState(2, state.leader_epoch + 1, [2], old.ctx.epoch,

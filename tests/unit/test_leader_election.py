@@ -1,10 +1,10 @@
 import pytest
 
-from cluster.controller_context import NO_LEADER, BrokerState, ControllerContext
-from cluster.leader_election import (ElectionResult, ElectionType, controlled_shutdown_partition_leader,
-                                     offline_partition_leader, preferred_replica_partition_leader,
-                                     reassign_partition_leader)
-from cluster.leader_imbalance import imbalance_ratios, imbalanced_partitions
+from cluster.controller.controller_context import NO_LEADER, BrokerState, ControllerContext
+from cluster.controller.leader_election import (ElectionResult, ElectionType, controlled_shutdown_partition_leader,
+                                                offline_partition_leader, preferred_replica_partition_leader,
+                                                reassign_partition_leader)
+from cluster.controller.leader_imbalance import imbalance_ratios, imbalanced_partitions
 
 
 def test_election_type_values_are_the_elect_leaders_api_values():

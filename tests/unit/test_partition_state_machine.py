@@ -2,9 +2,9 @@ import logging
 
 import pytest
 
-from cluster.partition_state_machine import (IllegalPartitionStateTransition, PartitionStateMachine,
-                                             PartitionStateName)
-from cluster.replica_state_machine import IllegalStateTransition
+from cluster.controller.partition_state_machine import (IllegalPartitionStateTransition, PartitionStateMachine,
+                                                        PartitionStateName)
+from cluster.controller.replica_state_machine import IllegalStateTransition
 from tests.unit.state_machine_helpers import LOGGER, machine_in, transition_logged, transition_matrix
 
 P = PartitionStateName

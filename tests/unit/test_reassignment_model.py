@@ -5,8 +5,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
-from cluster.reassignment import (ReassignmentError, ReplicaAssignment, assignments_from_topic_znode,
-                                  build_reassignment, topic_znode_fields, validate_target)
+from cluster.controller.reassignment import (ReassignmentError, ReplicaAssignment, assignments_from_topic_znode,
+                                             build_reassignment, topic_znode_fields, validate_target)
 
 PLAIN = ReplicaAssignment([1, 2, 3])
 

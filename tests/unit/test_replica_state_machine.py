@@ -2,8 +2,8 @@ import logging
 
 import pytest
 
-from cluster.replica_state_machine import (IllegalStateTransition, ReplicaState, ReplicaStateMachine,
-                                           TransitionResult)
+from cluster.controller.replica_state_machine import (IllegalStateTransition, ReplicaState, ReplicaStateMachine,
+                                                      TransitionResult)
 from tests.unit.state_machine_helpers import LOGGER, machine_in, transition_logged, transition_matrix
 
 S = ReplicaState

@@ -8,10 +8,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from cluster.leader_election import offline_partition_leader
-from cluster.partition_state_machine import PartitionStateMachine
-from cluster.reassignment import ReplicaAssignment
-from cluster.replica_state_machine import ReplicaStateMachine
+from cluster.controller.leader_election import offline_partition_leader
+from cluster.controller.partition_state_machine import PartitionStateMachine
+from cluster.controller.reassignment import ReplicaAssignment
+from cluster.controller.replica_state_machine import ReplicaStateMachine
 
 NO_LEADER = -1
 

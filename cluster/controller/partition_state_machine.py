@@ -1,7 +1,7 @@
 """Kafka's controller partition state machine (kafka.controller.PartitionStateMachine),
 as bookkeeping only: which state each (topic, partition) is in and which moves are
 legal. Leader election and the ZooKeeper writes that go with a move are the
-controller's (see cluster/leader_election.py); this class records the outcome.
+controller's (see cluster/controller/leader_election.py); this class records the outcome.
 No Ray, no ZooKeeper.
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ import enum
 import logging
 from typing import Iterable
 
-from cluster.replica_state_machine import IllegalStateTransition
+from cluster.controller.replica_state_machine import IllegalStateTransition
 
 log = logging.getLogger("raykafka.controller.state")
 

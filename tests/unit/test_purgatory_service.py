@@ -1,10 +1,10 @@
-"""actors/purgatory.PurgatoryService (no Ray): DelayedProduce and DelayedFetch
+"""cluster/purgatory_service.PurgatoryService (no Ray): DelayedProduce and DelayedFetch
 completed by progress reports, expiry, stale reports, the interest handshake."""
 import asyncio
 
 from kio.schema.errors import ErrorCode
 
-from actors.purgatory import PurgatoryService
+from cluster.purgatory_service import PurgatoryService
 
 KEY = ("t", 0)
 

@@ -13,10 +13,10 @@ from core.replica_messages import (AppendResult, CommittedReadRun, CommittedTail
                                    ReadRun, failed_append)
 from core.txn_messages import (ORIGIN_CLIENT, DescribeProducersResult, ProducerStateInfo, TxnMarker,
                                TxnMarkerResult)
-from storage.errors import UnexpectedAppendOffsetError
-from storage.log import Log, OffsetOutOfRangeError
+from cluster.storage_faults import append_error_code
+from storage.errors import InvalidRecordsError, OffsetOutOfRangeError, UnexpectedAppendOffsetError
+from storage.log import Log
 from storage.producer_state import build_end_txn_marker
-from storage.record_batch import InvalidRecordsError
 
 log = logging.getLogger("raykafka.partition")
 
@@ -358,7 +358,7 @@ class Partition:
             try:
                 info = self.log.append_as_leader(records, self.leader_epoch, now_ms, origin=origin)
             except InvalidRecordsError as exc:
-                results.append(failed_append(exc.error_code, self.log.log_start_offset, str(exc),
+                results.append(failed_append(append_error_code(exc), self.log.log_start_offset, str(exc),
                                               record_errors=exc.record_errors))
                 continue
             results.append(AppendResult(0, info.first_offset, info.log_append_time, self.log.log_start_offset, None,
@@ -387,7 +387,7 @@ class Partition:
             except InvalidRecordsError as exc:
                 log.warning("%s-%d: transaction marker for producer %d refused: %s", self.topic, self.partition,
                             marker.producer_id, exc)
-                results.append(TxnMarkerResult(exc.error_code, -1))
+                results.append(TxnMarkerResult(append_error_code(exc), -1))
                 continue
             results.append(TxnMarkerResult(0, info.last_offset))
         self.maybe_increment_high_watermark()

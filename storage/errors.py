@@ -1,55 +1,60 @@
-"""Exceptions raised by the storage engine.
+"""Exceptions raised by the storage engine, and why a record set was refused.
 
-Every exception carries the Kafka protocol ``error_code`` the network layer
-should put in its response, so request handlers never need to map storage
-failures by hand.
+storage/ imports nothing else of this project, so it does not speak Kafka's
+protocol error codes: a refused append carries a :class:`RecordsFault`
+(what is wrong with the records, in storage terms), and the partition layer
+(cluster/storage_faults.py) turns faults into ``ErrorCode`` members for
+responses. The members are named like the Kafka errors they become, so the
+mapping reads one to one.
 """
 
 from __future__ import annotations
 
-from core.error_codes import ErrorCode
+import enum
 
-# Aliases of the Kafka error codes the storage layer produces, for the modules
-# outside storage that import them by these names.
-UNKNOWN_SERVER_ERROR = ErrorCode.unknown_server_error
-OFFSET_OUT_OF_RANGE = ErrorCode.offset_out_of_range
-CORRUPT_MESSAGE = ErrorCode.corrupt_message
-MESSAGE_TOO_LARGE = ErrorCode.message_too_large
-RECORD_LIST_TOO_LARGE = ErrorCode.record_list_too_large
-INVALID_TIMESTAMP = ErrorCode.invalid_timestamp
-KAFKA_STORAGE_ERROR = ErrorCode.kafka_storage_error
-UNSUPPORTED_COMPRESSION_TYPE = ErrorCode.unsupported_compression_type
-INVALID_RECORD = ErrorCode.invalid_record
+
+class RecordsFault(enum.Enum):
+    """Why a produce, replication or marker append was refused."""
+
+    # The bytes are not well-formed batches: torn, bad CRC, bad lengths, bad magic.
+    corrupt_message = "corrupt_message"
+    # One batch is larger than max.message.bytes.
+    message_too_large = "message_too_large"
+    # The whole set is larger than a segment can hold.
+    record_list_too_large = "record_list_too_large"
+    # A timestamp outside message.timestamp.difference.max.ms.
+    invalid_timestamp = "invalid_timestamp"
+    # Codec number the broker does not know.
+    unsupported_compression_type = "unsupported_compression_type"
+    # Well-formed, but not acceptable: no batch, old magic, keyless record on a compacted topic...
+    invalid_record = "invalid_record"
+    # Producer state checks (idempotence and transactions).
+    out_of_order_sequence_number = "out_of_order_sequence_number"
+    invalid_producer_epoch = "invalid_producer_epoch"
+    invalid_txn_state = "invalid_txn_state"
+    transaction_coordinator_fenced = "transaction_coordinator_fenced"
 
 
 class StorageError(Exception):
-    """Base class; ``error_code`` is the Kafka error code for responses."""
-
-    error_code = ErrorCode.unknown_server_error
-
-    def __init__(self, message: str, error_code: ErrorCode | None = None):
-        super().__init__(message)
-        if error_code is not None:
-            self.error_code = error_code
+    """Base class of everything the storage engine raises on purpose."""
 
 
 class InvalidRecordsError(StorageError):
     """A produce/replication payload failed validation; nothing was appended.
 
-    ``record_errors`` lists ``(batch_index, message)`` for per-record
-    failures, what Kafka returns in ProduceResponse v8+ ``record_errors``
-    (``batch_index`` is the record's index inside its batch).
+    ``fault`` says why. ``record_errors`` lists ``(batch_index, message)``
+    for per-record failures, what Kafka returns in ProduceResponse v8+
+    ``record_errors`` (``batch_index`` is the record's index inside its batch).
     """
 
-    error_code = ErrorCode.corrupt_message
-
-    def __init__(self, error_code: ErrorCode, message: str, record_errors: tuple = ()):
-        super().__init__(message, error_code)
+    def __init__(self, fault: RecordsFault, message: str, record_errors: tuple = ()):
+        super().__init__(message)
+        self.fault = fault
         self.record_errors = tuple(record_errors)
 
 
 class OffsetOutOfRangeError(StorageError):
-    error_code = ErrorCode.offset_out_of_range
+    """A read or lookup below the log start or beyond the log end."""
 
 
 class UnexpectedAppendOffsetError(StorageError):
@@ -71,14 +76,10 @@ class CorruptIndexError(StorageError):
 class CorruptCheckpointError(StorageError):
     """A checkpoint or properties file cannot be parsed."""
 
-    error_code = ErrorCode.kafka_storage_error
-
 
 class KafkaStorageError(StorageError):
     """An I/O failure left a log unusable (disk full, EIO, ...)."""
 
-    error_code = ErrorCode.kafka_storage_error
-
 
 class LogClosedError(StorageError):
-    error_code = ErrorCode.kafka_storage_error
+    """The log was closed (or deleted) under the caller."""

@@ -25,7 +25,6 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
-from core.error_codes import ErrorCode
 from storage.checkpoint import (
     CLEANER_OFFSET_CHECKPOINT,
     LEADER_EPOCH_CHECKPOINT,
@@ -33,7 +32,8 @@ from storage.checkpoint import (
     fsync_dir,
     fsync_path,
 )
-from storage.errors import InvalidRecordsError, LogClosedError, OffsetOutOfRangeError, UnexpectedAppendOffsetError
+from storage.errors import (InvalidRecordsError, LogClosedError, OffsetOutOfRangeError, RecordsFault,
+                            UnexpectedAppendOffsetError)
 from storage.leader_epoch import LeaderEpochCache
 from storage.producer_state import (
     ORIGIN_CLIENT,
@@ -707,7 +707,7 @@ class Log:
         total = len(buf)
         if total > cfg.segment_bytes:
             raise InvalidRecordsError(
-                ErrorCode.record_list_too_large,
+                RecordsFault.record_list_too_large,
                 f"append of {total} bytes exceeds the segment size {cfg.segment_bytes}",
             )
         with self._lock:
@@ -790,7 +790,7 @@ class Log:
                 ]
                 shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in errors[:3])
                 raise InvalidRecordsError(
-                    ErrorCode.invalid_record,
+                    RecordsFault.invalid_record,
                     f"One or more records have been rejected due to {len(errors)} record errors in total, "
                     f"and only showing the first three errors at most: [{shown}]",
                     errors,
@@ -862,7 +862,7 @@ class Log:
             last = prev_last
             if valid > self.config.segment_bytes:
                 raise InvalidRecordsError(
-                    ErrorCode.record_list_too_large,
+                    RecordsFault.record_list_too_large,
                     f"append of {valid} bytes exceeds the segment size {self.config.segment_bytes}",
                 )
             if first > leo:

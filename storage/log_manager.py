@@ -7,9 +7,11 @@ periodic log duties decide (checkpoint, retention, compaction).
 
 The replica actor (actors/partition_leader.py) runs the timer and awaits the
 jobs this class hands out on its I/O thread; the decisions are made here.
-Below the cluster layer: the replica's Partition is handed in (only its high
-watermark is read), and the duty names are this module's
-(cluster/replica_schedule.py uses them).
+Below the cluster layer, importing nothing above storage: the replica's
+partition is handed in (only its high watermark is read), the schedule is
+anything with set/enable/disable (cluster/replica_schedule.py's
+ReplicaSchedule), and the duty names are this module's (the schedule imports
+them, not the other way round).
 """
 from __future__ import annotations
 
@@ -18,17 +20,12 @@ import logging
 import os
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import Callable, Protocol
 
-from core.clock import SYSTEM_CLOCK, Clock
-from core.naming import partition_dir_name
 from storage.checkpoint import (LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECKPOINT,
                                 REPLICATION_OFFSET_CHECKPOINT, OffsetCheckpointFile)
-from storage.log import Log, LogConfig
-
-if TYPE_CHECKING:
-    from cluster.partition import Partition
-    from cluster.replica_schedule import ReplicaSchedule
+from storage.clock import SYSTEM_CLOCK, Clock
+from storage.log import Log, LogConfig, partition_dir_name
 
 log = logging.getLogger("raykafka.replica")
 
@@ -44,6 +41,22 @@ CHECKPOINT_INTERVAL_S = 5.0
 RETENTION_FIRST_CHECK_S = 30.0
 # The cleaner's first pass on a compacted log comes at most this soon.
 CLEAN_FIRST_S = 1.0
+
+
+class HighWatermarkSource(Protocol):
+    """The replica's partition state, as far as checkpoints and retention read it."""
+
+    high_watermark: int
+
+
+class DutySchedule(Protocol):
+    """Where :meth:`LogManager.plan` puts the log duties (cluster/replica_schedule.py)."""
+
+    def set(self, name: str, enabled: bool, every_s: float, now: float) -> None: ...
+
+    def enable(self, name: str, every_s: float, now: float, first_in: float | None = None) -> None: ...
+
+    def disable(self, name: str) -> None: ...
 
 
 def choose_log_dir(log_dirs: list[str], topic: str, partition: int) -> Path:
@@ -89,7 +102,7 @@ class LogManager:
         self._cleaner = None
         self.log: Log | None = None
         # The replica's Partition, set by its owner once built: its high watermark is checkpointed.
-        self.partition: Partition | None = None
+        self.partition: HighWatermarkSource | None = None
 
     # ---- opening ---------------------------------------------------------------------------
     def open_log(self, log_config: dict) -> tuple[Log, int]:
@@ -160,7 +173,7 @@ class LogManager:
         return self.log.config.flush_ms is not None and self.log.recovery_point < self.log.log_end_offset
 
     # ---- periodic duties -------------------------------------------------------------------
-    def plan(self, schedule: ReplicaSchedule, now: float, idle: bool) -> None:
+    def plan(self, schedule: DutySchedule, now: float, idle: bool) -> None:
         """Schedule the log duties this replica has right now (cheap: before every timer sleep)."""
         # Kafka's high-watermark checkpoint: every 5 s while there is traffic;
         # an idle replica's files are current after its last one.

@@ -31,7 +31,7 @@ from typing import Iterable, NamedTuple
 
 from crc32c import crc32c
 
-from storage.errors import InvalidRecordsError
+from storage.errors import InvalidRecordsError, RecordsFault
 
 __all__ = [
     "ProducerStateManager",
@@ -60,11 +60,6 @@ INT32_MAX = 0x7FFFFFFF
 NO_PRODUCER_EPOCH = -1
 NO_SEQUENCE = -1
 
-# Kafka error codes raised from here (kept local: storage imports nothing of ours above it).
-OUT_OF_ORDER_SEQUENCE_NUMBER = 45
-INVALID_PRODUCER_EPOCH = 47
-INVALID_TXN_STATE = 48
-TRANSACTION_COORDINATOR_FENCED = 52
 
 ORIGIN_CLIENT = "client"
 ORIGIN_COORDINATOR = "coordinator"
@@ -84,10 +79,10 @@ class ControlType:
 
 class ProducerStateError(InvalidRecordsError):
     """A producer's batch breaks its sequence, epoch or transaction state;
-    nothing was appended. Carries Kafka's error code like every rejected append."""
+    nothing was appended. Carries its RecordsFault like every rejected append."""
 
-    def __init__(self, error_code: int, message: str):
-        super().__init__(error_code, message)
+    def __init__(self, fault: RecordsFault, message: str):
+        super().__init__(fault, message)
 
 
 def increment_sequence(sequence: int, increment: int) -> int:
@@ -217,13 +212,13 @@ class ProducerAppendInfo:
             else:
                 # Since Kafka 2.7 a produce with an old epoch is INVALID_PRODUCER_EPOCH
                 # (abortable), not the fatal PRODUCER_FENCED.
-                raise ProducerStateError(INVALID_PRODUCER_EPOCH, message)
+                raise ProducerStateError(RecordsFault.invalid_producer_epoch, message)
 
     def _check_sequence(self, epoch: int, first_seq: int, offset: int) -> None:
         if epoch != self.updated.producer_epoch:
             if first_seq != 0 and self.updated.producer_epoch != NO_PRODUCER_EPOCH:
                 raise ProducerStateError(
-                    OUT_OF_ORDER_SEQUENCE_NUMBER,
+                    RecordsFault.out_of_order_sequence_number,
                     f"Invalid sequence number for new epoch of producer {self.producer_id} at offset {offset} in "
                     f"partition {self.topic_partition}: {epoch} (request epoch), {first_seq} (seq. number), "
                     f"{self.updated.producer_epoch} (current producer epoch)")
@@ -238,7 +233,7 @@ class ProducerAppendInfo:
         # retention or DeleteRecords) may continue at any sequence (KIP-360).
         if not (self.current.producer_epoch == NO_PRODUCER_EPOCH or _in_sequence(current_last, first_seq)):
             raise ProducerStateError(
-                OUT_OF_ORDER_SEQUENCE_NUMBER,
+                RecordsFault.out_of_order_sequence_number,
                 f"Out of order sequence number for producer {self.producer_id} at offset {offset} in partition "
                 f"{self.topic_partition}: {first_seq} (incoming seq. number), {current_last} "
                 f"(current end sequence number)")
@@ -255,7 +250,7 @@ class ProducerAppendInfo:
                             self.producer_id, first_offset, self.topic_partition)
             elif not is_transactional:
                 raise ProducerStateError(
-                    INVALID_TXN_STATE,
+                    RecordsFault.invalid_txn_state,
                     f"Expected transactional write from producer {self.producer_id} at offset {first_offset} "
                     f"in partition {self.topic_partition}")
         elif is_transactional:
@@ -272,7 +267,7 @@ class ProducerAppendInfo:
             if self.origin == ORIGIN_REPLICATION:
                 log.info(message)
             else:
-                raise ProducerStateError(TRANSACTION_COORDINATOR_FENCED, message)
+                raise ProducerStateError(RecordsFault.transaction_coordinator_fenced, message)
         first = self.updated.current_txn_first_offset
         completed = (CompletedTxn(self.producer_id, first, offset, control_type == ControlType.ABORT)
                      if first >= 0 else None)

@@ -29,8 +29,7 @@ from typing import NamedTuple
 
 from crc32c import crc32c
 
-from core.error_codes import ErrorCode
-from storage.errors import InvalidRecordsError
+from storage.errors import InvalidRecordsError, RecordsFault
 
 __all__ = [
     "HEADER_SIZE",
@@ -156,10 +155,10 @@ class BatchHeader(NamedTuple):
 
 
 def parse_header(buf, pos: int = 0) -> BatchHeader:
-    """Parse the 61-byte header at ``pos``; raises ErrorCode.corrupt_message if short."""
+    """Parse the 61-byte header at ``pos``; raises RecordsFault.corrupt_message if short."""
     if len(buf) - pos < HEADER_SIZE:
         raise InvalidRecordsError(
-            ErrorCode.corrupt_message,
+            RecordsFault.corrupt_message,
             f"record batch header truncated: {len(buf) - pos} bytes at position {pos}",
         )
     # tuple.__new__ skips NamedTuple's Python-level __new__: this runs once per
@@ -191,19 +190,19 @@ def validate_batches(
     ``buf`` is a produce request's (or a fetch response's) records blob.
     Error codes follow Kafka's broker:
 
-    * no batch at all -> ErrorCode.invalid_record (Kafka's
+    * no batch at all -> RecordsFault.invalid_record (Kafka's
       ``ProduceRequest.validateRecords``: "must have at least one record batch")
     * batch_length < 49, a torn trailing batch, or a CRC mismatch ->
-      ErrorCode.corrupt_message; magic outside 0..2 -> ErrorCode.corrupt_message
-    * magic 0 or 1 -> ErrorCode.invalid_record (only v2 is accepted, as for produce v3+)
-    * a batch larger than ``max_batch_bytes`` -> ErrorCode.message_too_large
+      RecordsFault.corrupt_message; magic outside 0..2 -> RecordsFault.corrupt_message
+    * magic 0 or 1 -> RecordsFault.invalid_record (only v2 is accepted, as for produce v3+)
+    * a batch larger than ``max_batch_bytes`` -> RecordsFault.message_too_large
       (``max_batch_bytes=None`` disables the check, as Kafka does for
       replication because the leader already enforced it)
-    * compression codec 5..7 -> ErrorCode.unsupported_compression_type
+    * compression codec 5..7 -> RecordsFault.unsupported_compression_type
     * with ``from_client`` (leader appends of producer data, Kafka's
       ``AppendOrigin.CLIENT``): record_count < 1, last_offset_delta !=
       record_count - 1, control batches, or a producer id without a base
-      sequence -> ErrorCode.invalid_record.  Replicated data may legitimately hold
+      sequence -> RecordsFault.invalid_record.  Replicated data may legitimately hold
       empty batches (compaction keeps them), so followers only need
       last_offset_delta >= 0.
 
@@ -214,7 +213,7 @@ def validate_batches(
     mv = buf if isinstance(buf, memoryview) else memoryview(buf)
     end = len(mv)
     if end == 0:
-        raise InvalidRecordsError(ErrorCode.invalid_record, "records contain no record batch")
+        raise InvalidRecordsError(RecordsFault.invalid_record, "records contain no record batch")
     unpack = HEADER.unpack_from
     headers: list[BatchHeader] = []
     append = headers.append
@@ -228,13 +227,13 @@ def validate_batches(
                 length = _EPOCH.unpack_from(mv, pos + LENGTH_OFFSET)[0]
                 if length < MIN_BATCH_LENGTH:
                     raise InvalidRecordsError(
-                        ErrorCode.corrupt_message,
+                        RecordsFault.corrupt_message,
                         f"record batch at position {pos} has length {length} < {MIN_BATCH_LENGTH}",
                     )
             if allow_partial_tail:
                 break
             raise InvalidRecordsError(
-                ErrorCode.corrupt_message,
+                RecordsFault.corrupt_message,
                 f"truncated record batch: {remaining} trailing bytes at position {pos}",
             )
         h = unpack(mv, pos)
@@ -242,55 +241,55 @@ def validate_batches(
          record_count) = h
         if batch_length < MIN_BATCH_LENGTH:
             raise InvalidRecordsError(
-                ErrorCode.corrupt_message,
+                RecordsFault.corrupt_message,
                 f"record batch at position {pos} has length {batch_length} < {MIN_BATCH_LENGTH}",
             )
         if magic != 2:
             if 0 <= magic < 2:
                 raise InvalidRecordsError(
-                    ErrorCode.invalid_record,
+                    RecordsFault.invalid_record,
                     f"record batch magic {magic} not supported: only magic v2 record batches are accepted",
                 )
-            raise InvalidRecordsError(ErrorCode.corrupt_message, f"invalid record batch magic {magic}")
+            raise InvalidRecordsError(RecordsFault.corrupt_message, f"invalid record batch magic {magic}")
         size = batch_length + LOG_OVERHEAD
         if size > remaining:
             if allow_partial_tail:
                 break
             raise InvalidRecordsError(
-                ErrorCode.corrupt_message,
+                RecordsFault.corrupt_message,
                 f"truncated record batch at position {pos}: needs {size} bytes, {remaining} left",
             )
         if max_batch_bytes is not None and size > max_batch_bytes:
             raise InvalidRecordsError(
-                ErrorCode.message_too_large,
+                RecordsFault.message_too_large,
                 f"record batch of {size} bytes exceeds the maximum of {max_batch_bytes}",
             )
         if crc32c(mv[pos + ATTRIBUTES_OFFSET : pos + size]) != crc:
             raise InvalidRecordsError(
-                ErrorCode.corrupt_message, f"record batch at position {pos} failed its CRC check (stored crc {crc})"
+                RecordsFault.corrupt_message, f"record batch at position {pos} failed its CRC check (stored crc {crc})"
             )
         if attributes & COMPRESSION_MASK > COMPRESSION_ZSTD:
             raise InvalidRecordsError(
-                ErrorCode.unsupported_compression_type,
+                RecordsFault.unsupported_compression_type,
                 f"unknown compression codec {attributes & COMPRESSION_MASK}",
             )
         if from_client:
             if record_count < 1:
-                raise InvalidRecordsError(ErrorCode.invalid_record, f"invalid record count {record_count}")
+                raise InvalidRecordsError(RecordsFault.invalid_record, f"invalid record count {record_count}")
             if last_offset_delta != record_count - 1:
                 raise InvalidRecordsError(
-                    ErrorCode.invalid_record,
+                    RecordsFault.invalid_record,
                     f"inconsistent batch: last_offset_delta {last_offset_delta} with {record_count} records",
                 )
             if attributes & CONTROL_MASK:
-                raise InvalidRecordsError(ErrorCode.invalid_record, "clients may not write control batches")
+                raise InvalidRecordsError(RecordsFault.invalid_record, "clients may not write control batches")
             if producer_id >= 0 and base_sequence < 0:
                 raise InvalidRecordsError(
-                    ErrorCode.invalid_record, f"invalid base sequence {base_sequence} for producer id {producer_id}"
+                    RecordsFault.invalid_record, f"invalid base sequence {base_sequence} for producer id {producer_id}"
                 )
         elif last_offset_delta < 0 or record_count < 0:
             raise InvalidRecordsError(
-                ErrorCode.corrupt_message,
+                RecordsFault.corrupt_message,
                 f"invalid batch: last_offset_delta {last_offset_delta}, record count {record_count}",
             )
         append(_tuple_new(BatchHeader, h))

@@ -26,8 +26,7 @@ import lz4.frame
 import zstandard
 from crc32c import crc32c
 
-from core.error_codes import ErrorCode
-from storage.errors import InvalidRecordsError
+from storage.errors import InvalidRecordsError, RecordsFault
 from storage.record_batch import (
     ATTRIBUTES_OFFSET,
     COMPRESSION_GZIP,
@@ -149,8 +148,8 @@ def decompress(codec: int, data) -> bytes:
     except InvalidRecordsError:
         raise
     except Exception as exc:  # codec libraries raise assorted types
-        raise InvalidRecordsError(ErrorCode.corrupt_message, f"cannot decompress record batch: {exc}") from exc
-    raise InvalidRecordsError(ErrorCode.unsupported_compression_type, f"unknown compression codec {codec}")
+        raise InvalidRecordsError(RecordsFault.corrupt_message, f"cannot decompress record batch: {exc}") from exc
+    raise InvalidRecordsError(RecordsFault.unsupported_compression_type, f"unknown compression codec {codec}")
 
 
 def compress(codec: int, data: bytes, *, level: int | None = None, xerial_snappy: bool = True) -> bytes:
@@ -183,7 +182,7 @@ def compress(codec: int, data: bytes, *, level: int | None = None, xerial_snappy
         )
     if codec == COMPRESSION_ZSTD:
         return zstandard.ZstdCompressor(level=3 if level is None else level).compress(data)
-    raise InvalidRecordsError(ErrorCode.unsupported_compression_type, f"unknown compression codec {codec}")
+    raise InvalidRecordsError(RecordsFault.unsupported_compression_type, f"unknown compression codec {codec}")
 
 
 # --------------------------------------------------------------------------
@@ -281,16 +280,16 @@ def iter_batch_records(batch, pos: int = 0, *, verify_crc: bool = False) -> Iter
     h = parse_header(batch, pos)
     size = h.size
     if size < HEADER_SIZE or len(batch) - pos < size:
-        raise InvalidRecordsError(ErrorCode.corrupt_message, "truncated record batch")
+        raise InvalidRecordsError(RecordsFault.corrupt_message, "truncated record batch")
     mv = memoryview(batch)
     if verify_crc and crc32c(mv[pos + ATTRIBUTES_OFFSET : pos + size]) != h.crc:
-        raise InvalidRecordsError(ErrorCode.corrupt_message, "record batch failed its CRC check")
+        raise InvalidRecordsError(RecordsFault.corrupt_message, "record batch failed its CRC check")
     data = decompress(h.attributes & COMPRESSION_MASK, mv[pos + HEADER_SIZE : pos + size])
     try:
         yield from _decode_records(h, data)
     except (IndexError, ValueError) as exc:
         raise InvalidRecordsError(
-            ErrorCode.corrupt_message, f"malformed records in batch at offset {h.base_offset}: {exc}"
+            RecordsFault.corrupt_message, f"malformed records in batch at offset {h.base_offset}: {exc}"
         ) from exc
 
 
@@ -543,12 +542,12 @@ def keyless_records(buf, pos: int, h) -> list[int]:
     """Indexes within the batch of the records without a key.
 
     Kafka decodes keys on append to compacted topics (LogValidator.validateKey);
-    this is that check.  Raises ErrorCode.corrupt_message for malformed records."""
+    this is that check.  Raises RecordsFault.corrupt_message for malformed records."""
     try:
         data = batch_payload(buf, pos, h)
         return [idx for idx, r in enumerate(scan_records(data, h.record_count, want_keys=False)) if r.key is None]
     except (IndexError, ValueError) as exc:
-        raise InvalidRecordsError(ErrorCode.corrupt_message, f"malformed records in record batch: {exc}") from exc
+        raise InvalidRecordsError(RecordsFault.corrupt_message, f"malformed records in record batch: {exc}") from exc
 
 
 def pack_batch(
@@ -607,12 +606,12 @@ def recompress_batch(buf, pos: int, h, codec: int, *, check_keys: bool = False):
         data = batch_payload(buf, pos, h)
         recs = scan_records(data, h.record_count, want_keys=False)
     except (IndexError, ValueError) as exc:
-        raise InvalidRecordsError(ErrorCode.corrupt_message, f"malformed records in record batch: {exc}") from exc
+        raise InvalidRecordsError(RecordsFault.corrupt_message, f"malformed records in record batch: {exc}") from exc
     keyless = []
     for idx, r in enumerate(recs):
         if r.offset_delta != idx:
             raise InvalidRecordsError(
-                ErrorCode.invalid_record,
+                RecordsFault.invalid_record,
                 f"inner record at index {idx} of the record batch does not have incremental offsets: "
                 f"offset delta {r.offset_delta}",
             )

@@ -5,7 +5,6 @@ from kio.schema.errors import ErrorCode as KioErrorCode
 
 from core import error_codes
 from core.error_codes import ErrorCode
-from storage import errors as storage_errors
 
 
 def _int_constants(module):
@@ -24,13 +23,6 @@ def test_every_error_code_equals_kafkas():
 def test_replica_error_codes_equal_kafkas():
     codes = _int_constants(error_codes)
     assert len(codes) >= 7
-    for name, value in codes.items():
-        assert int(KioErrorCode[name.lower()]) == value, name
-
-
-def test_storage_error_codes_equal_kafkas():
-    codes = _int_constants(storage_errors)
-    assert len(codes) >= 9
     for name, value in codes.items():
         assert int(KioErrorCode[name.lower()]) == value, name
 

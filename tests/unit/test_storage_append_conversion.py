@@ -2,7 +2,7 @@
 
 import pytest
 
-from storage.errors import INVALID_RECORD, MESSAGE_TOO_LARGE, InvalidRecordsError
+from storage.errors import InvalidRecordsError, RecordsFault
 from storage.log import Log, LogConfig
 from storage.record_batch import TIMESTAMP_TYPE_MASK, iter_headers, parse_header, validate_batches
 from storage.records import SimpleRecord, build_batch, iter_records
@@ -72,7 +72,7 @@ def test_max_message_bytes_applies_after_conversion(tmp_path):
     log = open_log(tmp_path / "t-0", compression_type="uncompressed", max_message_bytes=limit)
     with pytest.raises(InvalidRecordsError) as ei:
         log.append_as_leader(compressed, 0, now_ms=1)
-    assert ei.value.error_code == MESSAGE_TOO_LARGE
+    assert ei.value.fault == RecordsFault.message_too_large
     assert log.log_end_offset == 0
     ok = open_log(tmp_path / "t-1", compression_type="zstd", max_message_bytes=limit)
     ok.append_as_leader(compressed, 0, now_ms=1)
@@ -84,14 +84,14 @@ def test_conversion_rejects_non_incremental_inner_offsets(tmp_path):
     log = open_log(tmp_path / "t-0", compression_type="gzip")
     with pytest.raises(InvalidRecordsError) as ei:
         log.append_as_leader(bad, 0, now_ms=1)
-    assert ei.value.error_code == INVALID_RECORD
+    assert ei.value.fault == RecordsFault.invalid_record
 
 
 def test_compacted_and_converted_key_check(tmp_path):
     log = open_log(tmp_path / "t-0", compression_type="lz4", cleanup_policy="compact")
     with pytest.raises(InvalidRecordsError) as ei:
         log.append_as_leader(build_batch([(None, b"v")], 1), 0)
-    assert ei.value.error_code == 87 and ei.value.record_errors == (
+    assert ei.value.fault == RecordsFault.invalid_record and ei.value.record_errors == (
         (0, "Compacted topic cannot accept message without key in topic partition t-0."),
     )
     log.append_as_leader(build_batch([(b"k", b"v")], 1), 0)

@@ -6,7 +6,7 @@ import pytest
 
 from storage.checkpoint import CLEANER_OFFSET_CHECKPOINT, OffsetCheckpointFile
 from storage.cleaner import LogCleaner, OffsetMap, read_cleaner_checkpoint
-from storage.errors import INVALID_RECORD, InvalidRecordsError
+from storage.errors import InvalidRecordsError, RecordsFault
 from storage.log import Log, LogConfig
 from storage.record_batch import DELETE_HORIZON_MASK, iter_headers, validate_batches
 from storage.records import SimpleRecord, build_batch, iter_batch_records, iter_records
@@ -254,7 +254,7 @@ def test_compacted_topic_rejects_records_without_key(tmp_path):
     for codec in (0, 1, 3):
         with pytest.raises(InvalidRecordsError) as ei:
             log.append_as_leader(build_batch([(b"k", b"v"), (None, b"v")], codec), 0)
-        assert ei.value.error_code == INVALID_RECORD == 87
+        assert ei.value.fault == RecordsFault.invalid_record
         assert "Compacted topic cannot accept message without key in topic partition topic-3." in str(ei.value)
         assert ei.value.record_errors[0][0] == 1
     assert log.log_end_offset == 0

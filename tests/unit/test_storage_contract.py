@@ -9,7 +9,7 @@ import random
 import pytest
 
 from storage.cleaner import LogCleaner, read_cleaner_checkpoint
-from storage.errors import INVALID_RECORD, MESSAGE_TOO_LARGE, InvalidRecordsError, OffsetOutOfRangeError
+from storage.errors import InvalidRecordsError, OffsetOutOfRangeError, RecordsFault
 from storage.log import Log, LogConfig
 from storage.record_batch import iter_headers, validate_batches
 from storage.records import SimpleRecord, build_batch, iter_batch_records, iter_records
@@ -276,7 +276,7 @@ def test_K5_keys_required_on_compacted_topics(sc):
     if sc.compacted:
         with pytest.raises(InvalidRecordsError) as ei:
             sc.log.append_as_leader(blob, 0)
-        assert ei.value.error_code == INVALID_RECORD
+        assert ei.value.fault == RecordsFault.invalid_record
         assert "Compacted topic cannot accept message without key in topic partition t-0." in str(ei.value)
         assert sc.log.log_end_offset == leo
     else:
@@ -316,7 +316,7 @@ def test_A1_failed_appends_change_nothing(sc):
     sc.log.config.max_message_bytes = 100
     with pytest.raises(InvalidRecordsError) as ei:
         sc.log.append_as_leader(build_batch([(b"k", os.urandom(500))], 0), 0)
-    assert ei.value.error_code == MESSAGE_TOO_LARGE
+    assert ei.value.fault == RecordsFault.message_too_large
     assert sc.log.log_end_offset == leo and sc.read_all() == before
 
 

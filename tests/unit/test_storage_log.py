@@ -5,13 +5,10 @@ import struct
 import pytest
 
 from storage.errors import (
-    CORRUPT_MESSAGE,
-    INVALID_RECORD,
-    MESSAGE_TOO_LARGE,
-    RECORD_LIST_TOO_LARGE,
     InvalidRecordsError,
     LogClosedError,
     OffsetOutOfRangeError,
+    RecordsFault,
     UnexpectedAppendOffsetError,
 )
 from storage.log import Log, LogConfig, parse_partition_dir_name, partition_dir_name
@@ -147,7 +144,6 @@ def test_read_bounds(filled):
     assert log.read(leo, 100) == []
     with pytest.raises(OffsetOutOfRangeError) as ei:
         log.read(leo + 1, 100)
-    assert ei.value.error_code == 1
     with pytest.raises(OffsetOutOfRangeError):
         log.read(-1, 100)
 
@@ -429,16 +425,16 @@ def test_invalid_appends_write_nothing(tmp_path):
     bad = bytearray(make_batch())
     bad[-2] ^= 0x40
     cases = [
-        (bytes(bad), CORRUPT_MESSAGE),
-        (make_batch(1, 600), MESSAGE_TOO_LARGE),
-        (b"", INVALID_RECORD),
-        (make_batch(1, 10) + make_batch(1, 10)[:20], CORRUPT_MESSAGE),
-        (b"".join(make_batch(1, 300) for _ in range(6)), RECORD_LIST_TOO_LARGE),
+        (bytes(bad), RecordsFault.corrupt_message),
+        (make_batch(1, 600), RecordsFault.message_too_large),
+        (b"", RecordsFault.invalid_record),
+        (make_batch(1, 10) + make_batch(1, 10)[:20], RecordsFault.corrupt_message),
+        (b"".join(make_batch(1, 300) for _ in range(6)), RecordsFault.record_list_too_large),
     ]
     for payload, code in cases:
         with pytest.raises(InvalidRecordsError) as ei:
             log.append_as_leader(payload, 0, 1)
-        assert ei.value.error_code == code
+        assert ei.value.fault == code
     assert log.size_in_bytes == size and log.log_end_offset == 2
 
 

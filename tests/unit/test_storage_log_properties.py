@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from storage.errors import RECORD_LIST_TOO_LARGE, InvalidRecordsError
+from storage.errors import InvalidRecordsError, RecordsFault
 from storage.log import Log, LogConfig
 from storage.record_batch import HEADER, assign_offsets, iter_headers, parse_header, validate_batches
 from storage.records import SimpleRecord, build_batch
@@ -160,7 +160,7 @@ def test_random_operations_then_reopen(config, operations, seed):
                 if len(blob) > config.segment_bytes:
                     with pytest.raises(InvalidRecordsError) as ei:
                         log.append_as_leader(blob, epoch, now_ms=i)
-                    assert ei.value.error_code == RECORD_LIST_TOO_LARGE
+                    assert ei.value.fault == RecordsFault.record_list_too_large
                     continue
                 info = log.append_as_leader(blob, epoch, now_ms=i)
                 assert info.first_offset == model.end

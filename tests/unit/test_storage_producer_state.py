@@ -9,10 +9,6 @@ from cluster.partition import READ_COMMITTED, READ_UNCOMMITTED, Partition
 from core.txn_messages import ORIGIN_COORDINATOR, TxnMarker
 from storage.log import Log, LogConfig
 from storage.producer_state import (
-    INVALID_PRODUCER_EPOCH,
-    INVALID_TXN_STATE,
-    OUT_OF_ORDER_SEQUENCE_NUMBER,
-    TRANSACTION_COORDINATOR_FENCED,
     CorruptSnapshotError,
     ProducerStateEntry,
     ProducerStateError,
@@ -22,6 +18,7 @@ from storage.producer_state import (
     read_snapshot,
     write_snapshot,
 )
+from storage.errors import RecordsFault
 from storage.records import SimpleRecord, build_batch, iter_records
 from storage.txn_index import ENTRY_SIZE, AbortedTxn
 
@@ -59,7 +56,7 @@ def test_idempotent_sequence_and_duplicates(log_dir):
     # A gap in the sequence.
     with pytest.raises(ProducerStateError) as exc:
         log.append_as_leader(batch(1, seq=7), 0)
-    assert exc.value.error_code == OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert exc.value.fault == RecordsFault.out_of_order_sequence_number
     assert log.log_end_offset == 5
     entry = log.producer_state.last_entry(PID)
     assert (entry.producer_epoch, entry.first_seq, entry.last_seq, entry.last_data_offset) == (0, 0, 4, 4)
@@ -73,7 +70,7 @@ def test_only_last_five_batches_are_remembered(log_dir):
     # Seq 0 is older than the five remembered batches: it is out of order, not a duplicate.
     with pytest.raises(ProducerStateError) as exc:
         log.append_as_leader(batch(1, seq=0), 0)
-    assert exc.value.error_code == OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert exc.value.fault == RecordsFault.out_of_order_sequence_number
 
 
 def test_epochs(log_dir):
@@ -81,11 +78,11 @@ def test_epochs(log_dir):
     log.append_as_leader(batch(2, epoch=3, seq=0), 0)
     with pytest.raises(ProducerStateError) as exc:
         log.append_as_leader(batch(1, epoch=2, seq=2), 0)
-    assert exc.value.error_code == INVALID_PRODUCER_EPOCH
+    assert exc.value.fault == RecordsFault.invalid_producer_epoch
     # A new epoch must start its sequence at 0.
     with pytest.raises(ProducerStateError) as exc:
         log.append_as_leader(batch(1, epoch=4, seq=5), 0)
-    assert exc.value.error_code == OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert exc.value.fault == RecordsFault.out_of_order_sequence_number
     assert not log.append_as_leader(batch(1, epoch=4, seq=0), 0).duplicate
     assert log.producer_state.last_entry(PID).producer_epoch == 4
 
@@ -173,12 +170,12 @@ def test_transaction_state_errors(log_dir):
     log.append_as_leader(batch(1, seq=0, txn=True), 0)
     with pytest.raises(ProducerStateError) as exc:
         log.append_as_leader(batch(1, seq=1, txn=False), 0)
-    assert exc.value.error_code == INVALID_TXN_STATE
+    assert exc.value.fault == RecordsFault.invalid_txn_state
     log.append_as_leader(marker(True, coordinator_epoch=3), 0, from_client=False)
     log.append_as_leader(batch(1, seq=1, txn=True), 0)
     with pytest.raises(ProducerStateError) as exc:
         log.append_as_leader(marker(False, coordinator_epoch=2), 0, from_client=False)
-    assert exc.value.error_code == TRANSACTION_COORDINATOR_FENCED
+    assert exc.value.fault == RecordsFault.transaction_coordinator_fenced
 
 
 def test_state_survives_a_clean_restart_through_a_snapshot(log_dir):

@@ -3,13 +3,7 @@ import struct
 import pytest
 from crc32c import crc32c
 
-from storage.errors import (
-    CORRUPT_MESSAGE,
-    INVALID_RECORD,
-    MESSAGE_TOO_LARGE,
-    UNSUPPORTED_COMPRESSION_TYPE,
-    InvalidRecordsError,
-)
+from storage.errors import InvalidRecordsError, RecordsFault
 from storage.record_batch import (
     HEADER_SIZE,
     BatchHeader,
@@ -80,7 +74,7 @@ def test_crc_flip_is_corrupt_message():
     b[HEADER_SIZE + 3] ^= 0x01
     with pytest.raises(InvalidRecordsError) as ei:
         validate_batches(b, None)
-    assert ei.value.error_code == CORRUPT_MESSAGE
+    assert ei.value.fault == RecordsFault.corrupt_message
 
 
 def test_crc_flip_in_header_attributes_is_corrupt():
@@ -88,7 +82,7 @@ def test_crc_flip_in_header_attributes_is_corrupt():
     b[40] ^= 0x10  # inside max_timestamp, covered by the CRC
     with pytest.raises(InvalidRecordsError) as ei:
         validate_batches(b, None)
-    assert ei.value.error_code == CORRUPT_MESSAGE
+    assert ei.value.fault == RecordsFault.corrupt_message
 
 
 def test_offset_and_epoch_outside_crc():
@@ -103,7 +97,7 @@ def test_magic_1_is_invalid_record():
     b[16] = 1
     with pytest.raises(InvalidRecordsError) as ei:
         validate_batches(b, None)
-    assert ei.value.error_code == INVALID_RECORD
+    assert ei.value.fault == RecordsFault.invalid_record
 
 
 def test_bogus_magic_is_corrupt():
@@ -111,7 +105,7 @@ def test_bogus_magic_is_corrupt():
     b[16] = 7
     with pytest.raises(InvalidRecordsError) as ei:
         validate_batches(b, None)
-    assert ei.value.error_code == CORRUPT_MESSAGE
+    assert ei.value.fault == RecordsFault.corrupt_message
 
 
 def test_oversized_batch_is_message_too_large():
@@ -119,7 +113,7 @@ def test_oversized_batch_is_message_too_large():
     validate_batches(b, len(b))
     with pytest.raises(InvalidRecordsError) as ei:
         validate_batches(b, len(b) - 1)
-    assert ei.value.error_code == MESSAGE_TOO_LARGE
+    assert ei.value.fault == RecordsFault.message_too_large
 
 
 @pytest.mark.parametrize("codec", [5, 6, 7])
@@ -129,13 +123,13 @@ def test_unknown_codec_is_unsupported_compression(codec):
     rewrite_crc(b)
     with pytest.raises(InvalidRecordsError) as ei:
         validate_batches(b, None)
-    assert ei.value.error_code == UNSUPPORTED_COMPRESSION_TYPE
+    assert ei.value.fault == RecordsFault.unsupported_compression_type
 
 
 def test_empty_blob_is_invalid_record():
     with pytest.raises(InvalidRecordsError) as ei:
         validate_batches(b"", None)
-    assert ei.value.error_code == INVALID_RECORD
+    assert ei.value.fault == RecordsFault.invalid_record
 
 
 @pytest.mark.parametrize("cut", [1, 11, 12, 30, 60, 61, 70])
@@ -144,7 +138,7 @@ def test_truncated_batch_is_corrupt(cut):
     blob = b + b[: min(cut, len(b) - 1)]
     with pytest.raises(InvalidRecordsError) as ei:
         validate_batches(blob, None)
-    assert ei.value.error_code == CORRUPT_MESSAGE
+    assert ei.value.fault == RecordsFault.corrupt_message
     # replication tolerates (drops) a partial trailing batch
     headers = validate_batches(blob, None, from_client=False, allow_partial_tail=True)
     assert len(headers) == 1
@@ -156,14 +150,14 @@ def test_short_batch_length_is_corrupt(length):
     struct.pack_into(">i", b, 8, length)
     with pytest.raises(InvalidRecordsError) as ei:
         validate_batches(b, None)
-    assert ei.value.error_code == CORRUPT_MESSAGE
+    assert ei.value.fault == RecordsFault.corrupt_message
 
 
 def test_short_length_in_a_tiny_tail_is_corrupt():
     blob = make_batch(1) + struct.pack(">qi", 0, 3)
     with pytest.raises(InvalidRecordsError) as ei:
         validate_batches(blob, None, allow_partial_tail=True)
-    assert ei.value.error_code == CORRUPT_MESSAGE
+    assert ei.value.fault == RecordsFault.corrupt_message
 
 
 def test_client_count_checks():
@@ -172,14 +166,14 @@ def test_client_count_checks():
     rewrite_crc(b)
     with pytest.raises(InvalidRecordsError) as ei:
         validate_batches(b, None)
-    assert ei.value.error_code == INVALID_RECORD
+    assert ei.value.fault == RecordsFault.invalid_record
     # a follower accepts it: compaction keeps a batch's original offset span
     assert validate_batches(b, None, from_client=False)[0].last_offset_delta == 5
 
     empty = build_batch([], last_offset_delta=4)
     with pytest.raises(InvalidRecordsError) as ei:
         validate_batches(empty, None)
-    assert ei.value.error_code == INVALID_RECORD
+    assert ei.value.fault == RecordsFault.invalid_record
     assert validate_batches(empty, None, from_client=False)[0].record_count == 0
 
     neg = bytearray(make_batch(1))
@@ -195,7 +189,7 @@ def test_client_may_not_write_control_batches():
                     producer_id=3, producer_epoch=0, base_sequence=0)
     with pytest.raises(InvalidRecordsError) as ei:
         validate_batches(c, None)
-    assert ei.value.error_code == INVALID_RECORD
+    assert ei.value.fault == RecordsFault.invalid_record
     assert validate_batches(c, None, from_client=False)[0].is_control
 
 
@@ -203,7 +197,7 @@ def test_producer_id_needs_sequence():
     b = make_batch(2, producer_id=5, producer_epoch=0, base_sequence=-1)
     with pytest.raises(InvalidRecordsError) as ei:
         validate_batches(b, None)
-    assert ei.value.error_code == INVALID_RECORD
+    assert ei.value.fault == RecordsFault.invalid_record
 
 
 def test_assign_offsets_in_place_keeps_crc():

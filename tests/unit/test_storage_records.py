@@ -9,7 +9,7 @@ import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from storage.errors import CORRUPT_MESSAGE, InvalidRecordsError
+from storage.errors import InvalidRecordsError, RecordsFault
 from storage.record_batch import HEADER_SIZE, parse_header, validate_batches
 from storage.records import (
     XERIAL_MAGIC,
@@ -82,7 +82,7 @@ def test_foreign_codec_variants_decode():
 def test_garbage_payload_is_corrupt(codec):
     with pytest.raises(InvalidRecordsError) as ei:
         decompress(codec, b"\x01\x02\x03 definitely not compressed")
-    assert ei.value.error_code == CORRUPT_MESSAGE
+    assert ei.value.fault == RecordsFault.corrupt_message
 
 
 def test_malformed_records_are_corrupt():
@@ -90,7 +90,7 @@ def test_malformed_records_are_corrupt():
     struct.pack_into(">i", b, 57, 3)  # claims more records than present
     with pytest.raises(InvalidRecordsError) as ei:
         decode_batch(bytes(b))
-    assert ei.value.error_code == CORRUPT_MESSAGE
+    assert ei.value.fault == RecordsFault.corrupt_message
     c = build_batch([SimpleRecord(b"k", b"v", (), 1)])
     with pytest.raises(InvalidRecordsError):
         decode_batch(c[:-1] + b"\x7f", verify_crc=True)

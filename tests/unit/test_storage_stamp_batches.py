@@ -8,7 +8,7 @@ import struct
 
 import pytest
 
-from storage.errors import CORRUPT_MESSAGE, INVALID_RECORD, MESSAGE_TOO_LARGE, InvalidRecordsError
+from storage.errors import InvalidRecordsError, RecordsFault
 from storage.log import Log, LogConfig
 from storage.record_batch import (
     StampedBatches,
@@ -84,22 +84,22 @@ def faulty_blobs():
     cases = []
     b = blob(one)
     b[-1] ^= 0xFF
-    cases.append(("crc", b, CORRUPT_MESSAGE))
-    cases.append(("magic1", _set(blob(one), 16, ">b", 1), INVALID_RECORD))
-    cases.append(("magic9", _set(blob(one), 16, ">b", 9), CORRUPT_MESSAGE))
+    cases.append(("crc", b, RecordsFault.corrupt_message))
+    cases.append(("magic1", _set(blob(one), 16, ">b", 1), RecordsFault.invalid_record))
+    cases.append(("magic9", _set(blob(one), 16, ">b", 9), RecordsFault.corrupt_message))
     cases.append(("codec6", _set(blob(one), 21, ">h", 6), None))
-    cases.append(("count0", _set(blob(one), 57, ">i", 0), INVALID_RECORD))
-    cases.append(("delta", _set(blob(one), 23, ">i", 1), INVALID_RECORD))
-    cases.append(("control", _set(blob(one), 21, ">h", 0x20), INVALID_RECORD))
-    cases.append(("seq", blob(batch(2, 0, producer_id=5, producer_epoch=0, base_sequence=-1)), INVALID_RECORD))
-    cases.append(("truncated", blob(one)[:-3], CORRUPT_MESSAGE))
-    cases.append(("tail", blob(one, b"\x00" * 20), CORRUPT_MESSAGE))
-    cases.append(("empty", bytearray(), INVALID_RECORD))
-    cases.append(("length", _set(blob(one), 8, ">i", 30, fix_crc=False), CORRUPT_MESSAGE))
+    cases.append(("count0", _set(blob(one), 57, ">i", 0), RecordsFault.invalid_record))
+    cases.append(("delta", _set(blob(one), 23, ">i", 1), RecordsFault.invalid_record))
+    cases.append(("control", _set(blob(one), 21, ">h", 0x20), RecordsFault.invalid_record))
+    cases.append(("seq", blob(batch(2, 0, producer_id=5, producer_epoch=0, base_sequence=-1)), RecordsFault.invalid_record))
+    cases.append(("truncated", blob(one)[:-3], RecordsFault.corrupt_message))
+    cases.append(("tail", blob(one, b"\x00" * 20), RecordsFault.corrupt_message))
+    cases.append(("empty", bytearray(), RecordsFault.invalid_record))
+    cases.append(("length", _set(blob(one), 8, ">i", 30, fix_crc=False), RecordsFault.corrupt_message))
     # a bad batch after good ones: the good ones must not be accepted alone
     late = blob(batch(2, 0), batch(2, 3))
     late[-1] ^= 0x01
-    cases.append(("late-crc", late, CORRUPT_MESSAGE))
+    cases.append(("late-crc", late, RecordsFault.corrupt_message))
     return cases
 
 
@@ -110,7 +110,7 @@ def test_declines_what_the_exact_path_rejects(name, buf, code):
         return
     with pytest.raises(InvalidRecordsError) as err:
         validate_batches(memoryview(bytearray(buf)), MAX)
-    assert err.value.error_code == code
+    assert err.value.fault == code
 
 
 def test_declines_oversized_batches_and_other_codecs():
@@ -129,11 +129,11 @@ def test_log_reports_exact_errors_and_keeps_offsets_contiguous(tmp_path):
     late[-1] ^= 0x01
     with pytest.raises(InvalidRecordsError) as err:
         log.append_as_leader(late, 0)
-    assert err.value.error_code == CORRUPT_MESSAGE
+    assert err.value.fault == RecordsFault.corrupt_message
     big = blob(batch(200))
     with pytest.raises(InvalidRecordsError) as err:
         log.append_as_leader(big, 0)
-    assert err.value.error_code == MESSAGE_TOO_LARGE
+    assert err.value.fault == RecordsFault.message_too_large
     assert log.log_end_offset == 3
     info = log.append_as_leader(blob(batch(2), batch(1)), 5)
     assert (info.first_offset, info.last_offset, info.num_batches) == (3, 5, 2)

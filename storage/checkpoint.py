@@ -192,6 +192,15 @@ class OffsetCheckpointFile:
             self._write_unlocked(current)
             return current
 
+    def lower(self, key: tuple[str, int], offset: int) -> None:
+        """Lower ``key``'s entry to ``offset`` if it is above (a truncation
+        cut the log below a checkpointed point); absent entries stay absent."""
+        with self.locked():
+            current = self.read()
+            if current.get(key, -1) > offset:
+                current[key] = offset
+                self._write_unlocked(current)
+
 
 def _epoch_entry(fields: list[str]) -> tuple[int, int]:
     if len(fields) != 2:

@@ -13,66 +13,34 @@ re-validated on open and a torn or corrupt tail is cut.
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import random
-import re
 import shutil
 import threading
 import time
+import functools
 from bisect import bisect_right
-from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
-from storage.checkpoint import (
-    CLEANER_OFFSET_CHECKPOINT,
-    LEADER_EPOCH_CHECKPOINT,
-    OffsetCheckpointFile,
-    fsync_dir,
-    fsync_path,
-)
+from storage.checkpoint import CLEANER_OFFSET_CHECKPOINT, LEADER_EPOCH_CHECKPOINT, OffsetCheckpointFile, fsync_dir, fsync_path
 from storage.errors import (InvalidRecordsError, LogClosedError, OffsetOutOfRangeError, RecordsFault,
                             UnexpectedAppendOffsetError)
 from storage.leader_epoch import LeaderEpochCache
-from storage.producer_state import (
-    ORIGIN_CLIENT,
-    ORIGIN_COORDINATOR,
-    ORIGIN_REPLICATION,
-    BatchMetadata,
-    CompletedTxn,
-    ProducerAppendInfo,
-    ProducerStateManager,
-    end_txn_marker_type,
-    increment_sequence,
-)
+from storage.log_config import (CREATE_TIME, EARLIEST_LOCAL_TIMESTAMP, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP,
+                                LOG_APPEND_TIME, MAX_TIMESTAMP, LogConfig)
+from storage.log_files import CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX, parse_partition_dir_name, partition_dir_name
+from storage.log_loader import LogLoader, rebuild_producer_state
+from storage.log_retention import (FROM_CONFIG, RetentionResult, SegmentDeleter, deletable_segment_count,
+                                   retention_limits)
+from storage.log_validator import convert_and_validate_keys
+from storage.producer_append import analyze_producers, apply_producer_updates, producer_batch_positions
+from storage.producer_state import ORIGIN_CLIENT, ORIGIN_COORDINATOR, ORIGIN_REPLICATION, BatchMetadata, ProducerStateManager
+from storage.record_batch import (LOG_OVERHEAD, assign_offsets, set_log_append_time, stamp_client_batches,
+                                  validate_batches)
+from storage.segment import (INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, FileSlice, LogSegment,
+                             segment_file_prefix)
 from storage.txn_index import AbortedTxn
-from storage.record_batch import (
-    COMPRESSION_GZIP,
-    COMPRESSION_LZ4,
-    COMPRESSION_MASK,
-    COMPRESSION_NONE,
-    COMPRESSION_SNAPPY,
-    COMPRESSION_ZSTD,
-    CONTROL_MASK,
-    LOG_OVERHEAD,
-    BatchHeader,
-    assign_offsets,
-    set_log_append_time,
-    stamp_client_batches,
-    unpack_header,
-    validate_batches,
-)
-from storage import records as _records
-from storage.segment import (
-    INDEX_SUFFIX,
-    LOG_SUFFIX,
-    TIME_INDEX_SUFFIX,
-    TXN_INDEX_SUFFIX,
-    FileSlice,
-    LogSegment,
-    segment_file_prefix,
-)
 
 __all__ = [
     "Log",
@@ -82,6 +50,9 @@ __all__ = [
     "FileSlice",
     "partition_dir_name",
     "parse_partition_dir_name",
+    "CLEANED_FILE_SUFFIX",
+    "CREATE_TIME",
+    "LOG_APPEND_TIME",
     "LATEST_TIMESTAMP",
     "EARLIEST_TIMESTAMP",
     "MAX_TIMESTAMP",
@@ -90,129 +61,9 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-# ListOffsets special timestamps.
-LATEST_TIMESTAMP = -1
-EARLIEST_TIMESTAMP = -2
-MAX_TIMESTAMP = -3
-EARLIEST_LOCAL_TIMESTAMP = -4
-
-CREATE_TIME = "CreateTime"
-LOG_APPEND_TIME = "LogAppendTime"
-
-# Suffixes of Kafka's in-flight files: pending asynchronous deletes, cleaner
-# output not yet swapped in, cleaner output being swapped in.  ".tmp" is our
-# (and Kafka's) checkpoint write in progress.
-DELETED_FILE_SUFFIX = ".deleted"
-CLEANED_FILE_SUFFIX = ".cleaned"
-SWAP_FILE_SUFFIX = ".swap"
-_TMP_SUFFIX = ".tmp"
-_SEGMENT_NAME = re.compile(r"^(\d{20})(\.log|\.index|\.timeindex|\.txnindex)$")
-_ANY_SEGMENT_FILE = re.compile(r"^(\d{20})\.(log|index|timeindex|txnindex)(\..+)?$")
-
-LONG_MAX = 9223372036854775807
-
-# topic compression.type -> codec id (None: keep the producer's codec)
-COMPRESSION_TYPES = {
-    "producer": None,
-    "uncompressed": COMPRESSION_NONE,
-    "gzip": COMPRESSION_GZIP,
-    "snappy": COMPRESSION_SNAPPY,
-    "lz4": COMPRESSION_LZ4,
-    "zstd": COMPRESSION_ZSTD,
-}
-
-
-def partition_dir_name(topic: str, partition: int) -> str:
-    return f"{topic}-{partition}"
-
-
-def parse_partition_dir_name(name: str) -> tuple[str, int]:
-    topic, sep, partition = name.rpartition("-")
-    if not sep or not topic or not partition.isdigit():
-        raise ValueError(f"{name!r} is not a <topic>-<partition> directory name")
-    return topic, int(partition)
-
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
-
-
-@dataclass
-class LogConfig:
-    """Per-topic log settings; names and defaults are Kafka's topic configs."""
-
-    segment_bytes: int = 1073741824  # segment.bytes
-    segment_ms: int = 604800000  # segment.ms
-    segment_index_bytes: int = 10485760  # segment.index.bytes
-    index_interval_bytes: int = 4096  # index.interval.bytes
-    max_message_bytes: int = 1048588  # max.message.bytes
-    flush_messages: int | None = None  # flush.messages; None = never (Long.MAX)
-    flush_ms: int | None = None  # flush.ms; None = never (Long.MAX)
-    message_timestamp_type: str = CREATE_TIME  # message.timestamp.type
-    cleanup_policy: str = "delete"  # cleanup.policy: delete, compact, or both
-    segment_jitter_ms: int = 0  # segment.jitter.ms
-    retention_ms: int = 604800000  # retention.ms; -1 = unlimited
-    retention_bytes: int = -1  # retention.bytes; -1 = unlimited
-    file_delete_delay_ms: int = 60000  # file.delete.delay.ms
-    delete_retention_ms: int = 86400000  # delete.retention.ms (tombstones)
-    min_cleanable_dirty_ratio: float = 0.5  # min.cleanable.dirty.ratio
-    min_compaction_lag_ms: int = 0  # min.compaction.lag.ms
-    max_compaction_lag_ms: int = LONG_MAX  # max.compaction.lag.ms
-    compression_type: str = "producer"  # compression.type
-
-    @property
-    def compacted(self) -> bool:
-        """Compacted logs legitimately have offset gaps between batches."""
-        return "compact" in self.cleanup_policy
-
-    @property
-    def has_delete_policy(self) -> bool:
-        """Time and size retention apply (Kafka's ``LogConfig.delete``)."""
-        return "delete" in self.cleanup_policy
-
-    @property
-    def compression_codec(self) -> int | None:
-        """Codec the broker converts batches to, or None for "producer"."""
-        return COMPRESSION_TYPES[self.compression_type]
-
-    @property
-    def max_segment_ms(self) -> int:
-        """Kafka's ``LogConfig.maxSegmentMs``: a compacted topic also rolls by
-        max.compaction.lag.ms so its records become cleanable in time."""
-        if self.compacted and self.max_compaction_lag_ms > 0:
-            return min(self.max_compaction_lag_ms, self.segment_ms)
-        return self.segment_ms
-
-    def random_segment_jitter(self, rng: random.Random | None = None) -> int:
-        """Kafka's ``LogConfig.randomSegmentJitter``: uniform in
-        [0, min(segment.jitter.ms, segment.ms))."""
-        if self.segment_jitter_ms <= 0:
-            return 0
-        return (rng or random).randrange(min(self.segment_jitter_ms, self.max_segment_ms))
-
-    def __post_init__(self) -> None:
-        # Positions in the offset index are int32, hence Kafka's Int range.
-        if not 14 <= self.segment_bytes <= 0x7FFFFFFF:
-            raise ValueError(f"segment_bytes must be in [14, 2147483647], got {self.segment_bytes}")
-        if self.segment_index_bytes < 12:
-            raise ValueError(f"segment_index_bytes must be >= 12, got {self.segment_index_bytes}")
-        if self.index_interval_bytes < 0 or self.max_message_bytes < 0 or self.segment_ms < 1:
-            raise ValueError("index_interval_bytes and max_message_bytes must be >= 0, segment_ms >= 1")
-        if self.message_timestamp_type not in (CREATE_TIME, LOG_APPEND_TIME):
-            raise ValueError(f"unknown message_timestamp_type {self.message_timestamp_type!r}")
-        policies = {p.strip() for p in self.cleanup_policy.split(",")}
-        if not policies or not policies <= {"delete", "compact"}:
-            raise ValueError(f"unknown cleanup_policy {self.cleanup_policy!r}")
-        if self.compression_type not in COMPRESSION_TYPES:
-            raise ValueError(f"unknown compression_type {self.compression_type!r}")
-        if self.retention_ms < -1 or self.retention_bytes < -1:
-            raise ValueError("retention_ms and retention_bytes must be >= -1")
-        if min(self.segment_jitter_ms, self.file_delete_delay_ms, self.delete_retention_ms, self.min_compaction_lag_ms) < 0:
-            raise ValueError("segment_jitter_ms, file_delete_delay_ms, delete_retention_ms, min_compaction_lag_ms must be >= 0")
-        if self.max_compaction_lag_ms < 1:
-            raise ValueError("max_compaction_lag_ms must be >= 1")
-        if not 0 <= self.min_cleanable_dirty_ratio <= 1:
-            raise ValueError("min_cleanable_dirty_ratio must be in [0, 1]")
 
 
 class AppendInfo(NamedTuple):
@@ -229,26 +80,6 @@ class AppendInfo(NamedTuple):
 
 
 _EMPTY_APPEND = AppendInfo(-1, -1, -1, -1, 0, 0, -1)
-
-
-class _ProducerUpdates(NamedTuple):
-    """What an append changes in the producer state, checked before the write."""
-
-    infos: dict[int, ProducerAppendInfo]
-    completed: list[CompletedTxn]
-
-
-class RetentionResult(NamedTuple):
-    """What :meth:`Log.apply_retention` did.  When ``log_start_changed`` the
-    owner should checkpoint ``log_start_offset``."""
-
-    deleted_segments: int
-    deleted_bytes: int
-    log_start_offset: int
-    log_start_changed: bool
-
-
-_FROM_CONFIG = object()
 
 
 class Log:
@@ -271,8 +102,8 @@ class Log:
         self._bases: list[int] = []
         # segment.jitter.ms draws (one per segment opened, as Kafka)
         self._rng = rng if rng is not None else random.Random()
-        # (due_ms, segment) renamed to ".deleted", removed by delete_pending()
-        self._pending_deletes: list[tuple[int, LogSegment]] = []
+        # segments renamed to ".deleted", unlinked by delete_pending()
+        self._deleter = SegmentDeleter()
         # bumped by every truncation; the cleaner aborts a pass that spans one
         self.truncation_generation = 0
         now_ms = _now_ms() if now_ms is None else now_ms
@@ -302,260 +133,27 @@ class Log:
 
     # ------------------------------------------------------------- loading
 
-    def _unlink(self, name: str, why: str) -> None:
-        log.info("deleting %s %s", why, os.path.join(self.dir, name))
-        try:
-            os.unlink(os.path.join(self.dir, name))
-        except FileNotFoundError:
-            pass
-        self._dir_dirty = True
-
-    def _complete_or_roll_back_swaps(self) -> None:
-        """Kafka's ``LogLoader.removeTempFilesAndCollectSwapFiles`` and swap
-        recovery, run before segments are opened.
-
-        * ``.deleted`` files (pending deletions) and ``.tmp`` files go.
-        * ``.cleaned`` files (cleaner output never swapped in) go, and so does
-          every ``.swap`` file whose offset is >= the smallest ``.cleaned``
-          offset: that swap was interrupted before all of its files were
-          renamed, the replaced segments are still intact, and the swap is
-          rolled back.
-        * The remaining ``.swap`` files completed their ``.cleaned -> .swap``
-          rename, after which the cleaner only deletes what they replace: the
-          swap is completed.  Segment files (not ``.swap``) with a base offset
-          in ``[min swap base, max swap next offset)`` are the replaced ones
-          and are deleted, then the ``.swap`` suffix is dropped.
-        """
-        swap_names = []
-        min_cleaned = None
-        for name in os.listdir(self.dir):
-            if not os.path.isfile(os.path.join(self.dir, name)):
-                continue
-            if name.endswith(DELETED_FILE_SUFFIX) or name.endswith(_TMP_SUFFIX):
-                self._unlink(name, "leftover file")
-            elif name.endswith(CLEANED_FILE_SUFFIX):
-                m = _ANY_SEGMENT_FILE.match(name)
-                if m:
-                    base = int(m.group(1))
-                    min_cleaned = base if min_cleaned is None else min(min_cleaned, base)
-                self._unlink(name, "unfinished cleaner output")
-            elif name.endswith(SWAP_FILE_SUFFIX):
-                swap_names.append(name)
-        valid = []
-        for name in swap_names:
-            m = _SEGMENT_NAME.match(name[: -len(SWAP_FILE_SUFFIX)])
-            if m is None or (min_cleaned is not None and int(m.group(1)) >= min_cleaned):
-                self._unlink(name, "swap file of an interrupted, rolled back swap")
-            else:
-                valid.append(name)
-        if not valid:
-            return
-        min_swap, max_swap = None, None
-        for name in valid:
-            m = _SEGMENT_NAME.match(name[: -len(SWAP_FILE_SUFFIX)])
-            if m.group(2) != LOG_SUFFIX:
-                continue
-            base = int(m.group(1))
-            seg = LogSegment(self.dir, base, self.config, file_suffix=SWAP_FILE_SUFFIX)
-            try:
-                end = seg.next_offset
-            finally:
-                seg.close_handles()
-            log.info("completing interrupted swap of %s (offsets %d..%d)", name, base, end)
-            min_swap = base if min_swap is None else min(min_swap, base)
-            max_swap = end if max_swap is None else max(max_swap, end)
-        if min_swap is not None:
-            for name in os.listdir(self.dir):
-                m = _SEGMENT_NAME.match(name)
-                if m and min_swap <= int(m.group(1)) < max_swap:
-                    self._unlink(name, "segment file replaced by an interrupted swap")
-        for name in valid:
-            os.replace(os.path.join(self.dir, name), os.path.join(self.dir, name[: -len(SWAP_FILE_SUFFIX)]))
-            self._dir_dirty = True
-
     def _load(self, recovery_point: int, log_start_offset: int, now_ms: int) -> None:
-        self._complete_or_roll_back_swaps()
-        names = os.listdir(self.dir)
-        bases = []
-        for name in names:
-            m = _SEGMENT_NAME.match(name)
-            if m and m.group(2) == LOG_SUFFIX:
-                bases.append(int(m.group(1)))
-        present = set(bases)
-        for name in names:
-            m = _SEGMENT_NAME.match(name)
-            if m and m.group(2) != LOG_SUFFIX and int(m.group(1)) not in present:
-                log.info("deleting orphaned index file %s", name)
-                os.unlink(os.path.join(self.dir, name))
-                self._dir_dirty = True
-        bases.sort()
-        segments = [self._open_segment(base, now_ms) for base in bases]
-
-        cache = self.leader_epoch_cache
-
-        def observe_epoch(epoch: int, base_offset: int) -> None:
-            latest = cache.latest_epoch
-            if epoch >= 0 and (latest is None or epoch > latest):
-                cache.assign(epoch, base_offset)
-
-        if segments:
-            first_unflushed = max(bisect_right(bases, recovery_point) - 1, 0)
-            for seg in segments[:first_unflushed]:
-                # Flushed segments are trusted; only a missing index forces a
-                # rebuild now (other index damage is caught on first use).
-                if not (seg.index.exists() and seg.time_index.exists()):
-                    log.warning("rebuilding missing index of %s", seg.log_path)
-                    seg.recover()
-            i = first_unflushed
-            while i < len(segments):
-                seg = segments[i]
-                truncated = seg.recover(
-                    from_offset=recovery_point if i == first_unflushed else None,
-                    epoch_observer=observe_epoch,
-                )
-                overlaps = i + 1 < len(segments) and segments[i + 1].base_offset < seg.next_offset
-                if (truncated > 0 or overlaps) and i + 1 < len(segments):
-                    # As Kafka: data after a corrupt point cannot be trusted to
-                    # continue the log, so later segments go.
-                    for later in segments[i + 1 :]:
-                        log.warning("deleting segment %s after corruption in %s", later.log_path, seg.log_path)
-                        later.delete()
-                    del segments[i + 1 :]
-                    self._dir_dirty = True
-                i += 1
-
-        if segments and segments[-1].next_offset < log_start_offset:
-            # The log start was advanced past everything we have (e.g. by
-            # DeleteRecords before a crash): start over there.
-            for seg in segments:
-                seg.delete()
-            segments = []
-            cache.clear()
-        if not segments:
-            segments = [self._open_segment(log_start_offset, now_ms, create=True)]
-            self._dir_dirty = True
-        self._segments = segments
-        self._bases = [s.base_offset for s in segments]
-        self._next_offset = segments[-1].next_offset
-        self._log_start_offset = max(log_start_offset, segments[0].base_offset)
-        self._recovery_point = min(recovery_point, self._next_offset)
-        cache.truncate_from_end(self._next_offset)
-        cache.truncate_from_start(self._log_start_offset)
+        loaded = LogLoader(self.dir, self.config, self._open_segment, self.leader_epoch_cache).load(
+            recovery_point, log_start_offset, now_ms)
+        self._segments = loaded.segments
+        self._bases = [s.base_offset for s in loaded.segments]
+        self._next_offset = loaded.segments[-1].next_offset
+        self._log_start_offset = loaded.log_start_offset
+        self._recovery_point = loaded.recovery_point
         self._reload_producer_state(now_ms)
-        if self._dir_dirty:
+        if loaded.dir_dirty:
             fsync_dir(self.dir)
-            self._dir_dirty = False
+        self._dir_dirty = False
 
     # ------------------------------------------------------ producer state
 
     def _reload_producer_state(self, now_ms: int | None = None) -> None:
-        """Kafka's ``rebuildProducerState``: the newest snapshot at or below
-        the log end, then the batch headers after it. The transaction indexes
-        from there on are rebuilt on the way (recovery may have cut them)."""
-        ps = self.producer_state
-        end = self._next_offset
-        ps.delete_snapshots_above(end)
-        start = ps.load_latest_snapshot(end, self._log_start_offset, _now_ms() if now_ms is None else now_ms)
-        replayed = self._replay_producer_state(start)
-        ps.map_end_offset = end
-        if replayed and end > start:
-            # The next restart starts from here instead of replaying again.
-            ps.take_snapshot(sync=False)
+        rebuild_producer_state(self.producer_state, self._segments, self._bases, self._log_start_offset,
+                               _now_ms() if now_ms is None else now_ms)
 
-    def _replay_producer_state(self, start: int) -> int:
-        ps = self.producer_state
-        segs = self._segments
-        first = max(bisect_right(self._bases, start) - 1, 0)
-        for seg in segs[first:]:
-            seg.txn_index.truncate_to(start)
-        batches = 0
-        for seg in segs[first:]:
-            for pos, h in seg.iter_batches():
-                if h.last_offset < start or h.producer_id < 0:
-                    continue
-                batches += 1
-                info = ps.prepare_update(h.producer_id, ORIGIN_REPLICATION)
-                completed = None
-                if h.attributes & CONTROL_MASK:
-                    marker = end_txn_marker_type(seg.read_bytes(pos, h.size))
-                    if marker is not None:
-                        completed = info.append_end_txn_marker(marker[0], marker[1], h.producer_epoch, h.base_offset,
-                                                               h.max_timestamp)
-                else:
-                    info.append_data_batch(h.producer_epoch, h.base_sequence,
-                                           increment_sequence(h.base_sequence, h.last_offset_delta), h.max_timestamp,
-                                           h.base_offset, h.last_offset, h.is_transactional)
-                ps.update(info)
-                if completed is not None:
-                    self._complete_txn(completed, seg)
-        return batches
-
-    def _complete_txn(self, completed: CompletedTxn, seg: LogSegment) -> None:
-        ps = self.producer_state
-        if completed.is_aborted:
-            seg.txn_index.append(AbortedTxn(completed.producer_id, completed.first_offset, completed.last_offset,
-                                            ps.last_stable_offset_after(completed)))
-        ps.complete_txn(completed)
-
-    @staticmethod
-    def _producer_batches(headers: list[BatchHeader], stamped=None) -> list[tuple[int, BatchHeader]]:
-        """``(position, header)`` of the batches in ``headers`` that name a
-        producer id. ``stamped``: the bytes as written since ``headers`` were
-        parsed (offsets, epochs, LogAppendTime); those batches' headers are
-        read again from it, so producer state sees what the log holds."""
-        found: list[tuple[int, BatchHeader]] = []
-        pos = 0
-        for h in headers:
-            if h.producer_id >= 0:
-                found.append((pos, h if stamped is None else unpack_header(stamped, pos)))
-            pos += h.batch_length + LOG_OVERHEAD
-        return found
-
-    def _analyze_producers(
-        self, view, producer_batches: list[tuple[int, BatchHeader]], origin: str
-    ) -> _ProducerUpdates | BatchMetadata:
-        """Kafka's ``analyzeAndValidateProducerState`` over stamped batches
-        (``producer_batches``: position and header of each batch of ``view``
-        that names a producer id): the updates to apply after the write, or
-        the original of a retried batch (then nothing is written). Raises
-        ProducerStateError."""
-        ps = self.producer_state
-        infos: dict[int, ProducerAppendInfo] = {}
-        completed: list[CompletedTxn] = []
-        for pos, h in producer_batches:
-            pid = h.producer_id
-            if h.attributes & CONTROL_MASK:
-                marker = end_txn_marker_type(view, pos)
-                if marker is None:
-                    continue
-                info = infos.get(pid) or infos.setdefault(pid, ps.prepare_update(pid, origin))
-                done = info.append_end_txn_marker(marker[0], marker[1], h.producer_epoch, h.base_offset,
-                                                  h.max_timestamp)
-                if done is not None:
-                    completed.append(done)
-                continue
-            last_seq = increment_sequence(h.base_sequence, h.last_offset_delta)
-            if origin == ORIGIN_CLIENT:
-                entry = ps.last_entry(pid)
-                if entry is not None:
-                    duplicate = entry.find_duplicate(h.producer_epoch, h.base_sequence, last_seq)
-                    if duplicate is not None:
-                        return duplicate
-            info = infos.get(pid) or infos.setdefault(pid, ps.prepare_update(pid, origin))
-            info.append_data_batch(h.producer_epoch, h.base_sequence, last_seq, h.max_timestamp, h.base_offset,
-                                   h.last_offset, h.is_transactional)
-        return _ProducerUpdates(infos, completed)
-
-    def _apply_producer_updates(self, updates: _ProducerUpdates | None) -> None:
-        """After the write: the producers' new state, ended transactions (an
-        abort goes into the index of the segment holding its marker)."""
-        ps = self.producer_state
-        if updates is not None:
-            for info in updates.infos.values():
-                ps.update(info)
-            for completed in updates.completed:
-                self._complete_txn(completed, self._segments[-1])
-        ps.map_end_offset = self._next_offset
+    def _apply_producer_updates(self, updates) -> None:
+        apply_producer_updates(self.producer_state, updates, self._segments[-1].txn_index, self._next_offset)
 
     @staticmethod
     def _duplicate_append(duplicate: BatchMetadata, total: int) -> AppendInfo:
@@ -686,7 +284,7 @@ class Log:
                     last, batches, max_ts, off_max, layout, producer_batches = stamped
                     updates = None
                     if producer_batches:
-                        updates = self._analyze_producers(view, producer_batches, origin)
+                        updates = analyze_producers(self.producer_state, view, producer_batches, origin)
                         if isinstance(updates, BatchMetadata):
                             return self._duplicate_append(updates, total)
                     self._append_stamped(view, first, last, batches, max_ts, off_max, leader_epoch, now_ms, layout)
@@ -698,7 +296,8 @@ class Log:
         ):
             # The only leader-side decoding, as in Kafka's LogValidator: keys
             # of compacted topics, and conversion to the topic's codec.
-            converted = self._convert_and_validate_keys(view, headers, target, cfg.compacted)
+            converted = convert_and_validate_keys(view, headers, target, cfg.compacted,
+                                                  self.topic_partition_name)
             if converted is not None:
                 buf = converted
                 view = memoryview(buf)
@@ -728,9 +327,9 @@ class Log:
                     if h.max_timestamp > max_ts:
                         max_ts, off_max = h.max_timestamp, nxt - 1
             updates = None
-            producer_batches = self._producer_batches(headers, view)
+            producer_batches = producer_batch_positions(headers, view)
             if producer_batches:
-                updates = self._analyze_producers(view, producer_batches, origin)
+                updates = analyze_producers(self.producer_state, view, producer_batches, origin)
                 if isinstance(updates, BatchMetadata):
                     return self._duplicate_append(updates, total)
             self._append_stamped(view, first, last, len(headers), max_ts, off_max, leader_epoch, now_ms)
@@ -762,48 +361,6 @@ class Log:
     def topic_partition_name(self) -> str:
         """``<topic>-<partition>``, Kafka's TopicPartition string."""
         return os.path.basename(self.dir)
-
-    def _convert_and_validate_keys(self, view, headers, target: int | None, check_keys: bool) -> bytearray | None:
-        """Re-encode batches whose codec differs from ``target`` (Kafka's
-        broker-side compression conversion) and, for compacted topics, reject
-        records without a key.  Returns the new buffer, or None when nothing
-        was converted."""
-        parts = []
-        changed = False
-        pos = 0
-        for h in headers:
-            size = h.batch_length + LOG_OVERHEAD
-            keyless: list[int] = []
-            if h.attributes & CONTROL_MASK:
-                new = None
-            elif target is not None and h.attributes & COMPRESSION_MASK != target:
-                new, keyless = _records.recompress_batch(view, pos, h, target, check_keys=check_keys)
-            else:
-                new = None
-                if check_keys:
-                    keyless = _records.keyless_records(view, pos, h)
-            if keyless:
-                tp = self.topic_partition_name
-                errors = [
-                    (i, f"Compacted topic cannot accept message without key in topic partition {tp}.")
-                    for i in keyless
-                ]
-                shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in errors[:3])
-                raise InvalidRecordsError(
-                    RecordsFault.invalid_record,
-                    f"One or more records have been rejected due to {len(errors)} record errors in total, "
-                    f"and only showing the first three errors at most: [{shown}]",
-                    errors,
-                )
-            if new is None:
-                parts.append(view[pos : pos + size])
-            else:
-                parts.append(new)
-                changed = True
-            pos += size
-        if not changed:
-            return None
-        return bytearray(b"".join(parts))
 
     def append_as_follower(
         self, records, now_ms: int | None = None, *, allow_offset_gap: bool | None = None
@@ -874,9 +431,9 @@ class Log:
             for epoch, start in new_epochs:
                 self.leader_epoch_cache.assign(epoch, start)
             updates = None
-            producer_batches = self._producer_batches(headers)
+            producer_batches = producer_batch_positions(headers)
             if producer_batches:
-                updates = self._analyze_producers(view[:valid], producer_batches, ORIGIN_REPLICATION)
+                updates = analyze_producers(self.producer_state, view[:valid], producer_batches, ORIGIN_REPLICATION)
             seg.append(last, max_ts, off_max, view[:valid])
             self._next_offset = last + 1
             self._apply_producer_updates(updates)
@@ -1233,19 +790,6 @@ class Log:
             self.maybe_increment_log_start_offset(offset, high_watermark)
             return self._log_start_offset
 
-    def _deletable_prefix(self, limit: int, predicate) -> int:
-        """Kafka's ``deletableSegments``: how many leading segments satisfy
-        ``predicate(segment, next_segment)`` and lie wholly below ``limit``.
-        The active segment is never included."""
-        segs = self._segments
-        n = 0
-        while n < len(segs) - 1:
-            seg, nxt = segs[n], segs[n + 1]
-            if nxt.base_offset > limit or not predicate(seg, nxt):
-                break
-            n += 1
-        return n
-
     def _delete_leading(self, n: int, now_ms: int) -> int:
         """Remove the first ``n`` segments (asynchronously, via ".deleted")
         and move the log start to the first remaining one."""
@@ -1270,63 +814,27 @@ class Log:
         high_watermark: int | None = None,
         now_ms: int | None = None,
         *,
-        retention_ms=_FROM_CONFIG,
-        retention_bytes=_FROM_CONFIG,
+        retention_ms=FROM_CONFIG,
+        retention_bytes=FROM_CONFIG,
     ) -> RetentionResult:
-        """Kafka's ``UnifiedLog.deleteOldSegments``, for a periodic caller.
-
-        In Kafka's order: segments wholly below the log start offset; then,
-        when the cleanup policy includes "delete", leading segments while the
-        log exceeds ``retention_bytes``, and leading segments whose largest
-        timestamp is more than ``retention_ms`` old (-1 = unlimited; both
-        default to the config).  Only whole closed segments go, never the
-        active one, and only those that end at or below ``high_watermark``
-        (default: the log end).  Deleted segments are renamed to
-        ``.deleted`` and removed by :meth:`delete_pending` after
-        ``file_delete_delay_ms``.  The log start moves to the first kept
-        segment; the result says where it is now.
+        """Kafka's ``UnifiedLog.deleteOldSegments``, for a periodic caller
+        (storage/log_retention.py decides which segments). ``retention_ms``
+        and ``retention_bytes`` (-1 = unlimited) default to the config. Only
+        whole closed segments go, never the active one, and only those that
+        end at or below ``high_watermark`` (default: the log end). Deleted
+        segments are renamed to ``.deleted`` and removed by
+        :meth:`delete_pending` after ``file_delete_delay_ms``.  The log start
+        moves to the first kept segment; the result says where it is now.
         """
-        cfg = self.config
-        if retention_ms is _FROM_CONFIG:
-            retention_ms = cfg.retention_ms if cfg.has_delete_policy else -1
-        if retention_bytes is _FROM_CONFIG:
-            retention_bytes = cfg.retention_bytes if cfg.has_delete_policy else -1
+        retention_ms, retention_bytes = retention_limits(self.config, retention_ms, retention_bytes)
         with self._lock:
             self._check_open()
             now_ms = _now_ms() if now_ms is None else now_ms
             start_before = self._log_start_offset
             limit = self._next_offset if high_watermark is None else min(high_watermark, self._next_offset)
-            deleted = 0
-            deleted_bytes = 0
-
-            # 1. below the log start offset (DeleteRecords, earlier deletions)
-            n = self._deletable_prefix(limit, lambda seg, nxt: nxt.base_offset <= self._log_start_offset)
-            deleted += n
-            deleted_bytes += self._delete_leading(n, now_ms)
-
-            # 2. retention.bytes
-            if retention_bytes is not None and retention_bytes >= 0:
-                excess = [sum(s.size for s in self._segments) - retention_bytes]
-                if excess[0] > 0:
-
-                    def over_size(seg, nxt):
-                        if excess[0] - seg.size >= 0:
-                            excess[0] -= seg.size
-                            return True
-                        return False
-
-                    n = self._deletable_prefix(limit, over_size)
-                    deleted += n
-                    deleted_bytes += self._delete_leading(n, now_ms)
-
-            # 3. retention.ms, by each segment's largest timestamp
-            if retention_ms is not None and retention_ms >= 0:
-                n = self._deletable_prefix(
-                    limit, lambda seg, nxt: now_ms - self._segment_timestamp(seg) > retention_ms
-                )
-                deleted += n
-                deleted_bytes += self._delete_leading(n, now_ms)
-
+            deleted = deletable_segment_count(self._segments, self._log_start_offset, limit, retention_ms,
+                                              retention_bytes, now_ms)
+            deleted_bytes = self._delete_leading(deleted, now_ms)
             if deleted and self._dir_dirty:
                 fsync_dir(self.dir)
                 self._dir_dirty = False
@@ -1355,20 +863,7 @@ class Log:
     # ------------------------------------------------- asynchronous deletion
 
     def _schedule_delete(self, segments: list[LogSegment], now_ms: int) -> None:
-        """Kafka's asynchronous segment deletion: rename every file to
-        ``.deleted`` now, unlink after ``file_delete_delay_ms`` (a zero delay
-        unlinks at once).  The segment objects keep their descriptors until
-        then, so readers holding them finish their reads."""
-        delay = self.config.file_delete_delay_ms
-        for seg in segments:
-            try:
-                seg.change_file_suffixes("", DELETED_FILE_SUFFIX)
-            except FileNotFoundError:
-                pass
-            if delay <= 0:
-                seg.delete()
-            else:
-                self._pending_deletes.append((now_ms + delay, seg))
+        self._deleter.schedule(segments, now_ms, self.config.file_delete_delay_ms)
         self._dir_dirty = True
 
     def delete_pending(self, now_ms: int | None = None) -> int:
@@ -1377,18 +872,14 @@ class Log:
         from any thread: the unlinks (slow for big files) run outside the
         log's lock, so appends do not wait for them."""
         with self._lock:
-            now_ms = _now_ms() if now_ms is None else now_ms
-            due = [seg for t, seg in self._pending_deletes if t <= now_ms]
-            if not due:
-                return 0
-            self._pending_deletes = [(t, seg) for t, seg in self._pending_deletes if t > now_ms]
+            due = self._deleter.take_due(_now_ms() if now_ms is None else now_ms)
         for seg in due:
             seg.delete()
         return len(due)
 
     @property
     def pending_deletes(self) -> int:
-        return len(self._pending_deletes)
+        return len(self._deleter)
 
     # -------------------------------------------------------- cleaner hooks
 
@@ -1457,22 +948,9 @@ class Log:
         if key is None or not os.path.exists(f.path):
             return
         try:
-            with f.locked():
-                current = f.read()
-                if current.get(key, -1) > offset:
-                    current[key] = offset
-                    f._write_unlocked(current)
+            f.lower(key, offset)
         except Exception:  # the checkpoint is advisory; never fail a truncation
             log.exception("cannot update %s after truncating %s", f.path, self.dir)
-
-    @staticmethod
-    def _segment_timestamp(seg: LogSegment) -> int:
-        # Kafka's LogSegment.largestTimestamp: the max record timestamp, or
-        # the file's modification time when no batch carries one.
-        ts = seg.max_timestamp
-        if ts >= 0:
-            return ts
-        return int(os.stat(seg.log_path).st_mtime * 1000)
 
     # -------------------------------------------------------------- closing
 
@@ -1492,9 +970,7 @@ class Log:
                 for seg in self._segments:
                     seg.close()
                 # pending ".deleted" files are removed by the next open
-                for _, seg in self._pending_deletes:
-                    seg.close_handles()
-                self._pending_deletes = []
+                self._deleter.close()
 
     def delete(self) -> None:
         """Close without flushing and remove the partition directory."""
@@ -1502,9 +978,7 @@ class Log:
             self._closed = True
             for seg in self._segments:
                 seg.close_handles()
-            for _, seg in self._pending_deletes:
-                seg.close_handles()
-            self._pending_deletes = []
+            self._deleter.close()
             self._segments = []
             self._bases = []
             shutil.rmtree(self.dir, ignore_errors=True)

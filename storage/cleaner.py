@@ -63,9 +63,12 @@ from typing import Iterable, Iterator, NamedTuple
 
 from crc32c import crc32c
 
-from storage.checkpoint import CLEANER_OFFSET_CHECKPOINT, OffsetCheckpointFile
+from storage.checkpoint import OffsetCheckpointFile
+from storage.cleaner_checkpoint import CleanerCheckpoint
 from storage.errors import InvalidRecordsError, StorageError
-from storage.log import CLEANED_FILE_SUFFIX, Log, parse_partition_dir_name
+from storage.log import Log
+from storage.log_files import CLEANED_FILE_SUFFIX
+from storage.log_retention import segment_timestamp
 from storage.record_batch import (
     ATTRIBUTES_OFFSET,
     COMPRESSION_MASK,
@@ -86,7 +89,6 @@ __all__ = [
     "OffsetMap",
     "LogToClean",
     "CleanResult",
-    "cleaner_checkpoint_path",
     "read_cleaner_checkpoint",
 ]
 
@@ -102,18 +104,9 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def cleaner_checkpoint_path(log_: Log) -> str:
-    """``<log.dir>/cleaner-offset-checkpoint`` for the log dir holding ``log_``."""
-    return os.path.join(os.path.dirname(log_.dir), CLEANER_OFFSET_CHECKPOINT)
-
-
-def _key_of(log_: Log) -> tuple[str, int]:
-    return parse_partition_dir_name(os.path.basename(log_.dir))
-
-
 def read_cleaner_checkpoint(log_: Log) -> int | None:
     """The clean point checkpointed for ``log_``, or None."""
-    return OffsetCheckpointFile(cleaner_checkpoint_path(log_)).read().get(_key_of(log_))
+    return CleanerCheckpoint(log_.dir).read()
 
 
 class OffsetMap:
@@ -211,11 +204,6 @@ class _Abort(Exception):
     def __init__(self, message: str, corrupt: bool = False):
         super().__init__(message)
         self.corrupt = corrupt
-
-
-def _segment_largest_timestamp(seg: LogSegment) -> int:
-    ts = seg.max_timestamp
-    return ts if ts >= 0 else seg.last_modified_ms
 
 
 def _iter_file_batches(fd: int, size: int) -> Iterator[tuple[int, tuple, memoryview]]:
@@ -324,7 +312,7 @@ class LogCleaner:
         min_lag = max(cfg.min_compaction_lag_ms, 0)
         if min_lag > 0:
             for s in dirty_non_active:
-                if _segment_largest_timestamp(s) > now_ms - min_lag:
+                if segment_timestamp(s) > now_ms - min_lag:
                     candidates.append(s.base_offset)
                     break
         uncleanable = min(candidates)
@@ -359,18 +347,17 @@ class LogCleaner:
         for lg, hw in self._normalise(logs):
             if lg.closed or not lg.config.compacted or lg.dir in self.uncleanable:
                 continue
-            path = cleaner_checkpoint_path(lg)
+            entry = CleanerCheckpoint(lg.dir)
+            path = entry.path
             if path not in checkpoints:
                 try:
                     checkpoints[path] = OffsetCheckpointFile(path).read()
                 except StorageError:
                     log.exception("unreadable %s; treating it as empty", path)
                     checkpoints[path] = {}
-            try:
-                key = _key_of(lg)
-            except ValueError:
+            if entry.key is None:
                 continue
-            ltc = self.cleanable_range(lg, now_ms, hw, checkpoints[path].get(key))
+            ltc = self.cleanable_range(lg, now_ms, hw, checkpoints[path].get(entry.key))
             if not (
                 (ltc.needs_compaction_now and ltc.cleanable_bytes > 0)
                 or ltc.cleanable_ratio > lg.config.min_cleanable_dirty_ratio
@@ -447,7 +434,7 @@ class LogCleaner:
             with lg._lock:
                 if lg.closed or lg.truncation_generation != generation:
                     raise _Abort("the log was truncated or closed during cleaning")
-                OffsetCheckpointFile(cleaner_checkpoint_path(lg)).update({_key_of(lg): end_offset})
+                CleanerCheckpoint(lg.dir).store(end_offset)
             log.info(
                 "cleaned %s: offsets [%d, %d), %d -> %d bytes",
                 tp, ltc.first_dirty_offset, end_offset, stats.bytes_read, stats.bytes_written,

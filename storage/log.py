@@ -19,27 +19,25 @@ import random
 import shutil
 import threading
 import time
-import functools
-from bisect import bisect_right
 from typing import Callable, NamedTuple
 
-from storage.checkpoint import CLEANER_OFFSET_CHECKPOINT, LEADER_EPOCH_CHECKPOINT, OffsetCheckpointFile, fsync_dir, fsync_path
+from storage.checkpoint import LEADER_EPOCH_CHECKPOINT, fsync_dir
+from storage.cleaner_checkpoint import CleanerCheckpoint
 from storage.errors import (InvalidRecordsError, LogClosedError, OffsetOutOfRangeError, RecordsFault,
                             UnexpectedAppendOffsetError)
 from storage.leader_epoch import LeaderEpochCache
 from storage.log_config import (CREATE_TIME, EARLIEST_LOCAL_TIMESTAMP, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP,
                                 LOG_APPEND_TIME, MAX_TIMESTAMP, LogConfig)
-from storage.log_files import CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX, parse_partition_dir_name, partition_dir_name
+from storage.log_files import CLEANED_FILE_SUFFIX, parse_partition_dir_name, partition_dir_name
+from storage.local_log import LocalLog
 from storage.log_loader import LogLoader, rebuild_producer_state
-from storage.log_retention import (FROM_CONFIG, RetentionResult, SegmentDeleter, deletable_segment_count,
-                                   retention_limits)
+from storage.log_retention import FROM_CONFIG, RetentionResult, deletable_segment_count, retention_limits
 from storage.log_validator import convert_and_validate_keys
 from storage.producer_append import analyze_producers, apply_producer_updates, producer_batch_positions
 from storage.producer_state import ORIGIN_CLIENT, ORIGIN_COORDINATOR, ORIGIN_REPLICATION, BatchMetadata, ProducerStateManager
 from storage.record_batch import (LOG_OVERHEAD, assign_offsets, set_log_append_time, stamp_client_batches,
                                   validate_batches)
-from storage.segment import (INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, FileSlice, LogSegment,
-                             segment_file_prefix)
+from storage.segment import FileSlice, LogSegment
 from storage.txn_index import AbortedTxn
 
 __all__ = [
@@ -95,65 +93,61 @@ class Log:
         producer_id_expiration_ms: int = 86400000,
     ):
         self.dir = os.path.abspath(dir)
-        self.config = config if config is not None else LogConfig()
+        config = config if config is not None else LogConfig()
         self._lock = threading.RLock()
-        self._closed = False
-        self._segments: list[LogSegment] = []
-        self._bases: list[int] = []
-        # segment.jitter.ms draws (one per segment opened, as Kafka)
-        self._rng = rng if rng is not None else random.Random()
-        # segments renamed to ".deleted", unlinked by delete_pending()
-        self._deleter = SegmentDeleter()
-        # bumped by every truncation; the cleaner aborts a pass that spans one
-        self.truncation_generation = 0
+        # The segment files (Kafka's LocalLog); this class adds what is not about files.
+        self.local = LocalLog(self.dir, config, self._lock, rng if rng is not None else random.Random())
         now_ms = _now_ms() if now_ms is None else now_ms
         os.makedirs(self.dir, exist_ok=True)
         self.leader_epoch_cache = LeaderEpochCache(os.path.join(self.dir, LEADER_EPOCH_CHECKPOINT))
-        self._dir_dirty = False
-        # Where a rolled segment's fsync runs. Kafka schedules it on its
-        # scheduler thread ("flush-log") instead of in the append that rolled:
-        # fsyncing a 1 GiB segment inline stalls that append, and every
-        # request queued behind it, for hundreds of milliseconds. An owner with
-        # a background thread sets this to a callable that runs the job it is
-        # given there; None flushes inline (tools, tests, the cleaner).
-        self.flush_scheduler: Callable[[Callable[[], None]], object] | None = None
         self.producer_state = ProducerStateManager(self.dir, os.path.basename(self.dir), producer_id_expiration_ms)
         self._load(max(0, recovery_point), max(0, log_start_offset), now_ms)
-        self._last_flush_ms = now_ms
+        self.local.last_flush_ms = now_ms
 
-    def _open_segment(self, base_offset: int, now_ms: int, *, create: bool = False) -> LogSegment:
-        return LogSegment(
-            self.dir,
-            base_offset,
-            self.config,
-            create=create,
-            now_ms=now_ms,
-            roll_jitter_ms=self.config.random_segment_jitter(self._rng),
-        )
+    @property
+    def config(self) -> LogConfig:
+        return self.local.config
+
+    @config.setter
+    def config(self, config: LogConfig) -> None:
+        """A topic config change: segments opened from now on use it."""
+        self.local.config = config
+
+    @property
+    def flush_scheduler(self) -> Callable[[Callable[[], None]], object] | None:
+        """Where a rolled segment's fsync runs (LocalLog.flush_scheduler)."""
+        return self.local.flush_scheduler
+
+    @flush_scheduler.setter
+    def flush_scheduler(self, scheduler: Callable[[Callable[[], None]], object] | None) -> None:
+        self.local.flush_scheduler = scheduler
+
+    @property
+    def truncation_generation(self) -> int:
+        """Bumped by every truncation; the cleaner aborts a pass that spans one."""
+        return self.local.truncation_generation
 
     # ------------------------------------------------------------- loading
 
     def _load(self, recovery_point: int, log_start_offset: int, now_ms: int) -> None:
-        loaded = LogLoader(self.dir, self.config, self._open_segment, self.leader_epoch_cache).load(
+        loaded = LogLoader(self.dir, self.config, self.local.open_segment, self.leader_epoch_cache).load(
             recovery_point, log_start_offset, now_ms)
-        self._segments = loaded.segments
-        self._bases = [s.base_offset for s in loaded.segments]
-        self._next_offset = loaded.segments[-1].next_offset
+        self.local.set_segments(loaded.segments)
         self._log_start_offset = loaded.log_start_offset
-        self._recovery_point = loaded.recovery_point
+        self.local.recovery_point = loaded.recovery_point
         self._reload_producer_state(now_ms)
         if loaded.dir_dirty:
             fsync_dir(self.dir)
-        self._dir_dirty = False
+        self.local.dir_dirty = False
 
     # ------------------------------------------------------ producer state
 
     def _reload_producer_state(self, now_ms: int | None = None) -> None:
-        rebuild_producer_state(self.producer_state, self._segments, self._bases, self._log_start_offset,
+        rebuild_producer_state(self.producer_state, self.local.segments, self.local.bases, self._log_start_offset,
                                _now_ms() if now_ms is None else now_ms)
 
     def _apply_producer_updates(self, updates) -> None:
-        apply_producer_updates(self.producer_state, updates, self._segments[-1].txn_index, self._next_offset)
+        apply_producer_updates(self.producer_state, updates, self.local.segments[-1].txn_index, self.local.next_offset)
 
     @staticmethod
     def _duplicate_append(duplicate: BatchMetadata, total: int) -> AppendInfo:
@@ -168,15 +162,7 @@ class Log:
         """Aborted transactions overlapping ``[fetch_offset, upper_bound_offset)``
         (Kafka's ``collectAbortedTransactions``): the transaction indexes from
         the fetch offset's segment on, until one entry's LSO passes the bound."""
-        segs = self._segments
-        bases = self._bases
-        found: list[AbortedTxn] = []
-        for seg in segs[max(bisect_right(bases, fetch_offset) - 1, 0):]:
-            entries, complete = seg.txn_index.collect(fetch_offset, upper_bound_offset)
-            found.extend(entries)
-            if complete:
-                break
-        return found
+        return self.local.collect_aborted_txns(fetch_offset, upper_bound_offset)
 
     def remove_expired_producers(self, now_ms: int | None = None) -> int:
         with self._lock:
@@ -186,13 +172,13 @@ class Log:
 
     def __repr__(self) -> str:
         return (
-            f"Log({self.dir!r}, start={self._log_start_offset}, end={self._next_offset}, "
-            f"segments={len(self._segments)})"
+            f"Log({self.dir!r}, start={self._log_start_offset}, end={self.local.next_offset}, "
+            f"segments={len(self.local.segments)})"
         )
 
     @property
     def log_end_offset(self) -> int:
-        return self._next_offset
+        return self.local.next_offset
 
     @property
     def log_start_offset(self) -> int:
@@ -200,30 +186,30 @@ class Log:
 
     @property
     def recovery_point(self) -> int:
-        return self._recovery_point
+        return self.local.recovery_point
 
     @property
     def size_in_bytes(self) -> int:
-        return sum(s.size for s in self._segments)
+        return sum(s.size for s in self.local.segments)
 
     @property
     def segments(self) -> list[LogSegment]:
-        return list(self._segments)
+        return list(self.local.segments)
 
     @property
     def active_segment(self) -> LogSegment:
-        return self._segments[-1]
+        return self.local.segments[-1]
 
     @property
     def unflushed_messages(self) -> int:
-        return self._next_offset - self._recovery_point
+        return self.local.next_offset - self.local.recovery_point
 
     @property
     def closed(self) -> bool:
-        return self._closed
+        return self.local.closed
 
     def _check_open(self) -> None:
-        if self._closed:
+        if self.local.closed:
             raise LogClosedError(f"log {self.dir} is closed")
 
     # -------------------------------------------------------------- append
@@ -278,7 +264,7 @@ class Log:
             # exact path below, which names Kafka's error.
             with self._lock:
                 self._check_open()
-                first = self._next_offset
+                first = self.local.next_offset
                 stamped = stamp_client_batches(buf, first, leader_epoch, cfg.max_message_bytes, target)
                 if stamped is not None:
                     last, batches, max_ts, off_max, layout, producer_batches = stamped
@@ -311,7 +297,7 @@ class Log:
             )
         with self._lock:
             self._check_open()
-            first = self._next_offset
+            first = self.local.next_offset
             last = assign_offsets(buf, headers, first, leader_epoch)
             if cfg.message_timestamp_type == LOG_APPEND_TIME:
                 pos = 0
@@ -353,9 +339,9 @@ class Log:
         if leader_epoch >= 0 and leader_epoch != self.leader_epoch_cache.latest_epoch:
             self.leader_epoch_cache.assign(leader_epoch, first)
         seg.append(last, max_ts, off_max, view, layout)
-        assert last >= first == self._next_offset, (first, last, self._next_offset)
-        self._next_offset = last + 1
-        self._maybe_flush(now_ms)
+        assert last >= first == self.local.next_offset, (first, last, self.local.next_offset)
+        self.local.next_offset = last + 1
+        self.local.maybe_flush(now_ms)
 
     @property
     def topic_partition_name(self) -> str:
@@ -387,7 +373,7 @@ class Log:
             return _EMPTY_APPEND
         with self._lock:
             self._check_open()
-            leo = self._next_offset
+            leo = self.local.next_offset
             first = headers[0].base_offset
             if first < leo or (first > leo and not allow_offset_gap):
                 raise UnexpectedAppendOffsetError(
@@ -435,15 +421,15 @@ class Log:
             if producer_batches:
                 updates = analyze_producers(self.producer_state, view[:valid], producer_batches, ORIGIN_REPLICATION)
             seg.append(last, max_ts, off_max, view[:valid])
-            self._next_offset = last + 1
+            self.local.next_offset = last + 1
             self._apply_producer_updates(updates)
-            self._maybe_flush(now_ms)
+            self.local.maybe_flush(now_ms)
         return AppendInfo(first, last, max_ts, off_max, len(headers), valid, -1)
 
     def _maybe_roll(
         self, messages_size: int, num_batches: int, max_ts: int, max_offset: int, first_offset: int, now_ms: int
     ) -> LogSegment:
-        seg = self._segments[-1]
+        seg = self.local.segments[-1]
         cfg = self.config
         size = seg.size
         if (
@@ -463,121 +449,38 @@ class Log:
         with self._lock:
             self._check_open()
             if new_base_offset is None:
-                new_base_offset = self._next_offset
+                new_base_offset = self.local.next_offset
             if now_ms is None:
                 now_ms = _now_ms()
-            active = self._segments[-1]
+            active = self.local.segments[-1]
             if active.size == 0:
                 if active.base_offset == new_base_offset:
                     return active
-                # An empty active segment is replaced rather than left behind.
-                active.delete()
-                self._segments.pop()
-                self._bases.pop()
+                self.local.drop_empty_active()
             else:
                 if new_base_offset < active.next_offset:
                     raise ValueError(f"cannot roll at {new_base_offset}, below the log end {active.next_offset}")
                 active.on_become_inactive()
                 # Kafka snapshots the producer state at every roll, so a
                 # restart replays at most the active segment's headers.
-                self.producer_state.map_end_offset = self._next_offset
+                self.producer_state.map_end_offset = self.local.next_offset
                 self.producer_state.take_snapshot(sync=False)
-                self._flush_rolled(active.next_offset)
-            prefix = os.path.join(self.dir, segment_file_prefix(new_base_offset))
-            for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
-                if os.path.exists(prefix + suffix):
-                    log.warning("deleting stale %s before rolling a new segment", prefix + suffix)
-                    os.unlink(prefix + suffix)
-            seg = self._open_segment(new_base_offset, now_ms, create=True)
-            self._segments.append(seg)
-            self._bases.append(new_base_offset)
-            self._dir_dirty = True
-            return seg
+                self.local.flush_rolled(active.next_offset)
+            return self.local.add_segment(new_base_offset, now_ms)
 
     # --------------------------------------------------------------- flush
-
-    def _flush_segments(self, up_to: int) -> None:
-        """fsync segments holding offsets in [recovery point, up_to)."""
-        rp = self._recovery_point
-        segs = self._segments
-        start = max(bisect_right(self._bases, rp) - 1, 0)
-        for i in range(start, len(segs)):
-            if segs[i].base_offset >= up_to:
-                break
-            segs[i].flush()
-        if self._dir_dirty:
-            fsync_dir(self.dir)
-            self._dir_dirty = False
-        if up_to > self._recovery_point:
-            self._recovery_point = up_to
-
-    def _flush_rolled(self, up_to: int) -> None:
-        """Make the segments below ``up_to`` (the one just rolled and any
-        older unflushed ones, all closed to appends) durable and move the
-        recovery point to ``up_to``: through :attr:`flush_scheduler` when set,
-        else now."""
-        scheduler = self.flush_scheduler
-        if scheduler is None:
-            self._flush_segments(up_to)
-            return
-        start = max(bisect_right(self._bases, self._recovery_point) - 1, 0)
-        paths = []
-        for seg in self._segments[start:]:
-            if seg.base_offset >= up_to:
-                break
-            paths += [seg.log_path, seg.index.path, seg.time_index.path]
-        scheduler(functools.partial(self._flush_in_background, paths, up_to, self.truncation_generation))
-
-    def _flush_in_background(self, paths: list[str], up_to: int, generation: int) -> None:
-        """A flush job for :attr:`flush_scheduler`'s thread. It opens the files
-        by path, so it shares no descriptor with the log: a segment deleted
-        meanwhile (retention, DeleteRecords) needs no flush, and one replaced
-        by the cleaner was flushed by the cleaner. The recovery point moves
-        only if no truncation happened since the roll (it may have cut the log
-        below ``up_to``)."""
-        if self._closed:
-            return
-        try:
-            for path in paths:
-                try:
-                    fsync_path(path)
-                except FileNotFoundError:
-                    continue
-            fsync_dir(self.dir)
-        except OSError as exc:
-            # The recovery point stays put: recovery rescans these segments.
-            log.error("flushing %s below offset %d failed: %s", self.dir, up_to, exc)
-            return
-        with self._lock:
-            if self._closed or generation != self.truncation_generation:
-                return
-            if self._recovery_point < up_to <= self._next_offset:
-                self._recovery_point = up_to
 
     def flush(self, up_to_offset: int | None = None, now_ms: int | None = None) -> int:
         """fsync data below ``up_to_offset`` (default: everything) and return
         the new recovery point."""
         with self._lock:
             self._check_open()
-            target = self._next_offset if up_to_offset is None else min(up_to_offset, self._next_offset)
-            if target > self._recovery_point or self._dir_dirty:
-                self._flush_segments(target)
-            self._last_flush_ms = _now_ms() if now_ms is None else now_ms
-            return self._recovery_point
+            return self.local.flush(up_to_offset, _now_ms() if now_ms is None else now_ms)
 
     def maybe_flush(self, now_ms: int | None = None) -> bool:
         """Flush if ``flush_messages`` / ``flush_ms`` say so; for periodic callers."""
         with self._lock:
-            return self._maybe_flush(_now_ms() if now_ms is None else now_ms)
-
-    def _maybe_flush(self, now_ms: int) -> bool:
-        cfg = self.config
-        if (cfg.flush_messages is not None and self._next_offset - self._recovery_point >= cfg.flush_messages) or (
-            cfg.flush_ms is not None and now_ms - self._last_flush_ms >= cfg.flush_ms
-        ):
-            self.flush(now_ms=now_ms)
-            return True
-        return False
+            return self.local.maybe_flush(_now_ms() if now_ms is None else now_ms)
 
     # ---------------------------------------------------------------- read
 
@@ -585,35 +488,7 @@ class Log:
         self, offset: int, max_bytes: int, max_offset_exclusive: int | None, min_one_batch: bool
     ) -> list[tuple[LogSegment, FileSlice]]:
         self._check_open()
-        leo = self._next_offset
-        if offset < self._log_start_offset or offset > leo:
-            raise OffsetOutOfRangeError(
-                f"offset {offset} is out of range [{self._log_start_offset}, {leo}] for {self.dir}"
-            )
-        max_offset = leo if max_offset_exclusive is None else min(max_offset_exclusive, leo)
-        out: list[tuple[LogSegment, FileSlice]] = []
-        if offset >= max_offset:
-            return out
-        segs = self._segments
-        i = max(bisect_right(self._bases, offset) - 1, 0)
-        remaining = max_bytes
-        while i < len(segs):
-            seg = segs[i]
-            if seg.base_offset >= max_offset:
-                break
-            sl = seg.read_slice(offset, remaining, max_offset, min_one_batch and not out)
-            if sl is None:
-                i += 1
-                continue
-            if sl.length == 0:
-                break
-            out.append((seg, sl))
-            remaining -= sl.length
-            if sl.position + sl.length < seg.size or sl.next_offset >= max_offset or remaining <= 0:
-                break
-            offset = sl.next_offset
-            i += 1
-        return out
+        return self.local.read_slices(offset, max_bytes, max_offset_exclusive, min_one_batch, self._log_start_offset)
 
     def read(
         self,
@@ -663,35 +538,24 @@ class Log:
         with self._lock:
             self._check_open()
             if timestamp == LATEST_TIMESTAMP:
-                return self._next_offset, -1
+                return self.local.next_offset, -1
             if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
                 return self._log_start_offset, -1
             if timestamp == MAX_TIMESTAMP:
                 return self.offset_of_max_timestamp()
-            start = self._log_start_offset
-            for seg in self._segments:
-                if seg.max_timestamp >= timestamp and seg.next_offset > start:
-                    found = seg.find_offset_by_timestamp(timestamp, start)
-                    if found is not None:
-                        return found
-            return None
+            return self.local.find_offset_by_timestamp(timestamp, self._log_start_offset)
 
     def offset_of_max_timestamp(self) -> tuple[int, int] | None:
         """``(offset, timestamp)`` of the first record with the largest
         timestamp in the log, or None if the log holds no timestamps."""
         with self._lock:
             self._check_open()
-            best = None
-            for seg in self._segments:
-                ts = seg.max_timestamp
-                if ts >= 0 and (best is None or ts > best.max_timestamp):
-                    best = seg
-            return None if best is None else best.find_max_timestamp_record()
+            return self.local.max_timestamp_record()
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int] | None:
         """OffsetsForLeaderEpoch: ``(epoch, end_offset)`` or None if unknown."""
         with self._lock:
-            found_epoch, end = self.leader_epoch_cache.end_offset_for(epoch, self._next_offset)
+            found_epoch, end = self.leader_epoch_cache.end_offset_for(epoch, self.local.next_offset)
             return None if end < 0 else (found_epoch, end)
 
     # ----------------------------------------------------------- truncation
@@ -707,30 +571,19 @@ class Log:
             raise ValueError(f"cannot truncate to negative offset {offset}")
         with self._lock:
             self._check_open()
-            if offset >= self._next_offset:
+            if offset >= self.local.next_offset:
                 # Nothing to cut, but epochs this replica started without appending
                 # (it led an epoch that never got data) must go, as Kafka's
                 # truncateTo does: else the follower keeps finding the same divergence.
-                self.leader_epoch_cache.truncate_from_end(self._next_offset)
+                self.leader_epoch_cache.truncate_from_end(self.local.next_offset)
                 return False
-            if offset < self._segments[0].base_offset:
+            if offset < self.local.segments[0].base_offset:
                 self.truncate_fully_and_start_at(offset)
                 return True
-            while len(self._segments) > 1 and self._segments[-1].base_offset > offset:
-                self._segments.pop().delete()
-                self._bases.pop()
-                self._dir_dirty = True
-            active = self._segments[-1]
-            active.truncate_to(offset, now_ms)
-            new_end = active.next_offset
-            assert new_end <= offset
-            self._next_offset = new_end
+            new_end = self.local.truncate_to(offset, now_ms)
             self.leader_epoch_cache.truncate_from_end(new_end)
             self._log_start_offset = min(self._log_start_offset, new_end)
-            self._recovery_point = min(self._recovery_point, new_end)
             self._truncate_cleaner_checkpoint(new_end)
-            for seg in self._segments:
-                seg.txn_index.truncate_to(new_end)
             self._reload_producer_state()
             return True
 
@@ -740,19 +593,11 @@ class Log:
             raise ValueError(f"cannot start a log at negative offset {offset}")
         with self._lock:
             self._check_open()
-            for seg in self._segments:
-                seg.delete()
-            seg = self._open_segment(offset, _now_ms() if now_ms is None else now_ms, create=True)
-            self._segments = [seg]
-            self._bases = [offset]
-            self._next_offset = offset
+            self.local.reset_at(offset, _now_ms() if now_ms is None else now_ms)
             self._log_start_offset = offset
-            self._recovery_point = offset
             self.leader_epoch_cache.clear()
             self.producer_state.delete_snapshots_above(-1)
             self.producer_state.reset(offset)
-            fsync_dir(self.dir)
-            self._dir_dirty = False
             self._truncate_cleaner_checkpoint(offset)
 
     # ------------------------------------------------------------ retention
@@ -767,7 +612,7 @@ class Log:
             self._check_open()
             if new_start <= self._log_start_offset:
                 return False
-            limit = self._next_offset if high_watermark is None else min(high_watermark, self._next_offset)
+            limit = self.local.next_offset if high_watermark is None else min(high_watermark, self.local.next_offset)
             if new_start > limit:
                 raise OffsetOutOfRangeError(
                     f"Cannot increment the log start offset to {new_start} of partition "
@@ -795,12 +640,8 @@ class Log:
         and move the log start to the first remaining one."""
         if n <= 0:
             return 0
-        doomed = self._segments[:n]
-        del self._segments[:n]
-        del self._bases[:n]
-        size = sum(s.size for s in doomed)
-        self._schedule_delete(doomed, now_ms)
-        first = self._segments[0].base_offset
+        size = self.local.remove_leading(n, now_ms)
+        first = self.local.segments[0].base_offset
         if first > self._log_start_offset:
             self._log_start_offset = first
             self.leader_epoch_cache.truncate_from_start(first)
@@ -831,13 +672,13 @@ class Log:
             self._check_open()
             now_ms = _now_ms() if now_ms is None else now_ms
             start_before = self._log_start_offset
-            limit = self._next_offset if high_watermark is None else min(high_watermark, self._next_offset)
-            deleted = deletable_segment_count(self._segments, self._log_start_offset, limit, retention_ms,
+            limit = self.local.next_offset if high_watermark is None else min(high_watermark, self.local.next_offset)
+            deleted = deletable_segment_count(self.local.segments, self._log_start_offset, limit, retention_ms,
                                               retention_bytes, now_ms)
             deleted_bytes = self._delete_leading(deleted, now_ms)
-            if deleted and self._dir_dirty:
+            if deleted and self.local.dir_dirty:
                 fsync_dir(self.dir)
-                self._dir_dirty = False
+                self.local.dir_dirty = False
             return RetentionResult(
                 deleted, deleted_bytes, self._log_start_offset, self._log_start_offset != start_before
             )
@@ -862,24 +703,16 @@ class Log:
 
     # ------------------------------------------------- asynchronous deletion
 
-    def _schedule_delete(self, segments: list[LogSegment], now_ms: int) -> None:
-        self._deleter.schedule(segments, now_ms, self.config.file_delete_delay_ms)
-        self._dir_dirty = True
-
     def delete_pending(self, now_ms: int | None = None) -> int:
         """Unlink ``.deleted`` segments whose ``file_delete_delay_ms`` has
         passed; returns how many segments were removed.  For a periodic caller,
-        from any thread: the unlinks (slow for big files) run outside the
-        log's lock, so appends do not wait for them."""
-        with self._lock:
-            due = self._deleter.take_due(_now_ms() if now_ms is None else now_ms)
-        for seg in due:
-            seg.delete()
-        return len(due)
+        from any thread: the unlinks run outside the log's lock, so appends do
+        not wait for them."""
+        return self.local.delete_pending(_now_ms() if now_ms is None else now_ms)
 
     @property
     def pending_deletes(self) -> int:
-        return len(self._deleter)
+        return len(self.local.deleter)
 
     # -------------------------------------------------------- cleaner hooks
 
@@ -893,7 +726,7 @@ class Log:
         3. the ``.swap`` suffix is dropped.
 
         A crash after 1 is completed on the next open, a crash before it is
-        rolled back (see ``_complete_or_roll_back_swaps``).  ``old_segments``
+        rolled back (see log_loader.LogLoader.complete_or_roll_back_swaps).  ``old_segments``
         must be consecutive non-active segments of this log starting at the
         new segment's base offset; ValueError otherwise (the caller's view is
         stale, e.g. retention or truncation ran meanwhile).
@@ -901,94 +734,40 @@ class Log:
         with self._lock:
             self._check_open()
             now_ms = _now_ms() if now_ms is None else now_ms
-            segs = self._segments
-            try:
-                i = next(k for k, s in enumerate(segs) if s is old_segments[0])
-            except StopIteration:
-                raise ValueError("segments to replace are no longer in the log") from None
-            j = i + len(old_segments)
-            if j >= len(segs) or any(a is not b for a, b in zip(segs[i:j], old_segments)):
-                raise ValueError("segments to replace are not consecutive non-active segments of the log")
-            if new_segment.base_offset != old_segments[0].base_offset:
-                raise ValueError("the new segment must start at the first replaced segment's base offset")
-            if new_segment.size and new_segment.next_offset > segs[j].base_offset:
-                raise ValueError("the new segment overlaps the segment after the replaced ones")
-            # Unless the caller wrote the new segment's index itself (the
-            # cleaner, which drops the entries of the markers it removes), the
-            # aborted transactions indexed by the replaced segments stay indexed.
-            new_index = new_segment.txn_index
-            if carry_txn_index and len(new_index) == 0:
-                for old in old_segments:
-                    for txn in old.txn_index.entries():
-                        new_index.append(txn)
-            new_segment.change_file_suffixes(CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX)
-            fsync_dir(self.dir)
-            self._schedule_delete(old_segments, now_ms)
-            new_segment.change_file_suffixes(SWAP_FILE_SUFFIX, "")
-            fsync_dir(self.dir)
-            self._dir_dirty = False
-            segs[i:j] = [new_segment]
-            self._bases[i:j] = [new_segment.base_offset]
-
-    def _cleaner_checkpoint_file(self) -> OffsetCheckpointFile:
-        return OffsetCheckpointFile(os.path.join(os.path.dirname(self.dir), CLEANER_OFFSET_CHECKPOINT))
-
-    def _cleaner_key(self) -> tuple[str, int] | None:
-        try:
-            return parse_partition_dir_name(os.path.basename(self.dir))
-        except ValueError:
-            return None
+            self.local.replace_segments(new_segment, old_segments, now_ms, carry_txn_index)
 
     def _truncate_cleaner_checkpoint(self, offset: int) -> None:
-        """Kafka's ``LogCleaner.maybeTruncateCheckpoint``: a clean point above
-        a truncation would mark new, never cleaned data as clean."""
-        self.truncation_generation += 1
-        f = self._cleaner_checkpoint_file()
-        key = self._cleaner_key()
-        if key is None or not os.path.exists(f.path):
-            return
+        self.local.truncation_generation += 1
         try:
-            f.lower(key, offset)
+            CleanerCheckpoint(self.dir).lower(offset)
         except Exception:  # the checkpoint is advisory; never fail a truncation
-            log.exception("cannot update %s after truncating %s", f.path, self.dir)
+            log.exception("cannot lower the cleaner checkpoint of %s after a truncation", self.dir)
 
     # -------------------------------------------------------------- closing
 
     def close(self) -> None:
         """Flush everything (recovery point = log end) and close all files."""
         with self._lock:
-            if self._closed:
+            if self.local.closed:
                 return
             try:
-                self._segments[-1].on_become_inactive()
+                self.local.segments[-1].on_become_inactive()
                 self.flush()
                 # Clean shutdown: the next open loads this and replays nothing.
-                self.producer_state.map_end_offset = self._next_offset
+                self.producer_state.map_end_offset = self.local.next_offset
                 self.producer_state.take_snapshot(sync=True)
             finally:
-                self._closed = True
-                for seg in self._segments:
-                    seg.close()
-                # pending ".deleted" files are removed by the next open
-                self._deleter.close()
+                self.local.close()
 
     def delete(self) -> None:
         """Close without flushing and remove the partition directory."""
         with self._lock:
-            self._closed = True
-            for seg in self._segments:
-                seg.close_handles()
-            self._deleter.close()
-            self._segments = []
-            self._bases = []
+            self.local.close_handles()
             shutil.rmtree(self.dir, ignore_errors=True)
-            key = self._cleaner_key()
-            f = self._cleaner_checkpoint_file()
-            if key is not None and os.path.exists(f.path):
-                try:
-                    f.update(remove=[key])
-                except Exception:
-                    log.exception("cannot remove %s from %s", key, f.path)
+            try:
+                CleanerCheckpoint(self.dir).remove()
+            except Exception:
+                log.exception("cannot remove %s from its cleaner checkpoint", self.dir)
             parent = os.path.dirname(self.dir)
             if os.path.isdir(parent):
                 fsync_dir(parent)

@@ -6,7 +6,6 @@ renamed to ``.deleted`` now, unlinked after file.delete.delay.ms)."""
 
 from __future__ import annotations
 
-import os
 from typing import Callable, NamedTuple
 
 from storage.log_config import LogConfig
@@ -42,9 +41,7 @@ def segment_timestamp(seg: LogSegment) -> int:
     """Kafka's LogSegment.largestTimestamp: the max record timestamp, or the
     file's modification time when no batch carries one."""
     ts = seg.max_timestamp
-    if ts >= 0:
-        return ts
-    return int(os.stat(seg.log_path).st_mtime * 1000)
+    return ts if ts >= 0 else seg.last_modified_ms
 
 
 def _deletable_prefix(segments: list[LogSegment], start: int, limit: int,

@@ -22,6 +22,7 @@ from crc32c import crc32c
 
 from storage.errors import CorruptIndexError, KafkaStorageError
 from storage.index import OffsetIndex, TimeIndex
+from storage.sequential_reader import RECOVERY_CHUNK, SequentialReader, streamed_crc
 from storage.txn_index import TransactionIndex
 from storage.record_batch import (
     ATTRIBUTES_OFFSET,
@@ -60,9 +61,6 @@ TXN_INDEX_SUFFIX = ".txnindex"
 # Header scans read a page at a time: small batches then share one pread,
 # large ones cost one small read each.
 _SCAN_CHUNK = 4096
-# Recovery reads big sequential chunks; batches larger than this are
-# CRC-checked in pieces instead of being held in memory whole.
-_RECOVERY_CHUNK = 4 * 1024 * 1024
 _NO_TIMESTAMP = -1
 # Buffered index bytes written per batch of entries (a page of offset entries).
 INDEX_WRITE_BYTES = 4096
@@ -85,32 +83,6 @@ class FileSlice(NamedTuple):
     length: int
     base_offset: int
     next_offset: int
-
-
-class _Sequential:
-    """Chunked sequential reader over a file for recovery."""
-
-    __slots__ = ("fd", "end", "buf", "start")
-
-    def __init__(self, fd: int, end: int):
-        self.fd = fd
-        self.end = end
-        self.buf = memoryview(b"")
-        self.start = 0
-
-    def view(self, pos: int, n: int) -> memoryview | None:
-        off = pos - self.start
-        if 0 <= off and off + n <= len(self.buf):
-            return self.buf[off : off + n]
-        want = min(max(n, _RECOVERY_CHUNK), self.end - pos)
-        if want < n:
-            return None
-        data = os.pread(self.fd, want, pos)
-        if len(data) < n:
-            return None
-        self.buf = memoryview(data)
-        self.start = pos
-        return self.buf[:n]
 
 
 class LogSegment:
@@ -626,7 +598,7 @@ class LogSegment:
         time_room = time_index.max_entries - 1 - time_index.entries
         interval = self.config.index_interval_bytes
         max_rel_last = self.base_offset + MAX_RELATIVE_OFFSET
-        reader = _Sequential(fd, file_size)
+        reader = SequentialReader(fd, file_size)
         unpack = HEADER.unpack_from
         new_header = _tuple_new
         last_epoch = None
@@ -643,11 +615,11 @@ class LogSegment:
                 break
             if require_contiguous and base != prev_last + 1:
                 break
-            if size <= _RECOVERY_CHUNK:
+            if size <= RECOVERY_CHUNK:
                 body = reader.view(pos, size)
                 if body is None or crc32c(body[ATTRIBUTES_OFFSET:]) != h.crc:
                     break
-            elif self._streamed_crc(pos, size) != h.crc:
+            elif streamed_crc(self._fd, pos, size) != h.crc:
                 break
             if h.max_timestamp > max_ts:
                 max_ts, off_max = h.max_timestamp, last
@@ -679,18 +651,6 @@ class LogSegment:
         time_index.write_pending()
         self._indexes_checked = True
         return truncated
-
-    def _streamed_crc(self, pos: int, size: int) -> int:
-        crc = 0
-        cur = pos + ATTRIBUTES_OFFSET
-        end = pos + size
-        while cur < end:
-            chunk = os.pread(self._fd, min(_RECOVERY_CHUNK, end - cur), cur)
-            if not chunk:
-                return -1
-            crc = crc32c(chunk, crc)
-            cur += len(chunk)
-        return crc
 
     # ------------------------------------------------------------ truncation
 

@@ -21,13 +21,13 @@ def test_rolled_segments_are_flushed_off_the_event_loop(tmp_path, monkeypatch):
     replica = ReplicaActor("t", 0, BROKER, [str(tmp_path)], {"segment_bytes": 8192})
     replica._report_progress = lambda force=False: None
     flushed_on = []
-    real = replica.log._flush_in_background
+    real = replica.log.local._flush_in_background
 
     def recording(*args):
         flushed_on.append(threading.current_thread().name)
         real(*args)
 
-    monkeypatch.setattr(replica.log, "_flush_in_background", recording)
+    monkeypatch.setattr(replica.log.local, "_flush_in_background", recording)
 
     async def run():
         assert await replica.become_leader(1, 0, [BROKER], [BROKER]) == 0

@@ -267,7 +267,7 @@ def test_K4_crash_during_swap_keeps_a_consistent_log(compacted_sc):
     assert len(after) <= len(before)
     assert not [f for f in os.listdir(d) if f.endswith((".cleaned", ".swap"))]
     again.close()
-    sc.log._closed = True
+    sc.log.local.closed = True
 
 
 def test_K5_keys_required_on_compacted_topics(sc):

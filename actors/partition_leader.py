@@ -5,7 +5,8 @@ A thin shell: cluster.partition.Partition holds the rules, storage.log.Log the b
 storage.log_manager.LogManager the log dir, checkpoints and log duties' decisions. This module
 adds what needs an event loop or I/O for the leader role: long-polled follower fetches, ISR
 changes committed to ZooKeeper (actors/isr_writer.py), progress reports to the node's purgatory
-(actors/replica_progress.py), the duty timer. The follower role is actors/follower.py's.
+(actors/replica_progress.py), the duty timer. The follower role is a composed
+actors.follower.Follower (become_follower delegates to it).
 Time comes from an injected core.clock.Clock.
 """
 from __future__ import annotations
@@ -17,7 +18,7 @@ import time
 
 import ray
 
-from actors.follower import FollowerRole
+from actors.follower import Follower, ReplicaHooks
 from actors.isr_writer import IsrZkWriter
 from actors.replica_progress import ProgressReporter
 from actors.replica_timer import IDLE_AFTER_S, ChangeSignal, DutyTimer
@@ -26,6 +27,7 @@ from cluster import replica_schedule as duties
 from cluster.commit_timer import CommitTimer
 from cluster.commit_waiters import CommitWaiters
 from cluster.partition import Partition
+from cluster.replica_fetcher import throttle_from_config
 from cluster.replica_pool import hibernation_blocker
 from core import error_codes
 from core.clock import SYSTEM_CLOCK, Clock
@@ -57,7 +59,7 @@ LOCAL_CALL_METHODS = ("append", "write_txn_markers", "describe_producers", "appe
                       "fetch_for_follower")
 
 
-class ReplicaActor(FollowerRole):
+class ReplicaActor:
     def __init__(self, topic: str | None, partition: int, broker_id: int, log_dirs: list[str],
                  log_config: dict, min_insync_replicas: int = 1, zk_connect: str | None = None,
                  namespace: str = "raykafka", replica_config: dict | None = None, clock: Clock = SYSTEM_CLOCK):
@@ -152,7 +154,13 @@ class ReplicaActor(FollowerRole):
         self._poke_timer = self._timer.poke
         # Traffic (hot path): a flag, plus a switch back to normal priority once per idle period.
         self._traffic = self._idle.touch
-        self._init_follower()
+        # Replication quotas for both roles (the leader's in fetch_for_follower, the
+        # follower's fetcher); changes arrive via update_replication_throttle.
+        self.replication_throttle = throttle_from_config(partition, broker_id, config, f"{topic}-{partition}")
+        self.follower = Follower(topic, partition, broker_id, namespace, self.partition, config, self.call_timeout_s,
+                                 self.counters, ReplicaHooks(traffic=self._traffic, poke_timer=self._poke_timer,
+                                                             after_change=self._after_change,
+                                                             closed=lambda: self._closed))
 
     @property
     def _io_thread(self):
@@ -338,13 +346,35 @@ class ReplicaActor(FollowerRole):
             # A stale request (a deposed controller, or a reordered one) changes nothing,
             # not even this replica's fetching as a follower.
             return p.make_leader(controller_epoch, leader_epoch, isr, replicas, zk_version, now)
-        self._stop_fetcher()
+        self.follower.stop()
         error = p.make_leader(controller_epoch, leader_epoch, isr, replicas, zk_version, now)
         if error == 0:
             log.info("%s-%d is leader, epoch %d, ISR %s, HW %d, LEO %d", self.topic, self.partition_index,
                      leader_epoch, isr, p.high_watermark, self.log.log_end_offset)
         self._after_change(True, leadership=True)
         return error
+
+    async def become_follower(self, controller_epoch: int, leader_id: int, leader_epoch: int,
+                              isr: list[int], replicas: list[int], leader_handle=None) -> int:
+        """The follower role (actors/follower.py), fetching from ``leader_handle``."""
+        self._ensure_background()
+        return self.follower.become_follower(controller_epoch, leader_id, leader_epoch, isr, replicas, leader_handle,
+                                             self.replication_throttle)
+
+    async def update_replication_throttle(self, leader_rate: int | None, follower_rate: int | None,
+                                          leader_throttled_replicas: str | None = None,
+                                          follower_throttled_replicas: str | None = None) -> int:
+        """Replication quotas changed: the broker's leader/follower.replication.throttled.rate
+        (None keeps one) and, when given, the topic's two throttled-replica lists
+        (the keyword arguments cluster.log_config.throttled_replicas_for returns).
+        Returns 0, or INVALID_CONFIG for a malformed list (nothing is changed then)."""
+        try:
+            self.replication_throttle.update(leader_rate, follower_rate, leader_throttled_replicas,
+                                             follower_throttled_replicas)
+        except ValueError as exc:
+            log.warning("%s-%d: replication throttle not changed: %s", self.topic, self.partition_index, exc)
+            return error_codes.ErrorCode.invalid_config
+        return 0
 
     async def stop_replica(self, controller_epoch: int, delete: bool) -> int:
         error = self.partition.fence_controller(controller_epoch)
@@ -353,7 +383,7 @@ class ReplicaActor(FollowerRole):
         self._closed = True
         self._poke_timer()
         self._close_local_calls()
-        self._stop_fetcher()
+        self.follower.stop()
         self.partition.is_leader = False
         self._after_change(True, leadership=True)
         if delete:
@@ -371,7 +401,7 @@ class ReplicaActor(FollowerRole):
         if not self._closed:
             self._closed = True
             self._poke_timer()
-            self._stop_fetcher()
+            self.follower.stop()
             self.logs.close()
         if self._isr_writer is not None:
             self._isr_writer.close_session()
@@ -387,7 +417,7 @@ class ReplicaActor(FollowerRole):
         is_leader = p.is_leader and not self._closed
         behind = is_leader and not p.followers_caught_up(self.clock.now_ms(),
                                                          self.replica_config["replica.lag.time.max.ms"])
-        fetching = self._fetcher is not None and not self._fetcher.done()
+        fetching = self.follower.fetching
         blocker = hibernation_blocker(self.topic, is_leader, len(p.replicas),
                                       p.high_watermark, self.log.log_end_offset,
                                       self.log.producer_state.first_unstable_offset() is not None,
@@ -405,40 +435,12 @@ class ReplicaActor(FollowerRole):
     async def hibernate_follower(self, leader_epoch: int, high_watermark: int, log_end_offset: int) -> HibernateAnswer:
         """The leader of this replica's set closed for hibernation at ``log_end_offset`` (= its
         HW): close too if this follower holds exactly that log at that epoch, taking the HW."""
-        p = self.partition
         if self._closed:
             return HibernateAnswer(True)
-        if p.is_leader or p.leader_epoch != leader_epoch:
-            return HibernateAnswer(False, "not a follower of that leader epoch")
-        if self.log.log_end_offset != log_end_offset:
-            return HibernateAnswer(False, "not at the leader's log end")
-        p.take_leader_high_watermark(high_watermark)
-        answer = HibernateAnswer(True, "", leader_epoch, p.high_watermark, self.log.log_end_offset)
-        await self.close()
+        answer = self.follower.hibernate_answer(leader_epoch, high_watermark, log_end_offset)
+        if answer.ok:
+            await self.close()
         return answer
-
-    async def _leader_unreachable(self, leader_id: int, leader_epoch: int) -> None:
-        """A fetch failed. If the leader's actor is gone while this follower still follows it, the
-        set hibernated while this one was away (or kept it live by refusing): ask the leader's
-        node to wake it (issue 30); the woken leader gives this follower its new actor. A leader
-        that is not pooled (or another epoch) is left to the controller, as before."""
-        if not self.replica_config.get("hibernate.replicated"):
-            return
-        from actors.replica_keeper import named_actor
-        from core.naming import edge_actor_name, replica_actor_name
-
-        namespace = self.namespace
-        loop = asyncio.get_running_loop()
-        try:
-            if await loop.run_in_executor(None, named_actor, replica_actor_name(
-                    self.topic, self.partition_index, leader_id), namespace) is not None:
-                return
-            edge = await loop.run_in_executor(None, named_actor, edge_actor_name(leader_id), namespace)
-            if edge is not None:
-                await asyncio.wait_for(edge.pool_wake_leader.remote(self.topic, self.partition_index, leader_epoch),
-                                       self.call_timeout_s)
-        except Exception as exc:  # noqa: BLE001 - the next failed fetch asks again
-            log.info("%s-%d: waking leader %d: %r", self.topic, self.partition_index, leader_id, exc)
 
     async def state(self) -> dict:
         return {**self.partition.state(), **self.counters, **self._commit_timer.stats(),

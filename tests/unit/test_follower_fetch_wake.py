@@ -29,7 +29,7 @@ def _replica(path, broker_id) -> ReplicaActor:
 async def _close(*replicas):
     for replica in replicas:
         replica._closed = True
-        replica._stop_fetcher()
+        replica.follower.stop()
         for task in replica._background:
             task.cancel()
 

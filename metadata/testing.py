@@ -44,11 +44,11 @@ def expire_session(client: KafkaZkClient, timeout_s: float = 10.0) -> int:
     """Make ZooKeeper end `client`'s session, as after a long partition: a second
     connection takes over the session with its id and password and closes it.
     Returns the expired session id."""
-    kazoo_client = client._kazoo
+    kazoo_client = client.session._kazoo
     if kazoo_client is None or kazoo_client.client_id is None:
         raise RuntimeError("the client has no session to expire")
     session_id, password = kazoo_client.client_id
-    hosts, _chroot = client._hosts, client.chroot
+    hosts, _chroot = client.session._hosts, client.chroot
     intruder = KazooClient(hosts=hosts, client_id=(session_id, password), timeout=client.session_timeout_ms / 1000.0)
     intruder.start(timeout=timeout_s)
     intruder.stop()

@@ -16,8 +16,11 @@ class AsyncZk:
     def __init__(self, zk: Any):
         self._zk = zk
 
-    def __getattr__(self, name: str) -> Callable[..., Awaitable[Any]]:
+    def __getattr__(self, name: str) -> Any:
         method = getattr(self._zk, name)
+        if not callable(method):
+            # A znode family (zk.brokers, zk.topics, ...): its calls are awaited the same way.
+            return AsyncZk(method)
 
         async def call(*args: Any, **kwargs: Any) -> Any:
             return await asyncio.get_running_loop().run_in_executor(None, functools.partial(method, *args, **kwargs))

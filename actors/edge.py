@@ -167,6 +167,7 @@ class EdgeActor:
         self.zk = KafkaZkClient(self.zk_connect, session_timeout_ms=config["zookeeper.session.timeout.ms"])
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, self.zk.start)
+        self.service.zk = self.zk  # the ACL store's (net/authorization.py)
         from cluster.capacity import node_capacity, node_hosted_capacity
 
         extra = {"ray_node_id": ray.get_runtime_context().get_node_id(), "log_dirs": self.log_dirs,
@@ -190,7 +191,7 @@ class EdgeActor:
         from net.listeners import registration_fields
 
         security = registration_fields(self.listeners)
-        await loop.run_in_executor(None, lambda: self.zk.register_broker(
+        await loop.run_in_executor(None, lambda: self.zk.brokers.register(
             self.broker_id, host, port, rack=rack, extra=extra, replace_stale=replace_stale, security=security))
         log.info("broker %d listening on %s:%d, advertised as %s:%d", self.broker_id, self.listener.host,
                  self.bound_port, host, port)

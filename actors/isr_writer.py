@@ -32,13 +32,13 @@ class IsrZkWriter:
         zk = self._client()
         state = PartitionState(self.broker_id, leader_epoch, list(isr), controller_epoch)
         try:
-            version = zk.update_partition_state(self.topic, self.partition, state, expected_version)
+            version = zk.partitions.update_state(self.topic, self.partition, state, expected_version)
         except BadVersionError:
-            found = zk.get_partition_state(self.topic, self.partition)
+            found = zk.partitions.state(self.topic, self.partition)
             if found is None or found[0].leader_epoch != leader_epoch or found[0].leader != self.broker_id:
                 return None
-            version = zk.update_partition_state(self.topic, self.partition, state, found[1])
-        zk.add_isr_change_notification([(self.topic, self.partition)])
+            version = zk.partitions.update_state(self.topic, self.partition, state, found[1])
+        zk.isr_changes.add([(self.topic, self.partition)])
         return version
 
     def close_session(self) -> None:

@@ -112,7 +112,7 @@ class TransactionCoordinatorActor:
             state = TransactionStateManager(self.config, self._append)
             markers = TransactionMarkerChannelManager(state, self._write_markers,
                                                       partition_exists=lambda t, p: (t, p) not in self._missing)
-            self._producer_ids = ProducerIdManager(self._zk_client, self.broker_id)
+            self._producer_ids = ProducerIdManager(lambda: self._zk_client().producer_ids, self.broker_id)
             self.coordinator = TransactionCoordinator(state, markers, self._generate_producer_id)
             loop = asyncio.get_running_loop()
             self._timers = [
@@ -219,7 +219,7 @@ class TransactionCoordinatorActor:
             return self._leaders[key]
 
         def read():
-            found = self._zk_client().get_partition_state(topic, partition)
+            found = self._zk_client().partitions.state(topic, partition)
             return None if found is None else found[0].leader
 
         leader = await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(None, read), self.call_timeout_s)

@@ -124,7 +124,7 @@ def main(argv=None) -> int:
         joined = time.monotonic()
         deadline = joined + a.rebalance_timeout_s
         while True:
-            state = zk.get_balancer_state() or {}
+            state = zk.balancer.state() or {}
             if state.get("moves_started") and not state.get("in_flight") and not state.get("plan"):
                 break
             if time.monotonic() > deadline:

@@ -90,17 +90,17 @@ def run(args) -> int:
         return EXIT_FAILED
     try:
         if args.pause or args.resume:
-            changed = zk.set_balancer_paused(bool(args.pause), reason="raykafka balancer --pause")
+            changed = zk.balancer.set_paused(bool(args.pause), reason="raykafka balancer --pause")
             word = "paused" if args.pause else "resumed"
             print(f"Balancer {word}." if changed else f"Balancer was already {word}.")
             return EXIT_OK
         if args.status:
-            state = zk.get_balancer_state()
+            state = zk.balancer.state()
             if state is None:
                 print("No balancer state published yet (no active controller has run the balancer).",
                       file=sys.stderr)
                 return EXIT_FAILED
-            state["paused"] = zk.is_balancer_paused()  # the switch itself, even before the controller acts
+            state["paused"] = zk.balancer.paused()  # the switch itself, even before the controller acts
             print(json.dumps(state, indent=1) if args.json else format_status(state))
             return EXIT_OK
         moves, before, after = dry_run(zk)
@@ -118,15 +118,15 @@ def dry_run(zk) -> tuple[list, dict, dict]:
     -> (moves, replicas per broker before, after)."""
     from cluster.controller.balancer_plan import BrokerView, measure, plan
 
-    registered = zk.get_brokers()
+    registered = zk.brokers.all()
     brokers = {b: BrokerView(info.get("rack"), info.get("replicas_max")) for b, info in registered.items()}
-    state = zk.get_balancer_state() or {}
+    state = zk.balancer.state() or {}
     delay_ms = state.get("healing_delay_ms")
     now_ms = time.time() * 1000
     lost = {int(b) for b, since in (state.get("absent_since_ms") or {}).items()
             if delay_ms is not None and now_ms - since >= delay_ms and int(b) not in brokers}
     assignments, frozen = {}, set()
-    for topic, found in zk.get_topic_assignments().items():
+    for topic, found in zk.topics.assignments().items():
         for p, replicas in found.partitions.items():
             removing = found.removing_replicas.get(p, [])
             assignments[(topic, p)] = [r for r in replicas if r not in removing]

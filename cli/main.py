@@ -442,7 +442,7 @@ class BrokerProcess:
             zk.ensure_persistent_paths()
             if zk.security.set_acl:
                 zk.secure_existing_paths()
-            cluster_id = zk.get_or_create_cluster_id()
+            cluster_id = zk.cluster.get_or_create_id()
             found = {}
             for d in log_dirs:
                 meta = MetaProperties.read_if_exists(d)
@@ -464,7 +464,7 @@ class BrokerProcess:
             elif stored is not None:
                 broker_id = stored
             else:
-                broker_id = zk.generate_broker_id(self.config["reserved.broker.max.id"])
+                broker_id = zk.brokers.generate_id(self.config["reserved.broker.max.id"])
             for d in log_dirs:
                 MetaProperties(cluster_id=cluster_id, broker_id=broker_id).write(d)
             return broker_id, cluster_id

@@ -63,7 +63,7 @@ _REGISTER_AND_HANG = textwrap.dedent(
     connect_string, broker_id, session_timeout_ms = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     client = KafkaZkClient(connect_string, session_timeout_ms=session_timeout_ms)
     client.start()
-    client.register_broker(broker_id, "127.0.0.1", 9092, extra={"owner": "child"})
+    client.brokers.register(broker_id, "127.0.0.1", 9092, extra={"owner": "child"})
     print(hex(client.session_id), flush=True)
     time.sleep(3600)
     """

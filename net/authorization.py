@@ -52,7 +52,10 @@ async def acl_store(edge) -> ZkAclStore | None:
         config = edge.config
         authorizer = AclAuthorizer(parse_super_users(config.get("super.users")),
                                    bool(config.get("allow.everyone.if.no.acl.found", False)))
-        store = ZkAclStore(edge.zk_connect, authorizer, config.get("zookeeper.session.timeout.ms", 18000))
+        zk = getattr(edge, "zk", None)  # the edge process's one ZooKeeper client
+        if zk is None:
+            raise RuntimeError("this edge has no ZooKeeper client yet")
+        store = ZkAclStore(zk, authorizer)
         starting = edge.acl_store_starting = asyncio.get_running_loop().run_in_executor(None, store.start)
     store = await asyncio.shield(starting)
     edge.acl_store = store

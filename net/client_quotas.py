@@ -129,7 +129,7 @@ class EdgeClientQuotas:
         Raises when ZooKeeper cannot be reached (the caller retries)."""
         zk = self.zk_client()
         if self._watch is None:
-            self._watch = zk.watch_config_changes(lambda _names: self.reload())
+            self._watch = zk.configs.watch_changes(lambda _names: self.reload())
         # The watch's first call reloads but keeps the old values on a failure:
         # read once more here so that a failure reaches the caller.
         self.configs = zk_store.read_all(zk)

@@ -100,7 +100,7 @@ class BrokerEndpoints:
         self._loop = loop
         self._zk = KafkaZkClient(zk_connect, session_timeout_ms=session_timeout_ms)
         self._zk.start()
-        self._watch = self._zk.watch_brokers(lambda ids: self._schedule_refresh_threadsafe())
+        self._watch = self._zk.brokers.watch(lambda ids: self._schedule_refresh_threadsafe())
 
     def _schedule_refresh_threadsafe(self) -> None:
         if self._loop is not None:
@@ -114,7 +114,7 @@ class BrokerEndpoints:
 
     async def _refresh(self) -> None:
         try:
-            registrations = await asyncio.get_running_loop().run_in_executor(None, self._zk.get_brokers)
+            registrations = await asyncio.get_running_loop().run_in_executor(None, self._zk.brokers.all)
             for broker_id, body in registrations.items():
                 self.by_broker[broker_id] = parse_registration_endpoints(body)
         except Exception as exc:  # a watch must never take the edge down

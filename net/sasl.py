@@ -26,7 +26,6 @@ import asyncio
 import base64
 import hashlib
 import hmac
-import json
 import logging
 import re
 import secrets
@@ -317,7 +316,7 @@ class ScramStore:
     def user_config(self, user: str) -> dict[str, str]:
         from metadata import zk_paths
 
-        return self._client().get_entity_config(zk_paths.CONFIG_ENTITY_USERS, sanitize(user))
+        return self._client().configs.get(zk_paths.CONFIG_ENTITY_USERS, sanitize(user))
 
     def credential(self, user: str, mechanism: str) -> str | None:
         cache = self._cache if self._cache is not None else self._start_cache()
@@ -330,15 +329,13 @@ class ScramStore:
             if self._cache is not None:
                 return self._cache
         zk = self._client()
-        from metadata import zk_paths
-
-        names = sorted(zk._children(zk_paths.CONFIG_CHANGES) or [])  # what the full load below includes
+        names = zk.configs.change_names()  # what the full load below includes
         cache = self._read_all()
         with self._lock:
             if self._cache is None:
                 self._cache = cache
                 self._last_change = names[-1] if names else ""
-                self._watch = zk.watch_config_changes(self._on_changes)
+                self._watch = zk.configs.watch_changes(self._on_changes)
             return self._cache
 
     def _read_all(self) -> dict[str, dict[str, str]]:
@@ -359,8 +356,7 @@ class ScramStore:
             else:
                 zk = self._client()
                 for name in fresh:
-                    found = zk._get(zk_paths.config_change_notification_path(name))
-                    body = json.loads(found[0]) if found and found[0] else {}
+                    body = zk.configs.change_notification(name) or {}
                     parts = str(body.get("entity_path", "")).split("/")
                     if len(parts) == 2 and parts[0] == zk_paths.CONFIG_ENTITY_USERS:
                         self._refresh(desanitize(parts[1]))
@@ -381,7 +377,7 @@ class ScramStore:
         from metadata import zk_paths
 
         zk = self._client()
-        names = zk._children(zk_paths.config_entity_type_path(zk_paths.CONFIG_ENTITY_USERS)) or []
+        names = zk.configs.entity_names(zk_paths.CONFIG_ENTITY_USERS)
         return sorted(desanitize(name) for name in names)
 
     def alter(self, user: str, set_mechanisms: dict[str, str], delete_mechanisms: list[str]) -> None:
@@ -392,7 +388,7 @@ class ScramStore:
         for mechanism in delete_mechanisms:
             config.pop(mechanism, None)
         config.update(set_mechanisms)
-        self._client().set_entity_config(zk_paths.CONFIG_ENTITY_USERS, sanitize(user), config)
+        self._client().configs.set(zk_paths.CONFIG_ENTITY_USERS, sanitize(user), config)
         if self._cache is not None:
             self._refresh(user)  # this edge at once; the others through the notification
 

@@ -66,7 +66,7 @@ class TransactionRouting:
         if self._producer_ids is None:
             from cluster.transactions.producer_ids import ProducerIdManager
 
-            self._producer_ids = ProducerIdManager(self._zk_client, self.edge.broker_id)
+            self._producer_ids = ProducerIdManager(lambda: self._zk_client().producer_ids, self.edge.broker_id)
         return await asyncio.wait_for(self._producer_ids.generate_producer_id(), self.edge.call_timeout_s)
 
     def close(self) -> None:

@@ -108,10 +108,10 @@ class Balancer:
     async def on_elected(self) -> None:
         """This controller became active: take over the balancer's state from ZooKeeper."""
         azk, ctx = self.c.azk, self.c.ctx
-        state = await azk.get_balancer_state() or {}
-        self.paused = await azk.is_balancer_paused()
+        state = await azk.balancer.state() or {}
+        self.paused = await azk.balancer.paused()
         if self._pause_watch is None:
-            self._pause_watch = await azk.watch_balancer_paused(
+            self._pause_watch = await azk.balancer.watch_paused(
                 lambda _paused: self.c.from_zk_thread(self._on_paused_znode))
         self._published = None  # a new controller publishes at once
         self.absent_since = {int(b): ms / 1000 for b, ms in (state.get("absent_since_ms") or {}).items()}
@@ -187,7 +187,7 @@ class Balancer:
     async def _on_paused_znode(self) -> None:
         if not self.c.is_active:
             return
-        paused = await self.c.azk.is_balancer_paused()
+        paused = await self.c.azk.balancer.paused()
         if paused != self.paused:
             self.paused = paused
             log.info("balancer %s", "paused: no new moves" if paused else "resumed")
@@ -196,7 +196,7 @@ class Balancer:
     # ---- operators (through the controller's queue; the CLI writes ZooKeeper) ---------------------------------
     async def set_paused(self, paused: bool) -> dict:
         async def event():
-            await self.c.azk.set_balancer_paused(paused)
+            await self.c.azk.balancer.set_paused(paused)
             self.paused = paused
             await self.step()
             return self.status()
@@ -477,7 +477,7 @@ class Balancer:
         if unchanged == self._published and status["updated_ms"] - self._published_ms < 60_000:
             return
         try:
-            await self.c.azk.set_balancer_state(status, expected_controller_epoch_zk_version=self.c.epoch_zk_version)
+            await self.c.azk.balancer.set_state(status, expected_controller_epoch_zk_version=self.c.epoch_zk_version)
         except Exception as exc:  # a deposed controller's fenced write, or ZooKeeper trouble
             log.warning("balancer: cannot publish /balancer/state: %r", exc)
             return

@@ -54,7 +54,7 @@ class ConfigManager:
                     results.append(_error(name, int(exc.error), str(exc)))
                     continue
                 if not validate_only and new != topic.configs:
-                    await self.c.azk.set_topic_config(name, new)  # also writes /config/changes
+                    await self.c.azk.configs.set_topic(name, new)  # also writes /config/changes
                     topic.configs = new
                     await self.push_topic_config(name)
                 results.append({"name": name, "error_code": ErrorCode.none, "error_message": None})
@@ -97,7 +97,7 @@ class ConfigManager:
 
     async def load_broker_overrides(self) -> None:
         entities = ["<default>", *self.c.ctx.brokers]
-        found = await asyncio.gather(*(self.c.azk.get_broker_config(e) for e in entities))  # pipelined
+        found = await asyncio.gather(*(self.c.azk.configs.broker(e) for e in entities))  # pipelined
         self.broker_overrides = {str(e): c for e, c in zip(entities, found)}
 
     async def push_throttle_rates(self) -> None:
@@ -147,7 +147,7 @@ class ConfigManager:
                     results.append(_error(name, *problem))
                     continue
                 if not validate_only and new != current:
-                    await self.c.azk.set_broker_config(entity, new)
+                    await self.c.azk.configs.set_broker(entity, new)
                     self.broker_overrides[str(entity)] = new
                     touched = True
                 results.append({"name": name, "error_code": ErrorCode.none, "error_message": None})
@@ -162,7 +162,7 @@ class ConfigManager:
         """/config/changes written by anyone (an admin tool writing ZooKeeper directly)."""
         if not self.c.is_active:
             return
-        for name, body in await self.c.azk.get_config_change_notifications():
+        for name, body in await self.c.azk.configs.change_notifications():
             if self.last_config_change is not None and name <= self.last_config_change:
                 continue
             self.last_config_change = name
@@ -173,7 +173,7 @@ class ConfigManager:
             if entity.startswith("topics/"):
                 topic = entity.split("/", 1)[1]
                 if topic in self.c.ctx.topics:
-                    fresh = await self.c.azk.get_topic_config(topic)
+                    fresh = await self.c.azk.configs.topic(topic)
                     if fresh != self.c.ctx.topics[topic].configs:
                         self.c.ctx.topics[topic].configs = fresh
                         await self.push_topic_config(topic)

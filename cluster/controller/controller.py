@@ -100,7 +100,7 @@ class Controller:
         self._worker = self.loop.create_task(self._process_events())
 
         async def watch_controller():
-            await self.azk.watch_controller(lambda _id: self.from_zk_thread(self._elect))
+            await self.azk.controller.watch(lambda _id: self.from_zk_thread(self._elect))
 
         self.enqueue(watch_controller)
         self.enqueue(self._elect)
@@ -156,28 +156,28 @@ class Controller:
     # ---- election ----------------------------------------------------------------------------
     async def _elect(self) -> None:
         if self.is_active:
-            if await self.azk.get_controller_id() == self.broker_id:
+            if await self.azk.controller.id() == self.broker_id:
                 return
             log.warning("broker %d lost the controller role", self.broker_id)
             self.ctx = None
         started = time.monotonic()
-        epoch = await self.azk.try_become_controller(self.broker_id)
+        epoch = await self.azk.controller.try_elect(self.broker_id)
         if epoch is None:
             await self._watch_active_controller()
             return
-        self.epoch_zk_version = (await self.azk.controller_epoch())[1]
+        self.epoch_zk_version = (await self.azk.controller.epoch())[1]
         log.info("broker %d is the active controller, epoch %d", self.broker_id, epoch)
-        self.ctx = ControllerContext(epoch, await self.azk.get_or_create_cluster_id())
+        self.ctx = ControllerContext(epoch, await self.azk.cluster.get_or_create_id())
         azk = self.azk
         # One after another: each fires once at once, and those first events queue in this order.
-        await azk.watch_brokers(lambda _ids: self.from_zk_thread(self._on_broker_change))
-        await azk.watch_topics(lambda _names: self.from_zk_thread(self._on_topic_change))
-        await azk.watch_delete_topics(lambda _names: self.from_zk_thread(self.deletion.on_marked))
-        await azk.watch_isr_change_notifications(lambda _names: self.from_zk_thread(self._on_isr_change))
-        await azk.watch_config_changes(lambda _names: self.from_zk_thread(self.configs.on_config_change))
-        await azk.watch_partition_reassignment(
+        await azk.brokers.watch(lambda _ids: self.from_zk_thread(self._on_broker_change))
+        await azk.topics.watch_names(lambda _names: self.from_zk_thread(self._on_topic_change))
+        await azk.admin.watch_topic_deletions(lambda _names: self.from_zk_thread(self.deletion.on_marked))
+        await azk.isr_changes.watch(lambda _names: self.from_zk_thread(self._on_isr_change))
+        await azk.configs.watch_changes(lambda _names: self.from_zk_thread(self.configs.on_config_change))
+        await azk.admin.watch_reassignment(
             lambda _body: self.from_zk_thread(self.reassignment._on_reassign_partitions_znode))
-        await azk.watch_preferred_replica_election(
+        await azk.admin.watch_preferred_replica_election(
             lambda _body: self.from_zk_thread(self.elections._on_preferred_replica_election))
         await self._load_brokers()
         await self._load_topics()
@@ -186,7 +186,7 @@ class Controller:
         await self._elect_offline_partitions(list(self.ctx.all_partitions()))
         await self._send_leader_and_isr([tp for tp, _ in self.ctx.all_partitions()])
         await self._send_update_metadata()
-        marked = await self.azk.get_topics_marked_for_deletion()
+        marked = await self.azk.admin.topics_marked_for_deletion()
         if marked:
             await self.deletion.delete(marked)
         # Reassignments a previous controller left in flight resume where they were.
@@ -216,7 +216,7 @@ class Controller:
         only unreachable: its ZooKeeper writes and its requests to replicas and edges
         are fenced by the controller epoch the new controller increments."""
         try:
-            found = await self.azk.controller_znode()
+            found = await self.azk.controller.znode()
         except Exception:
             log.exception("cannot read /controller")
             return
@@ -238,9 +238,9 @@ class Controller:
             log.warning("the active controller (broker %d) died (Ray death watch)", controller_id)
 
             async def take_over():
-                current = await self.azk.controller_znode()
+                current = await self.azk.controller.znode()
                 if current is not None and current[0] == controller_id and current[1] == owner:
-                    if await self.azk.delete_controller_if(owner, controller_id):
+                    if await self.azk.controller.delete_if(owner, controller_id):
                         log.info("removed dead controller %d's /controller znode", controller_id)
                 self._controller_watch_key = None
                 await self._elect()
@@ -251,7 +251,7 @@ class Controller:
         self._controller_watch = self.loop.create_task(watch())
 
     async def _live_registrations(self) -> dict[int, dict]:
-        current = await self.azk.get_brokers()
+        current = await self.azk.brokers.all()
         for broker_id, stamp in list(self._dead_registrations.items()):
             info = current.get(broker_id)
             if info is None or info.get("timestamp") != stamp:
@@ -269,7 +269,7 @@ class Controller:
         """Failover reads every topic's znodes: pipelined (all reads in flight at once,
         as Kafka's controller does with ZooKeeper's async API), installed in order."""
         ctx = self.ctx
-        names = await self.azk.get_topics()
+        names = await self.azk.topics.names()
         for name, found in zip(names, await asyncio.gather(*(self._read_topic(n) for n in names))):
             self._install_topic(name, *found)
         log.info("controller context: %d brokers, %d topics, %d partitions", len(ctx.brokers),
@@ -280,11 +280,11 @@ class Controller:
 
     async def _read_topic(self, name: str) -> tuple:
         """-> (assignment, configs, {partition: (state, version) or None}); (None, None, {}) if gone."""
-        assignment, configs = await asyncio.gather(self.azk.get_topic(name), self.azk.get_topic_config(name))
+        assignment, configs = await asyncio.gather(self.azk.topics.get(name), self.azk.configs.topic(name))
         if assignment is None:
             return None, None, {}
         partitions = list(assignment.partitions)
-        states = await asyncio.gather(*(self.azk.get_partition_state(name, p) for p in partitions))
+        states = await asyncio.gather(*(self.azk.partitions.state(name, p) for p in partitions))
         return assignment, configs, dict(zip(partitions, states))
 
     def _install_topic(self, name: str, assignment, configs, states: dict) -> TopicState | None:
@@ -363,7 +363,7 @@ class Controller:
         epoch, fence = self.ctx.epoch, self.epoch_zk_version
 
         def create(topic: str, p: int, state: PartitionState):
-            return self.azk.create_partition_state(topic, p, state.leader, state.leader_epoch, state.isr, epoch,
+            return self.azk.partitions.create_state(topic, p, state.leader, state.leader_epoch, state.isr, epoch,
                                                    expected_controller_epoch_zk_version=fence)
 
         keys = list(states)
@@ -380,7 +380,7 @@ class Controller:
     async def _write_state(self, topic: str, p: int, new: PartitionState) -> None:
         def write(leader_epoch: int, version: int):
             # Fenced on /controller_epoch's version: a deposed controller's write fails.
-            return self.azk.update_partition_state(
+            return self.azk.partitions.update_state(
                 topic, p, ZkPartitionState(new.leader, leader_epoch, list(new.isr), self.ctx.epoch), version,
                 expected_controller_epoch_zk_version=self.epoch_zk_version)
 
@@ -388,7 +388,7 @@ class Controller:
             new.zk_version = await write(new.leader_epoch, new.zk_version)
         except BadVersionError:
             # Someone (a leader shrinking its ISR) wrote first: re-read and retry once.
-            found = await self.azk.get_partition_state(topic, p)
+            found = await self.azk.partitions.state(topic, p)
             if found is None:
                 raise
             current, version = found
@@ -578,7 +578,7 @@ class Controller:
         async def event():
             if not self.is_active or broker_id not in self.ctx.brokers:
                 return
-            info = await self.azk.get_broker(broker_id)
+            info = await self.azk.brokers.get(broker_id)
             # A replacement edge (started by the broker's supervisor) may have
             # registered already: only the dead edge's own registration is ignored.
             replaced = info is not None and dead_edge_id is not None and \
@@ -647,19 +647,19 @@ class Controller:
         """Leaders changed ISRs in ZooKeeper: refresh those states and tell the edges."""
         if not self.is_active:
             return
-        notes = await self.azk.get_isr_change_notifications()
+        notes = await self.azk.isr_changes.pending()
         if not notes:
             return
         changed = {tuple(tp) for n in notes for tp in n.partitions}
         changed = [tp for tp in changed if tp[0] in self.ctx.topics]
-        reads = await asyncio.gather(*(self.azk.get_partition_state(topic, p) for topic, p in changed))
+        reads = await asyncio.gather(*(self.azk.partitions.state(topic, p) for topic, p in changed))
         for (topic, p), found in zip(changed, reads):
             if found is not None:
                 state, version = found
                 self.ctx.states[(topic, p)] = PartitionState(state.leader, state.leader_epoch, list(state.isr),
                                                              state.controller_epoch, version)
         await self._send_update_metadata()
-        await self.azk.delete_isr_change_notifications([n.name for n in notes])
+        await self.azk.isr_changes.delete([n.name for n in notes])
         await self.reassignment._check_reassignments([tp for tp in changed if tp in self.ctx.reassignments])
         await self.balancer.on_reassignments_checked()
 
@@ -667,7 +667,7 @@ class Controller:
         """Topics written to ZooKeeper by someone else (e.g. an admin tool)."""
         if not self.is_active:
             return
-        new = [t for t in await self.azk.get_topics() if t not in self.ctx.topics]
+        new = [t for t in await self.azk.topics.names() if t not in self.ctx.topics]
         if not new:
             return
         for name in new:
@@ -735,7 +735,7 @@ class Controller:
             if not validate_only:
                 try:
                     # Off the event loop (a ZooKeeper write with its fsync, per topic).
-                    await self.azk.create_topic(plan.name, plan.assignment, plan.configs, topic_id)
+                    await self.azk.topics.create(plan.name, plan.assignment, plan.configs, topic_id)
                 except Exception as exc:  # TopicExistsError from a racing writer, or ZooKeeper trouble
                     code = (ErrorCode.topic_already_exists if type(exc).__name__ == "TopicExistsError"
                             else ErrorCode.unknown_server_error)

@@ -66,7 +66,7 @@ class PartitionOperations:
                 capacity.add(added, name.startswith("__"))
                 if not validate_only:
                     try:
-                        merged = await self.c.azk.add_partitions(name, added)
+                        merged = await self.c.azk.topics.add_partitions(name, added)
                     except Exception as exc:  # a concurrent writer, or ZooKeeper trouble
                         results.append({"name": name, "error_code": ErrorCode.unknown_server_error,
                                         "error_message": str(exc)})
@@ -278,7 +278,7 @@ class Elections:
         if not self.c.is_active:
             return
         try:
-            partitions = await self.c.azk.get_preferred_replica_election()
+            partitions = await self.c.azk.admin.preferred_replica_election()
         except Exception:
             log.exception("cannot read the preferred replica election request")
             return
@@ -288,7 +288,7 @@ class Elections:
         failed = [r for r in results if r["error_code"] not in (ErrorCode.none, ErrorCode.election_not_needed)]
         if failed:
             log.warning("preferred replica election: %d partitions failed: %s", len(failed), failed[:10])
-        await self.c.azk.delete_preferred_replica_election()
+        await self.c.azk.admin.delete_preferred_replica_election()
 
     async def _auto_leader_rebalance(self) -> None:
         """auto.leader.rebalance.enable: move leadership back to preferred replicas of
@@ -508,12 +508,12 @@ class Reassignments:
         adding = {p: list(r.adding) for (tn, p), r in self.c.ctx.reassignments.items() if tn == topic and r.adding}
         removing = {p: list(r.removing) for (tn, p), r in self.c.ctx.reassignments.items()
                     if tn == topic and r.removing}
-        found = await self.c.azk.get_topic_with_version(topic)
+        found = await self.c.azk.topics.get_with_version(topic)
         if found is None:
             raise RuntimeError(f"topic {topic} vanished from ZooKeeper")
         znode, version = found
         updated = TopicAssignment({p: list(r) for p, r in t.assignment.items()}, znode.topic_id, adding, removing)
-        await self.c.azk.set_topic_assignment(topic, updated, version,
+        await self.c.azk.topics.set_assignment(topic, updated, version,
                                             expected_controller_epoch_zk_version=self.c.epoch_zk_version)
 
     async def _maybe_complete_reassignment(self, topic: str, p: int) -> bool:
@@ -551,13 +551,13 @@ class Reassignments:
 
     async def _forget_znode_reassignment(self, topic: str, p: int) -> None:
         try:
-            pending = await self.c.azk.get_partition_reassignment()
+            pending = await self.c.azk.admin.reassignment()
         except Exception:
             log.exception("cannot read /admin/reassign_partitions")
             return
         if (topic, p) in pending:
             del pending[(topic, p)]
-            await self.c.azk.set_partition_reassignment(pending)  # an empty map deletes the znode
+            await self.c.azk.admin.set_reassignment(pending)  # an empty map deletes the znode
 
     async def _delete_replicas(self, topic: str, p: int, brokers: list[int]) -> None:
         """OnlineReplica -> OfflineReplica -> ReplicaDeletionStarted -> ReplicaDeletionSuccessful
@@ -616,7 +616,7 @@ class Reassignments:
         if not self.c.is_active:
             return
         try:
-            wanted = await self.c.azk.get_partition_reassignment()
+            wanted = await self.c.azk.admin.reassignment()
         except Exception:
             log.exception("cannot read /admin/reassign_partitions")
             return
@@ -635,7 +635,7 @@ class Reassignments:
         remaining = {tp: r for tp, r in wanted.items()
                      if tp not in failed and (tp in self.c.ctx.reassignments)}
         if remaining != wanted:
-            await self.c.azk.set_partition_reassignment(remaining)
+            await self.c.azk.admin.set_reassignment(remaining)
 
     async def _check_reassignments(self, partitions) -> None:
         for topic, p in list(partitions):

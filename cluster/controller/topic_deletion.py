@@ -40,7 +40,7 @@ class TopicDeletionManager:
                     to_delete.append(name)
                     outcome[name] = (ErrorCode.none, None)
             for name in to_delete:
-                await self.c.azk.mark_topic_for_deletion(name)
+                await self.c.azk.admin.mark_topic_for_deletion(name)
             if to_delete:
                 await self.delete(to_delete)
             return outcome
@@ -90,7 +90,7 @@ class TopicDeletionManager:
         for name in names:
             if not ctx.replica_sm.is_topic_deletion_successful(name):
                 continue
-            await self.c.azk.delete_topic(name)
+            await self.c.azk.topics.delete(name)
             for p in ctx.topics[name].assignment:
                 ctx.states.pop((name, p), None)
                 ctx.reassignments.pop((name, p), None)
@@ -114,7 +114,7 @@ class TopicDeletionManager:
     async def on_marked(self) -> None:
         if not self.c.is_active:
             return
-        marked = [t for t in await self.c.azk.get_topics_marked_for_deletion()
+        marked = [t for t in await self.c.azk.admin.topics_marked_for_deletion()
                   if t not in self.c.ctx.topics_being_deleted]
         if marked:
             await self.delete(marked)

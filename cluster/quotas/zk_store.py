@@ -15,8 +15,7 @@ from typing import Mapping
 
 from cluster.quotas.model import DEFAULT, QUOTA_KEYS, QuotaConfigs, QuotaEntity, quota_value_text, quota_values
 from metadata import zk_paths
-from metadata.kafka_zk import (CONFIG_CHANGE_NOTIFICATION_VERSION, CONFIG_ZNODE_VERSION, KafkaZkClient,
-                               decode_json, encode_json)
+from metadata.kafka_zk import KafkaZkClient
 
 USERS = zk_paths.CONFIG_ENTITY_USERS
 CLIENTS = zk_paths.CONFIG_ENTITY_CLIENTS
@@ -31,7 +30,7 @@ def _desanitized(name: str) -> str:
 
 
 def entity_path(entity: QuotaEntity) -> str:
-    """The change notification's entity_path (and /config/<it> is the znode)."""
+    """The change notification's entity_path; /config/<it> is the znode."""
     if entity.user is not None and entity.client_id is not None:
         return f"{USERS}/{_sanitized(entity.user)}/{CLIENTS}/{_sanitized(entity.client_id)}"
     if entity.user is not None:
@@ -39,48 +38,33 @@ def entity_path(entity: QuotaEntity) -> str:
     return f"{CLIENTS}/{_sanitized(entity.client_id)}"
 
 
-def _znode(entity: QuotaEntity) -> str:
-    return f"{zk_paths.CONFIG}/{entity_path(entity)}"
-
-
-def _config_at(zk: KafkaZkClient, path: str) -> dict[str, str]:
-    found = zk._get(path)
-    if found is None:
-        return {}
-    return dict((decode_json(found[0]) or {}).get("config", {}))
-
-
 def read_all(zk: KafkaZkClient) -> QuotaConfigs:
     """Every entity with a quota value."""
     entries: dict[QuotaEntity, dict[str, float]] = {}
-    users_root = zk_paths.config_entity_type_path(USERS)
-    for user in zk._children(users_root) or []:
-        values = quota_values(_config_at(zk, f"{users_root}/{user}"))
+    for user in zk.configs.entity_names(USERS):
+        values = quota_values(zk.configs.get_at(f"{USERS}/{user}"))
         if values:
             entries[QuotaEntity(_desanitized(user), None)] = values
-        clients_root = f"{users_root}/{user}/{CLIENTS}"
-        for client in zk._children(clients_root) or []:
-            values = quota_values(_config_at(zk, f"{clients_root}/{client}"))
+        for client in zk.configs.entity_names(f"{USERS}/{user}/{CLIENTS}"):
+            values = quota_values(zk.configs.get_at(f"{USERS}/{user}/{CLIENTS}/{client}"))
             if values:
                 entries[QuotaEntity(_desanitized(user), _desanitized(client))] = values
-    clients_root = zk_paths.config_entity_type_path(CLIENTS)
-    for client in zk._children(clients_root) or []:
-        values = quota_values(_config_at(zk, f"{clients_root}/{client}"))
+    for client in zk.configs.entity_names(CLIENTS):
+        values = quota_values(zk.configs.get_at(f"{CLIENTS}/{client}"))
         if values:
             entries[QuotaEntity(None, _desanitized(client))] = values
     return QuotaConfigs(entries)
 
 
 def read_entity(zk: KafkaZkClient, entity: QuotaEntity) -> dict[str, float]:
-    return quota_values(_config_at(zk, _znode(entity)))
+    return quota_values(zk.configs.get_at(entity_path(entity)))
 
 
 def alter(zk: KafkaZkClient, entity: QuotaEntity, sets: Mapping[str, float], removes: list[str],
           validate_only: bool = False) -> None:
     """Set and remove quota keys of one entity, keeping every other key of its
     znode (SCRAM credentials); ValueError for a value Kafka would refuse."""
-    path = _znode(entity)
-    config = _config_at(zk, path)
+    config = zk.configs.get_at(entity_path(entity))
     for key in removes:
         config.pop(key, None)
     for key, value in sets.items():
@@ -89,7 +73,4 @@ def alter(zk: KafkaZkClient, entity: QuotaEntity, sets: Mapping[str, float], rem
         config[key] = quota_value_text(key, value)
     if validate_only:
         return
-    zk._set_or_create(path, encode_json({"version": CONFIG_ZNODE_VERSION, "config": config}))
-    zk._create(zk_paths.CONFIG_CHANGE_SEQUENTIAL_PREFIX,
-               encode_json({"version": CONFIG_CHANGE_NOTIFICATION_VERSION, "entity_path": entity_path(entity)}),
-               sequence=True, makepath=True)
+    zk.configs.set_at(entity_path(entity), config)  # and its /config/changes notification

@@ -27,6 +27,7 @@ from cluster.security.acls import (ANY_ACL, WILDCARD_HOST, WILDCARD_PRINCIPAL, W
                                    AccessControlEntry, AclBinding, AclBindingFilter, Operation, PatternType,
                                    PermissionType, ResourcePattern, ResourceType, validate_binding)
 from core.error_codes import ErrorCode
+from metadata.kafka_zk import BadVersionError, KafkaZkClient, ZkNodeExistsError, ZkNoNodeError, ZkNotEmptyError
 
 log = logging.getLogger("raykafka.authorizer")
 
@@ -224,59 +225,49 @@ def decode_change(change_path: str, data: bytes) -> ResourcePattern:
 
 class ZkAclStore:
     """The ACLs in ZooKeeper, mirrored into an AclAuthorizer and kept current
-    by Kafka's change notifications. Blocking; one ZooKeeper session of its own."""
+    by Kafka's change notifications. Blocking. Reads and writes through the
+    process's ZooKeeper client (its ``acls`` family), which it does not own:
+    close() stops following changes and leaves the client open."""
 
-    def __init__(self, zk_connect: str, authorizer: AclAuthorizer, session_timeout_ms: int = 18000):
-        self.zk_connect = zk_connect
+    def __init__(self, zk: KafkaZkClient, authorizer: AclAuthorizer):
+        self.zk = zk
         self.authorizer = authorizer
-        self.session_timeout_ms = session_timeout_ms
-        self._zk = None
         self._lock = threading.Lock()  # one writer at a time in this process
         self._seen: dict[str, int] = {LITERAL_CHANGES_PATH: -1, EXTENDED_CHANGES_PATH: -1}
         self._wake = threading.Event()
         self._reload_all = False
         self._closed = False
         self._thread: threading.Thread | None = None
+        self._watches: list = []
 
     # ---- lifecycle ------------------------------------------------------------------------
     def start(self) -> "ZkAclStore":
-        from metadata.zk_security import kazoo_client
-
-        # This process's ZooKeeper credentials; with zookeeper.set.acl the ACL
-        # znodes it creates are writable by the brokers only.
-        zk = kazoo_client(self.zk_connect, timeout=self.session_timeout_ms / 1000)
-        zk.start(timeout=max(self.session_timeout_ms / 1000, 10))
-        self._zk = zk
-        for path in (LITERAL_ACL_PATH, acl_root(PatternType.PREFIXED), LITERAL_CHANGES_PATH,
-                     EXTENDED_CHANGES_PATH):
-            zk.ensure_path(path)
+        acls = self.zk.acls
+        # With zookeeper.set.acl the ACL znodes created here are writable by the brokers only
+        # (the client carries this process's ZooKeeper credentials).
+        acls.ensure_roots()
         # Notifications already present describe changes the full load below includes.
         for change_path in self._seen:
-            self._seen[change_path] = max((self._seq(c) for c in zk.get_children(change_path)), default=-1)
+            self._seen[change_path] = max((self._seq(c) for c in acls.change_names(change_path)), default=-1)
         self.load_all()
-        zk.add_listener(self._on_state)
+        # After a lost session the notifications missed may have been purged: reload everything.
+        self.zk.on_session_lost(self._on_session_lost)
+        self.zk.on_new_session(lambda _session_id: self._wake.set())
         self._thread = threading.Thread(target=self._run, name="acl-changes", daemon=True)
         self._thread.start()
         for change_path in self._seen:
-            zk.ChildrenWatch(change_path, lambda _children: self._wake.set())
+            self._watches.append(acls.watch_changes(change_path, lambda _names: self._wake.set()))
         return self
 
     def close(self) -> None:
         self._closed = True
         self._wake.set()
-        if self._zk is not None:
-            try:
-                self._zk.stop()
-                self._zk.close()
-            except Exception:  # already gone
-                pass
+        for watch in self._watches:
+            watch.cancel()
+        self._watches.clear()
 
-    def _on_state(self, state) -> None:
-        # After a lost session the notifications missed may have been purged: reload everything.
-        if state == "LOST":
-            self._reload_all = True
-        elif state == "CONNECTED" and self._reload_all:
-            self._wake.set()
+    def _on_session_lost(self) -> None:
+        self._reload_all = True
 
     @staticmethod
     def _seq(child: str) -> int:
@@ -288,13 +279,8 @@ class ZkAclStore:
     # ---- reading --------------------------------------------------------------------------
     def _read(self, pattern: ResourcePattern) -> tuple[frozenset[AccessControlEntry], int]:
         """(entries, znode version; -1: no znode)."""
-        from kazoo.exceptions import NoNodeError
-
-        try:
-            data, stat = self._zk.get(acl_path(pattern))
-        except NoNodeError:
-            return frozenset(), -1
-        return decode_acls(data), stat.version
+        data, version = self.zk.acls.read(acl_path(pattern))
+        return decode_acls(data), version
 
     def load_all(self) -> None:
         """Every stored ACL. A name holding '/' (CreateAcls refuses new ones; an
@@ -313,16 +299,11 @@ class ZkAclStore:
     def _stored_names(self, type_path: str) -> list[str]:
         """The resource names under a type's znode, nested ones as 'a/b' (at most
         MAX_ACL_ZNODES_PER_TYPE, a bound on a corrupt or hostile tree)."""
-        from kazoo.exceptions import NoNodeError
-
         names, pending = [], [""]
         while pending and len(names) < MAX_ACL_ZNODES_PER_TYPE:
             prefix = pending.pop()
-            try:
-                children = self._zk.get_children(f"{type_path}/{prefix}" if prefix else type_path)
-            except NoNodeError:
-                continue
-            for child in children:
+            children = self.zk.acls.children(f"{type_path}/{prefix}" if prefix else type_path)
+            for child in children or ():
                 name = f"{prefix}/{child}" if prefix else child
                 names.append(name)
                 pending.append(name)
@@ -351,34 +332,29 @@ class ZkAclStore:
                 self._wake.set()
 
     def _process_changes(self) -> None:
-        from kazoo.exceptions import NoNodeError
-
+        acls = self.zk.acls
         for change_path, seen in list(self._seen.items()):
-            children = sorted((self._seq(c), c) for c in self._zk.get_children(change_path))
+            children = sorted((self._seq(c), c) for c in acls.change_names(change_path))
             for seq, child in children:
                 if seq <= seen:
                     continue
-                try:
-                    data, stat = self._zk.get(f"{change_path}/{child}")
-                except NoNodeError:
+                found = acls.change(change_path, child)
+                if found is None:
                     continue
+                data, created_ms = found
                 try:
                     self.reload(decode_change(change_path, data))
                 except ValueError as exc:
                     log.warning("ignoring ACL change %s/%s: %s", change_path, child, exc)
                 self._seen[change_path] = seq
-                if time.time() - stat.ctime / 1000 > CHANGE_EXPIRATION_S:
-                    try:
-                        self._zk.delete(f"{change_path}/{child}")
-                    except NoNodeError:
-                        pass
+                if time.time() - created_ms / 1000 > CHANGE_EXPIRATION_S:
+                    acls.delete_change(change_path, child)
 
     # ---- writing --------------------------------------------------------------------------
     def _update(self, pattern: ResourcePattern, change) -> frozenset[AccessControlEntry]:
         """Apply change(current entries) -> new entries with a versioned
         write (retried on a concurrent writer), announce it, refresh the cache."""
-        from kazoo.exceptions import BadVersionError, NodeExistsError, NotEmptyError
-
+        acls = self.zk.acls
         path = acl_path(pattern)
         for _attempt in range(MAX_UPDATE_ATTEMPTS):
             current, version = self._read(pattern)
@@ -387,23 +363,23 @@ class ZkAclStore:
                 return current
             try:
                 if version < 0:
-                    self._zk.create(path, encode_acls(wanted), makepath=True)
+                    acls.create(path, encode_acls(wanted))
                 elif wanted:
-                    self._zk.set(path, encode_acls(wanted), version=version)
+                    acls.set(path, encode_acls(wanted), version)
                 else:
                     try:
-                        self._zk.delete(path, version=version)
-                    except NotEmptyError:
+                        acls.delete(path, version)
+                    except ZkNotEmptyError:
                         # the znode is also the parent of a nested name's ('a' of 'a/b'):
                         # keep it, with no ACL of its own
-                        self._zk.set(path, encode_acls(wanted), version=version)
+                        acls.set(path, encode_acls(wanted), version)
                 break
-            except (BadVersionError, NodeExistsError):
+            except (BadVersionError, ZkNodeExistsError, ZkNoNodeError):
                 continue  # a concurrent writer: read again
         else:
             raise RuntimeError(f"ACLs of {pattern} kept changing under {MAX_UPDATE_ATTEMPTS} attempts")
         change_path, data = encode_change(pattern)
-        self._zk.create(f"{change_path}/{CHANGE_PREFIX}", data, sequence=True, makepath=True)
+        acls.add_change(change_path, CHANGE_PREFIX, data)
         self.authorizer.set_acls(pattern, wanted)
         return wanted
 

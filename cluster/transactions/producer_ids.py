@@ -50,11 +50,11 @@ class ProducerIdsExhausted(Exception):
 
 
 class BlockStore(Protocol):
-    """The two ZooKeeper calls used (metadata.kafka_zk.KafkaZkClient has them)."""
+    """The two ZooKeeper calls used (KafkaZkClient.producer_ids, metadata/zk/producer_ids.py, has them)."""
 
-    def get_data_and_version(self, path: str) -> tuple[Optional[bytes], int]: ...
+    def latest_block(self) -> tuple[Optional[bytes], int]: ...
 
-    def conditional_update_path(self, path: str, data: bytes, expected_version: int) -> tuple[bool, int]: ...
+    def set_latest_block(self, data: bytes, expected_version: int) -> tuple[bool, int]: ...
 
 
 def encode_block(block: ProducerIdBlock) -> bytes:
@@ -74,7 +74,7 @@ def decode_block(data: bytes) -> ProducerIdBlock:
 def allocate_block(store: BlockStore, broker_id: int) -> ProducerIdBlock:
     """Take the next block (blocking): read, compute, conditional write, retry on conflict."""
     for _ in range(MAX_ALLOCATION_ATTEMPTS):
-        data, version = store.get_data_and_version(LATEST_PRODUCER_ID_BLOCK)
+        data, version = store.latest_block()
         if data:
             current = decode_block(data)
             if current.last_producer_id > INT64_MAX - PRODUCER_ID_BLOCK_SIZE:
@@ -83,7 +83,7 @@ def allocate_block(store: BlockStore, broker_id: int) -> ProducerIdBlock:
             block = ProducerIdBlock(broker_id, current.next_block_first_id)
         else:
             block = ProducerIdBlock(broker_id, 0)
-        written, new_version = store.conditional_update_path(LATEST_PRODUCER_ID_BLOCK, encode_block(block), version)
+        written, new_version = store.set_latest_block(encode_block(block), version)
         if written:
             log.info("broker %d acquired producer id block %d..%d (znode version %d)", broker_id,
                      block.first_producer_id, block.last_producer_id, new_version)
@@ -117,5 +117,5 @@ class ProducerIdManager:
         return producer_id
 
     def _allocate(self) -> ProducerIdBlock:
-        store = self.store if hasattr(self.store, "conditional_update_path") else self.store()
+        store = self.store if hasattr(self.store, "set_latest_block") else self.store()
         return allocate_block(store, self.broker_id)

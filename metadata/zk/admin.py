@@ -41,7 +41,7 @@ class AdminZk:
         return {} if found is None else (_decode_reassignment(found[0]) or {})
 
     def set_reassignment(self, reassignment: Mapping[tuple[str, int], Sequence[int]], *,
-                                   expected_controller_epoch_zk_version: int | None = None) -> None:
+                         expected_controller_epoch_zk_version: int | None = None) -> None:
         """Create or overwrite /admin/reassign_partitions (Kafka's
         setOrCreatePartitionReassignment). An empty one deletes the znode, as
         Kafka's controller does once the last reassignment completes. With
@@ -122,7 +122,7 @@ class AdminZk:
             return self._session.delete(path)
         try:
             self._session.fenced(f"delete {path}", expected_controller_epoch_zk_version,
-                         lambda transaction: transaction.delete(path))
+                                 lambda transaction: transaction.delete(path))
             return True
         except ZkNoNodeError:
             return False

@@ -28,7 +28,7 @@ class BalancerZk:
     def watch_paused(self, callback: Callable[[bool], Any]) -> WatchHandle:
         """callback(paused) now and whenever /balancer/paused appears or goes."""
         return self._session.watch_data(zk_paths.BALANCER_PAUSED, WatchHandle("balancer_paused"),
-                                lambda data: data is not None, callback)
+                                        lambda data: data is not None, callback)
 
     def state(self) -> dict[str, Any] | None:
         """What the active controller last published (cluster/controller/balancer.py); None if never."""
@@ -36,7 +36,7 @@ class BalancerZk:
         return None if found is None or not found[0] else decode_json(found[0])
 
     def set_state(self, state: Mapping[str, Any], *,
-                           expected_controller_epoch_zk_version: int | None = None) -> None:
+                  expected_controller_epoch_zk_version: int | None = None) -> None:
         """Write /balancer/state; fenced on the controller epoch (ControllerMovedError) when given."""
         data = encode_json(dict(state))
         path = zk_paths.BALANCER_STATE

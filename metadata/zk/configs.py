@@ -58,7 +58,7 @@ class ConfigsZk:
     def _znode(entity_path: str) -> str:
         parts = entity_path.split("/")
         if parts[0] not in zk_paths.CONFIG_ENTITY_TYPES or any(not part or part in (".", "..") or "\x00" in part
-                                                                 for part in parts):
+                                                               for part in parts):
             raise ValueError(f"not a config entity path: {entity_path!r}")
         return f"{zk_paths.CONFIG}/{entity_path}"
 

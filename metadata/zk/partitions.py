@@ -47,7 +47,7 @@ class PartitionStatesZk:
                 self._session.create(path, data)
             else:
                 self._session.fenced(f"create {path}", expected_controller_epoch_zk_version,
-                             lambda transaction: transaction.create(path, data))
+                                     lambda transaction: transaction.create(path, data))
         except ZkNodeExistsError:
             raise PartitionStateExistsError(f"{path} already exists") from None
         return 0
@@ -71,7 +71,7 @@ class PartitionStatesZk:
         ControllerMovedError if fenced (see create_partition_state)."""
         path = zk_paths.partition_state_path(topic, partition)
         return self._session.conditional_set(path, encode_json(state.to_json()), expected_zk_version,
-                                     expected_controller_epoch_zk_version)
+                                             expected_controller_epoch_zk_version)
 
     def states(self, topic: str) -> dict[int, tuple[PartitionState, int]]:
         """Every partition of the topic that has a state znode: {p: (state, zk version)}."""

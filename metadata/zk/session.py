@@ -328,7 +328,7 @@ class ZkSession:
             return None
 
     def create(self, path: str, data: bytes = b"", *, ephemeral: bool = False, sequence: bool = False,
-                makepath: bool = False) -> str:
+               makepath: bool = False) -> str:
         return self._await(
             f"create {path}",
             lambda zk: zk.create_async(path, data, acl=self.security.acl_for(path), ephemeral=ephemeral,
@@ -402,7 +402,7 @@ class ZkSession:
         return None
 
     def watch_children(self, path: str, handle: WatchHandle, convert: Callable[[list[str]], Any],
-                        callback: Callable[[Any], Any]) -> WatchHandle:
+                       callback: Callable[[Any], Any]) -> WatchHandle:
         self.create_if_absent(path)
         events = self._events
         if events is None:
@@ -459,7 +459,7 @@ class ZkSession:
             return False
         if list(acls) == list(OPEN_ACL_UNSAFE):
             self._await(f"set acl {path}", lambda zk: zk.set_acls_async(path, self.security.acl_for(path),
-                                                                       stat.aversion))
+                                                                        stat.aversion))
         return True
 
     def _secure_tree(self, root: str, limit: int) -> None:
@@ -519,15 +519,15 @@ class ZkSession:
         return found
 
     def conditional_set(self, path: str, data: bytes, expected_zk_version: int,
-                         expected_controller_epoch_zk_version: int | None) -> int:
+                        expected_controller_epoch_zk_version: int | None) -> int:
         if expected_controller_epoch_zk_version is None:
             return self.set(path, data, expected_zk_version).version
         results = self.fenced(f"set {path}", expected_controller_epoch_zk_version,
-                               lambda transaction: transaction.set_data(path, data, expected_zk_version))
+                              lambda transaction: transaction.set_data(path, data, expected_zk_version))
         return results[1].version
 
     def fenced(self, what: str, expected_controller_epoch_zk_version: int,
-                add_operation: Callable[[Any], None]) -> list[Any]:
+               add_operation: Callable[[Any], None]) -> list[Any]:
         """One write guarded by a check on /controller_epoch's version, in a single
         transaction, as Kafka's controller does to fence a deposed controller."""
 
@@ -547,7 +547,7 @@ class ZkSession:
         raise translate(error, what)
 
     def watch_data(self, path: str, handle: WatchHandle, convert: Callable[[bytes | None], Any],
-                    callback: Callable[[Any], Any]) -> WatchHandle:
+                   callback: Callable[[Any], Any]) -> WatchHandle:
         events = self._events
         if events is None:
             raise ZkClientClosedError("the ZooKeeper client is not started")
@@ -592,19 +592,19 @@ class ZkSession:
         return handle
 
     def fenced_set_or_create(self, parent: str, path: str, data: bytes,
-                              expected_controller_epoch_zk_version: int) -> None:
+                             expected_controller_epoch_zk_version: int) -> None:
         """Set or create `path` in a transaction fenced on the controller epoch (ControllerMovedError)."""
         self.create_if_absent(parent)
         for _ in range(5):
             try:
                 self.fenced(f"set {path}", expected_controller_epoch_zk_version,
-                             lambda transaction: transaction.set_data(path, data))
+                            lambda transaction: transaction.set_data(path, data))
                 return
             except ZkNoNodeError:
                 pass
             try:
                 self.fenced(f"create {path}", expected_controller_epoch_zk_version,
-                             lambda transaction: transaction.create(path, data))
+                            lambda transaction: transaction.create(path, data))
                 return
             except ZkNodeExistsError:
                 pass  # created by someone else in between: set it

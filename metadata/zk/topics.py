@@ -126,11 +126,11 @@ class TopicsZk:
         return merged
 
     def set_assignment(self, topic: str, assignment: TopicAssignment, expected_zk_version: int,
-                             *, expected_controller_epoch_zk_version: int | None = None) -> int:
+                       *, expected_controller_epoch_zk_version: int | None = None) -> int:
         """Conditionally rewrite /brokers/topics/<t> (reassignments); returns the new version."""
         path = zk_paths.topic_path(topic)
         return self._session.conditional_set(path, encode_json(assignment.to_json()), expected_zk_version,
-                                     expected_controller_epoch_zk_version)
+                                             expected_controller_epoch_zk_version)
 
     def delete(self, topic: str) -> None:
         """Remove the topic's znodes in Kafka's order: assignment and partition

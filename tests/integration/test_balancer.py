@@ -168,12 +168,12 @@ def test_a_node_joins_and_fills_then_a_lost_node_is_healed_with_clients_running(
             joined_at = time.monotonic()
 
             def planned():
-                state = zk.get_balancer_state() or {}
+                state = zk.balancer.state() or {}
                 return state.get("paused") and state.get("planned_moves", 0) > 0 and state
 
             state = wait_for(planned, 60, "a plan published while paused")
             assert state["in_flight"] == [] and str(new_id) in state["replicas"]
-            assert not any(a.adding_replicas for a in zk.get_topic_assignments().values()), "moved while paused"
+            assert not any(a.adding_replicas for a in zk.topics.assignments().values()), "moved while paused"
             assert balancer(cluster, "--resume") == 0
             with RaykafkaAdmin(bootstrap, timeout_s=30) as admin:
                 seen = wait_for(lambda: admin.list_partition_reassignments(), 60, "moves listed by the controller")
@@ -182,7 +182,7 @@ def test_a_node_joins_and_fills_then_a_lost_node_is_healed_with_clients_running(
 
             def balanced():
                 replicas, leaders = per_node(all_partitions(live_bootstrap(cluster)), brokers)
-                state = zk.get_balancer_state() or {}
+                state = zk.balancer.state() or {}
                 done = not state.get("in_flight") and not state.get("plan")
                 return done and spread(replicas) <= 1 and spread(leaders) <= 1 and (replicas, leaders)
 
@@ -193,7 +193,7 @@ def test_a_node_joins_and_fills_then_a_lost_node_is_healed_with_clients_running(
             assert "Balancer: running" in status and "Moves in flight: 0" in status, status
 
             # ---- 2. a node is lost for good and healed ---------------------------------------------------
-            controller = zk.get_controller_id()
+            controller = zk.controller.id()
             victim = next(b for b in brokers[1:] if b != controller and b != new_id)
             acked_before_kill = len(producer.acked)
             crash_node(cluster, victim)

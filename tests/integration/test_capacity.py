@@ -149,9 +149,9 @@ class TestExplicitLimit:
         zk = zk_client(limited)
         try:
             for name in ("one-more", "auto-x"):
-                assert zk.get_topic(name) is None
+                assert zk.topics.get(name) is None
                 assert log_dirs_of(limited, name) == []
-            assert len(zk.get_topic("fill-1").partitions) == 7
+            assert len(zk.topics.get("fill-1").partitions) == 7
         finally:
             zk.close()
         assert hosted_replicas(admin) == LIMIT
@@ -170,7 +170,7 @@ class TestExplicitLimit:
         assert "would place 5 replicas on broker" in message and "holding 48 of" in message
         zk = zk_client(limited)
         try:
-            assert zk.get_topic("straddles") is None
+            assert zk.topics.get("straddles") is None
         finally:
             zk.close()
         assert log_dirs_of(limited, "straddles") == []

@@ -49,10 +49,10 @@ def ray_nodes(address: str) -> list[dict]:
 
 def zk_view(zk: KafkaZkClient) -> dict:
     """Leader epoch and leader of every partition, and the controller epoch."""
-    view = {"controller_epoch": zk.controller_epoch()}
+    view = {"controller_epoch": zk.controller.epoch()}
     for topic, count in {**IDLE_TOPICS, BUSY_TOPIC: 1}.items():
         for p in range(count):
-            found = zk.get_partition_state(topic, p)
+            found = zk.partitions.state(topic, p)
             assert found is not None, f"{topic}-{p} has no state znode"
             view[f"{topic}-{p}"] = (found[0].leader, found[0].leader_epoch)
     return view

@@ -180,7 +180,7 @@ def start_zk(connect: str) -> KafkaZkClient:
 
 
 def register(admin: KafkaZkClient, broker_id: int, **extra: Any) -> None:
-    admin.register_broker(broker_id, "127.0.0.1", 9000 + broker_id, extra={"log_dirs": ["/tmp/none"], **extra})
+    admin.brokers.register(broker_id, "127.0.0.1", 9000 + broker_id, extra={"log_dirs": ["/tmp/none"], **extra})
 
 
 def topic_spec(name: str, assignments: dict[int, list[int]], **configs: str) -> dict:

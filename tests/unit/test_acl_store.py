@@ -12,6 +12,7 @@ from cluster.security.acls import (AccessControlEntry as Ace, AccessControlEntry
                                    ResourcePattern, ResourcePatternFilter, ResourceType as Rt)
 from cluster.security.authorizer import AclAuthorizer, ZkAclStore
 from metadata import embedded_zookeeper
+from metadata.kafka_zk import KafkaZkClient
 from tests.unit.kafka_zk_fixtures import chroot_connect, raw  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.skipif(
@@ -25,13 +26,16 @@ def stores(chroot_connect):  # noqa: F811
     started = []
 
     def start() -> ZkAclStore:
-        store = ZkAclStore(chroot_connect, AclAuthorizer(), session_timeout_ms=4000).start()
+        # One broker process each: its own ZooKeeper client, which the store uses.
+        zk = KafkaZkClient(chroot_connect, session_timeout_ms=4000).start()
+        store = ZkAclStore(zk, AclAuthorizer()).start()
         started.append(store)
         return store
 
     yield start
     for store in started:
         store.close()
+        store.zk.close()
 
 
 def _eventually(check, timeout_s: float = 5.0) -> None:

@@ -78,7 +78,7 @@ class Cluster:
 
     async def lose(self, broker_id: int) -> None:
         self.channel.kill_edge(broker_id)
-        self.admin.deregister_broker(broker_id)
+        self.admin.brokers.deregister(broker_id)
         await eventually(lambda: broker_id not in self.service.ctx.brokers, what=f"broker {broker_id} to go")
         await idle(self.service)
 
@@ -93,11 +93,11 @@ class Cluster:
         ctx = self.service.ctx
         moving = list(ctx.reassignments.items())
         for (t, p), r in moving:
-            state, version = self.admin.get_partition_state(t, p)
+            state, version = self.admin.partitions.state(t, p)
             isr = [b for b in r.replicas if b in ctx.brokers]
-            self.admin.update_partition_state(t, p, ZkPartitionState(state.leader, state.leader_epoch, isr,
+            self.admin.partitions.update_state(t, p, ZkPartitionState(state.leader, state.leader_epoch, isr,
                                                                      state.controller_epoch), version)
-        self.admin.add_isr_change_notification([tp for tp, _ in moving])
+        self.admin.isr_changes.add([tp for tp, _ in moving])
         await eventually(lambda: not any(tp in ctx.reassignments for tp, _ in moving), what="moves to complete")
         await idle(self.service)
 
@@ -106,12 +106,12 @@ class Cluster:
         replicas = {b: 0 for b in self.service.ctx.brokers}
         preferred = dict(replicas)
         leaders = dict(replicas)
-        for t in self.admin.get_topics():
-            for p, rs in self.admin.get_topic(t).partitions.items():
+        for t in self.admin.topics.names():
+            for p, rs in self.admin.topics.get(t).partitions.items():
                 for b in rs:
                     replicas[b] = replicas.get(b, 0) + 1
                 preferred[rs[0]] = preferred.get(rs[0], 0) + 1
-                leader = self.admin.get_partition_state(t, p)[0].leader
+                leader = self.admin.partitions.state(t, p)[0].leader
                 leaders[leader] = leaders.get(leader, 0) + 1
         return replicas, preferred, leaders
 
@@ -176,7 +176,7 @@ def test_a_joining_node_gets_an_even_share_through_throttled_bounded_reassignmen
             assert sent[2] == sent[3] == 1_000_000
             assert f"{p}:4" in sent[4]["follower_throttled_replicas"].split(",")
             assert all(f"{p}:{b}" in sent[4]["leader_throttled_replicas"].split(",") for b in r.original_replicas)
-        state = c.admin.get_balancer_state()
+        state = c.admin.balancer.state()
         assert len(state["in_flight"]) == 3 and state["planned_moves"] > 0 and state["imbalance_score"] > 0.1
         c.channel.clear()
         most = await drain(c)
@@ -186,7 +186,7 @@ def test_a_joining_node_gets_an_even_share_through_throttled_bounded_reassignmen
         assert spread_of(preferred) <= 1 and spread_of(leaders) <= 1, (preferred, leaders)
         # Throttles removed once each move completed (back to the broker's unlimited rate).
         assert any(s[2] > 1_000_000 and s[1][2] == 4 for s in c.channel.of("update_replication_throttle"))
-        state = c.admin.get_balancer_state()
+        state = c.admin.balancer.state()
         assert state["in_flight"] == [] and state["plan"] == [] and state["imbalance_score"] <= 0.1
         assert not state["balancing"] and state["moves_completed"] == state["moves_started"] >= 15
 
@@ -219,13 +219,13 @@ def test_a_lost_broker_is_healed_after_the_delay_and_its_stale_replicas_deleted_
         assert set(moving) <= on_3 and len(moving) == 3
         for (t, p), r in moving.items():
             # The lost replica stays assigned until its replacement is in the ISR.
-            assert r.removing == [3] and 3 in c.admin.get_topic(t).partitions[p]
-            assert c.admin.get_partition_state(t, p)[0].isr == [b for b in r.replicas if b not in (3, *r.adding)]
+            assert r.removing == [3] and 3 in c.admin.topics.get(t).partitions[p]
+            assert c.admin.partitions.state(t, p)[0].isr == [b for b in r.replicas if b not in (3, *r.adding)]
         await drain(c)
         for (t, p), rs in c.service.ctx.all_partitions():
             assert len(rs) == 2 and 3 not in rs
-            assert sorted(c.admin.get_partition_state(t, p)[0].isr) == sorted(rs)
-        stale = {tuple(r) for r in c.admin.get_balancer_state()["stale_replicas"]}
+            assert sorted(c.admin.partitions.state(t, p)[0].isr) == sorted(rs)
+        stale = {tuple(r) for r in c.admin.balancer.state()["stale_replicas"]}
         assert stale == {(t, p, 3) for t, p in on_3}
         # Broker 3 comes back: its stale replicas are deleted, none is made a leader or follower.
         c.channel.clear()
@@ -252,19 +252,19 @@ def test_pause_stops_new_moves_at_once_and_a_new_controller_resumes_the_plan(con
         await c.join(4)
         first = set(c.moving())
         assert len(first) == 3
-        c.admin.set_balancer_paused(True)
+        c.admin.balancer.set_paused(True)
         await eventually(lambda: c.service.balancer.paused, what="the pause to be seen")
         await c.catch_up()
         await c.step()
         assert not c.moving(), "a move started while paused"
-        state = c.admin.get_balancer_state()
+        state = c.admin.balancer.state()
         assert state["paused"] and state["planned_moves"] > 0
         # Failover while paused and mid-plan: the next controller stays paused.
         c.fail_over()
         await c.start_controller(2)
         await c.step()
         assert c.service.balancer.paused and not c.moving()
-        c.admin.set_balancer_paused(False)
+        c.admin.balancer.set_paused(False)
         await eventually(lambda: len(c.moving()) == 3, what="moves to start after --resume")
         # Failover with moves in flight: they resume through the reassignment path.
         in_flight = set(c.moving())
@@ -299,7 +299,7 @@ def test_disabled_balancer_does_nothing(connect):
         await c.create("t", spread(12, 2, [1, 2, 3]))
         await c.join(4)
         await c.step()
-        assert not c.moving() and c.admin.get_balancer_state() is None
+        assert not c.moving() and c.admin.balancer.state() is None
 
     run(connect, scenario, **{"raykafka.balancer.enabled": "false"})
 

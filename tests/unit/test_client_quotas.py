@@ -9,6 +9,7 @@ import pytest
 from cluster.quotas import zk_store
 from cluster.quotas.model import (DEFAULT, PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE, ClientQuotaManager, QuotaConfigs,
                                   QuotaEntity, SampledRate, throttle_time_ms)
+from metadata.zk.configs import ConfigsZk
 from net.apis.n48_describe_client_quotas import ANY, FilterError, matching, parse_filter
 from net.apis.n49_alter_client_quotas import AlterError, parse_entity, parse_ops
 
@@ -129,24 +130,26 @@ def test_the_quota_watch_is_retried_until_zookeeper_answers():
 
 
 class FakeZk:
-    """The KafkaZkClient calls zk_store makes, over a dict of znodes."""
+    """A KafkaZkClient whose configs family (the one zk_store uses) runs over
+    a dict of znodes: the session primitives ConfigsZk calls, faked."""
 
     def __init__(self):
         self.nodes: dict[str, bytes] = {}
         self.sequence = 0
+        self.configs = ConfigsZk(self)
 
-    def _get(self, path):
+    def get(self, path):
         return (self.nodes[path], None) if path in self.nodes else None
 
-    def _children(self, path):
+    def children(self, path):
         prefix = path + "/"
         names = {p[len(prefix):].split("/")[0] for p in self.nodes if p.startswith(prefix)}
         return sorted(names) if names or path in self.nodes else None
 
-    def _set_or_create(self, path, data):
+    def set_or_create(self, path, data):
         self.nodes[path] = data
 
-    def _create(self, path, data, sequence=False, makepath=False):
+    def create(self, path, data, sequence=False, makepath=False):
         name = f"{path}{self.sequence:010d}"
         self.sequence += 1
         self.nodes[name] = data

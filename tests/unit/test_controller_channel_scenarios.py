@@ -42,7 +42,7 @@ class Cluster:
         return self
 
     def state(self, topic: str, p: int) -> ZkPartitionState:
-        return self.admin.get_partition_state(topic, p)[0]
+        return self.admin.partitions.state(topic, p)[0]
 
     async def create(self, name: str, assignments: dict[int, list[int]], **configs: str) -> None:
         [result] = await self.service.create_topics([topic_spec(name, assignments, **configs)], False)
@@ -151,7 +151,7 @@ def test_broker_death_moves_leadership_and_shrinks_the_isr(connect):
         assert {key: r.leader for key, r in sent if key[1] == 0} == {("t", 0, 2): 2, ("t", 0, 3): 2}
         assert sorted(m[1] for m in c.channel.of("update_metadata")) == [2, 3]
         # Its stale registration is not trusted again while it stays in ZooKeeper.
-        assert c.admin.get_broker(1) is not None and 1 not in await c.service._live_registrations()
+        assert c.admin.brokers.get(1) is not None and 1 not in await c.service._live_registrations()
 
     run(connect, scenario)
 
@@ -159,7 +159,7 @@ def test_broker_death_moves_leadership_and_shrinks_the_isr(connect):
 def test_broker_return_rejoins_as_follower_and_gets_metadata(connect):
     async def scenario(c: Cluster):
         await c.create("t", {0: [1, 2]})
-        c.admin.deregister_broker(1)  # the broker's session ends
+        c.admin.brokers.deregister(1)  # the broker's session ends
         await eventually(lambda: 1 not in c.service.ctx.brokers, what="broker 1 to leave")
         await idle(c.service)
         assert c.state("t", 0).leader == 2 and c.state("t", 0).isr == [2]
@@ -180,13 +180,13 @@ def test_isr_change_notification_refreshes_state_and_metadata(connect):
     async def scenario(c: Cluster):
         await c.create("t", {0: [1, 2, 3]})
         c.channel.clear()
-        state, version = c.admin.get_partition_state("t", 0)
+        state, version = c.admin.partitions.state("t", 0)
         # The leader shrinks its ISR (a conditional write), then notifies.
-        c.admin.update_partition_state("t", 0, ZkPartitionState(1, state.leader_epoch, [1, 2],
+        c.admin.partitions.update_state("t", 0, ZkPartitionState(1, state.leader_epoch, [1, 2],
                                                                  state.controller_epoch), version)
-        c.admin.add_isr_change_notification([("t", 0)])
+        c.admin.isr_changes.add([("t", 0)])
         await eventually(lambda: c.service.ctx.states[("t", 0)].isr == [1, 2], what="the ISR change")
-        await eventually(lambda: not c.admin.get_isr_change_notifications(), what="the notification to go")
+        await eventually(lambda: not c.admin.isr_changes.pending(), what="the notification to go")
         await idle(c.service)
         assert c.channel.of("update_metadata")
         assert c.service.ctx.states[("t", 0)].zk_version == version + 1
@@ -205,8 +205,8 @@ def test_topic_deletion_stops_and_deletes_every_replica_then_the_znodes(connect)
         assert sorted(s[1] for s in stops) == [("t", 0, 1), ("t", 0, 2), ("t", 1, 2), ("t", 1, 3)]
         assert all(s[3] is True and s[2] == c.service.ctx.epoch for s in stops)
         assert sorted(c.channel.removed) == sorted(s[1] for s in stops)
-        assert "t" not in c.service.ctx.topics and c.admin.get_topic("t") is None
-        assert not c.admin.get_topics_marked_for_deletion()
+        assert "t" not in c.service.ctx.topics and c.admin.topics.get("t") is None
+        assert not c.admin.admin.topics_marked_for_deletion()
 
     run(connect, scenario)
 
@@ -214,15 +214,15 @@ def test_topic_deletion_stops_and_deletes_every_replica_then_the_znodes(connect)
 def test_topic_deletion_waits_for_a_dead_broker_and_finishes_when_it_returns(connect):
     async def scenario(c: Cluster):
         await c.create("t", {0: [1, 3]})
-        c.admin.deregister_broker(3)
+        c.admin.brokers.deregister(3)
         await eventually(lambda: 3 not in c.service.ctx.brokers, what="broker 3 to leave")
         await idle(c.service)
         await c.service.delete_topics(["t"])
-        assert c.admin.get_topic("t") is not None and "t" in c.service.ctx.topics_being_deleted
+        assert c.admin.topics.get("t") is not None and "t" in c.service.ctx.topics_being_deleted
         c.channel.clear()
         c.channel.edges.add(3)
         register(c.admin, 3)
-        await eventually(lambda: c.admin.get_topic("t") is None, what="the deletion to finish")
+        await eventually(lambda: c.admin.topics.get("t") is None, what="the deletion to finish")
         assert [s[1] for s in c.channel.of("stop_replica")] == [("t", 0, 3)]
 
     run(connect, scenario)
@@ -235,7 +235,7 @@ def test_partition_increase_creates_states_and_leaders(connect):
         [result] = await c.service.create_partitions([{"name": "t", "count": 3, "assignments": [[2, 3], [3, 1]]}],
                                                      False)
         assert result["error_code"] == 0, result
-        assert c.admin.get_topic("t").partitions == {0: [1, 2], 1: [2, 3], 2: [3, 1]}
+        assert c.admin.topics.get("t").partitions == {0: [1, 2], 1: [2, 3], 2: [3, 1]}
         assert (c.state("t", 1).leader, c.state("t", 2).leader) == (2, 3)
         assert sorted(key for key, _ in c.channel.leader_and_isr()) == [("t", 1, 2), ("t", 1, 3), ("t", 2, 1),
                                                                        ("t", 2, 3)]
@@ -252,7 +252,7 @@ def test_reassignment_adds_then_catches_up_then_moves_the_leader_and_removes(con
         answer = await c.service.alter_partition_reassignments([("t", 0, [2, 3])])
         assert answer["error_code"] == 0 and answer["results"][0]["error_code"] == 0
         # Phase 1: the full set, 3 added as a follower at a new leader epoch; nothing removed yet.
-        assert c.admin.get_topic("t").partitions[0] == [2, 3, 1]
+        assert c.admin.topics.get("t").partitions[0] == [2, 3, 1]
         listed = await c.service.list_partition_reassignments(None)
         assert listed["results"] == [{"topic": "t", "partition": 0, "replicas": [2, 3, 1],
                                       "adding_replicas": [3], "removing_replicas": [1]}]
@@ -261,16 +261,16 @@ def test_reassignment_adds_then_catches_up_then_moves_the_leader_and_removes(con
         assert not c.channel.of("stop_replica")
         # Replica 3 catches up: the leader adds it to the ISR and notifies.
         c.channel.clear()
-        state, version = c.admin.get_partition_state("t", 0)
-        c.admin.update_partition_state("t", 0, ZkPartitionState(state.leader, state.leader_epoch, [1, 2, 3],
+        state, version = c.admin.partitions.state("t", 0)
+        c.admin.partitions.update_state("t", 0, ZkPartitionState(state.leader, state.leader_epoch, [1, 2, 3],
                                                                  state.controller_epoch), version)
-        c.admin.add_isr_change_notification([("t", 0)])
+        c.admin.isr_changes.add([("t", 0)])
         await eventually(lambda: ("t", 0) not in c.service.ctx.reassignments, what="phase 2")
         await idle(c.service)
         # Phase 2: leadership onto a target replica, the set shrinks, 1 is stopped and deleted.
         final = c.state("t", 0)
         assert final.leader == 2 and final.isr == [2, 3] and final.leader_epoch == 2
-        assert c.admin.get_topic("t").partitions[0] == [2, 3]
+        assert c.admin.topics.get("t").partitions[0] == [2, 3]
         assert [(s[1], s[3]) for s in c.channel.of("stop_replica")] == [(("t", 0, 1), True)]
         assert ("t", 0, 1) in c.channel.removed
         assert (await c.service.list_partition_reassignments(None))["results"] == []
@@ -281,7 +281,7 @@ def test_reassignment_adds_then_catches_up_then_moves_the_leader_and_removes(con
 def test_preferred_election_moves_leadership_back(connect):
     async def scenario(c: Cluster):
         await c.create("t", {0: [1, 2]})
-        c.admin.deregister_broker(1)
+        c.admin.brokers.deregister(1)
         await eventually(lambda: 1 not in c.service.ctx.brokers, what="broker 1 to leave")
         c.channel.edges.add(1)
         register(c.admin, 1)
@@ -291,10 +291,10 @@ def test_preferred_election_moves_leadership_back(connect):
         # Not back in the ISR yet: the preferred replica cannot lead.
         answer = await c.service.elect_leaders(int(ElectionType.PREFERRED), [("t", 0)])
         assert answer["results"][0]["error_code"] != 0 and c.state("t", 0).leader == 2
-        state, version = c.admin.get_partition_state("t", 0)
-        c.admin.update_partition_state("t", 0, ZkPartitionState(2, state.leader_epoch, [2, 1],
+        state, version = c.admin.partitions.state("t", 0)
+        c.admin.partitions.update_state("t", 0, ZkPartitionState(2, state.leader_epoch, [2, 1],
                                                                  state.controller_epoch), version)
-        c.admin.add_isr_change_notification([("t", 0)])
+        c.admin.isr_changes.add([("t", 0)])
         await eventually(lambda: c.service.ctx.states[("t", 0)].isr == [2, 1], what="the ISR change")
         c.channel.clear()
         answer = await c.service.elect_leaders(int(ElectionType.PREFERRED), [("t", 0)])
@@ -340,7 +340,7 @@ def test_a_deposed_controller_is_fenced_and_the_new_one_sends_a_higher_epoch(con
         assert not successor.is_active
         # The old controller misses its notifications (stalled, or cut off): it still believes it leads.
         old.from_zk_thread = lambda event: None
-        assert c.controller_zk.resign_controller()
+        assert c.controller_zk.controller.resign()
         await eventually(lambda: successor.is_active, what="the successor to take over")
         await idle(successor)
         assert successor.ctx.epoch == old_epoch + 1
@@ -366,7 +366,7 @@ def test_config_changes_reach_running_replicas(connect):
         [result] = await c.service.alter_topic_configs([{"name": "t", "ops": [("min.insync.replicas", 0, "2")]}],
                                                        False)
         assert result["error_code"] == 0, result
-        assert c.admin.get_topic_config("t") == {"min.insync.replicas": "2"}
+        assert c.admin.configs.topic("t") == {"min.insync.replicas": "2"}
         assert sorted((s[1], s[3]) for s in c.channel.of("update_log_config")) == [(("t", 0, 1), 2),
                                                                                     (("t", 0, 2), 2)]
         c.channel.clear()
@@ -394,9 +394,9 @@ def test_a_failed_stop_replica_is_retried_after_a_backoff(connect, monkeypatch):
         c.channel.outcomes[("stop_replica", ("t", 0, 2))] = 57  # KAFKA_STORAGE_ERROR, once
         c.channel.clear()
         await c.service.delete_topics(["t"])
-        assert c.admin.get_topic("t") is not None and ("t", 0, 1) in c.channel.removed
+        assert c.admin.topics.get("t") is not None and ("t", 0, 1) in c.channel.removed
         c.channel.outcomes.clear()
-        await eventually(lambda: c.admin.get_topic("t") is None, what="the retried deletion")
+        await eventually(lambda: c.admin.topics.get("t") is None, what="the retried deletion")
         assert [s[1] for s in c.channel.of("stop_replica")] == [("t", 0, 1), ("t", 0, 2), ("t", 0, 2)]
 
     run(connect, scenario)
@@ -404,15 +404,15 @@ def test_a_failed_stop_replica_is_retried_after_a_backoff(connect, monkeypatch):
 
 async def _broker_1_back_in_the_isr_of_t0_but_not_leading(c: Cluster) -> None:
     await c.create("t", {0: [1, 2]})
-    c.admin.deregister_broker(1)
+    c.admin.brokers.deregister(1)
     await eventually(lambda: 1 not in c.service.ctx.brokers, what="broker 1 to leave")
     c.channel.edges.add(1)
     register(c.admin, 1)
     await eventually(lambda: 1 in c.service.ctx.brokers, what="broker 1 to return")
-    state, version = c.admin.get_partition_state("t", 0)
-    c.admin.update_partition_state("t", 0, ZkPartitionState(2, state.leader_epoch, [2, 1], state.controller_epoch),
+    state, version = c.admin.partitions.state("t", 0)
+    c.admin.partitions.update_state("t", 0, ZkPartitionState(2, state.leader_epoch, [2, 1], state.controller_epoch),
                                    version)
-    c.admin.add_isr_change_notification([("t", 0)])
+    c.admin.isr_changes.add([("t", 0)])
     await eventually(lambda: c.service.ctx.states[("t", 0)].isr == [2, 1], what="the ISR change")
     assert c.state("t", 0).leader == 2
 
@@ -429,9 +429,9 @@ def test_the_automatic_rebalance_moves_leadership_back(connect):
 def test_the_preferred_replica_election_znode_is_acted_on_and_removed(connect):
     async def scenario(c: Cluster):
         await _broker_1_back_in_the_isr_of_t0_but_not_leading(c)
-        c.admin.create_preferred_replica_election([("t", 0)])
+        c.admin.admin.create_preferred_replica_election([("t", 0)])
         await eventually(lambda: c.state("t", 0).leader == 1, what="the preferred election")
-        await eventually(lambda: not c.admin.get_preferred_replica_election(), what="the znode to go")
+        await eventually(lambda: not c.admin.admin.preferred_replica_election(), what="the znode to go")
 
     run(connect, scenario)
 
@@ -439,9 +439,9 @@ def test_the_preferred_replica_election_znode_is_acted_on_and_removed(connect):
 def test_the_reassign_partitions_znode_starts_a_reassignment(connect):
     async def scenario(c: Cluster):
         await c.create("t", {0: [1, 2]})
-        c.admin.set_partition_reassignment({("t", 0): [2, 3]})
+        c.admin.admin.set_reassignment({("t", 0): [2, 3]})
         await eventually(lambda: ("t", 0) in c.service.ctx.reassignments, what="the reassignment to start")
-        assert c.admin.get_topic("t").partitions[0] == [2, 3, 1]
-        assert c.admin.get_partition_reassignment() == {("t", 0): [2, 3]}  # until it completes
+        assert c.admin.topics.get("t").partitions[0] == [2, 3, 1]
+        assert c.admin.admin.reassignment() == {("t", 0): [2, 3]}  # until it completes
 
     run(connect, scenario)

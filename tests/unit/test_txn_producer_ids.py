@@ -16,12 +16,11 @@ class FakeZk:
         self.interfere = 0
         self.calls = []
 
-    def get_data_and_version(self, path):
-        assert path == LATEST_PRODUCER_ID_BLOCK
+    def latest_block(self):
         self.calls.append("get")
         return (self.data or None) if self.exists else None, self.version
 
-    def conditional_update_path(self, path, data, expected_version):
+    def set_latest_block(self, data, expected_version):
         self.calls.append("set")
         if self.interfere:
             self.interfere -= 1
@@ -90,9 +89,9 @@ def test_against_real_zookeeper(tmp_path):
         with KafkaZkClient(connect) as a, KafkaZkClient(connect) as b:
             a.start()
             b.start()
-            blocks = [allocate_block(a, 1), allocate_block(b, 2), allocate_block(a, 1)]
+            blocks = [allocate_block(a.producer_ids, 1), allocate_block(b.producer_ids, 2), allocate_block(a.producer_ids, 1)]
             assert [x.first_producer_id for x in blocks] == [0, 1000, 2000]
-            data, version = a.get_data_and_version(LATEST_PRODUCER_ID_BLOCK)
+            data, version = a.producer_ids.latest_block()
             assert json.loads(data) == {"version": 1, "broker": 1, "block_start": "2000", "block_end": "2999"}
             assert version == 3
-            assert a.conditional_update_path(LATEST_PRODUCER_ID_BLOCK, b"x", 1) == (False, -1)
+            assert a.producer_ids.set_latest_block(b"x", 1) == (False, -1)

@@ -42,10 +42,10 @@ def _anonymous(connect: str) -> KazooClient:
 
 def test_set_acl_keeps_acls_and_credentials_from_unauthenticated_sessions(secure, chroot_connect):  # noqa: F811
     broker = KafkaZkClient(chroot_connect, session_timeout_ms=4000).start()
-    store = ZkAclStore(chroot_connect, AclAuthorizer(), session_timeout_ms=4000).start()
+    store = ZkAclStore(broker, AclAuthorizer()).start()  # the broker process's one client
     intruder = _anonymous(chroot_connect)
     try:
-        broker.set_entity_config("users", "alice", {"SCRAM-SHA-256": "salt=abc,stored_key=x,server_key=y"})
+        broker.configs.set("users", "alice", {"SCRAM-SHA-256": "salt=abc,stored_key=x,server_key=y"})
         binding = AclBinding(ResourcePattern(Rt.TOPIC, "orders", Pt.LITERAL),
                              Ace("User:alice", "*", Op.READ, Perm.ALLOW))
         assert store.create_acls([binding]) == [(0, None)]
@@ -71,7 +71,7 @@ def test_set_acl_keeps_acls_and_credentials_from_unauthenticated_sessions(secure
         # The brokers themselves (same credentials, another session) can.
         other = KafkaZkClient(chroot_connect, session_timeout_ms=4000).start()
         try:
-            assert other.get_entity_config("users", "alice")["SCRAM-SHA-256"].startswith("salt=")
+            assert other.configs.get("users", "alice")["SCRAM-SHA-256"].startswith("salt=")
         finally:
             other.close()
     finally:
@@ -84,7 +84,7 @@ def test_set_acl_keeps_acls_and_credentials_from_unauthenticated_sessions(secure
 def test_set_acl_secures_znodes_created_before_it(tmp_path, chroot_connect, monkeypatch):  # noqa: F811
     open_client = KafkaZkClient(chroot_connect, session_timeout_ms=4000,
                                 security=zk_security.ZkClientSecurity()).start()
-    open_client.set_entity_config("users", "bob", {"SCRAM-SHA-512": "salt=1"})
+    open_client.configs.set("users", "bob", {"SCRAM-SHA-512": "salt=1"})
     open_client.close()
     digest = zk_security.generate_digest_file(tmp_path / "digest")
     secured = KafkaZkClient(chroot_connect, session_timeout_ms=4000,
@@ -110,7 +110,7 @@ def test_set_acl_secures_znodes_created_before_it(tmp_path, chroot_connect, monk
 def test_without_set_acl_znodes_stay_open(chroot_connect, raw):  # noqa: F811
     client = KafkaZkClient(chroot_connect, session_timeout_ms=4000, security=zk_security.ZkClientSecurity()).start()
     try:
-        client.set_entity_config("users", "carol", {"SCRAM-SHA-256": "salt=1"})
+        client.configs.set("users", "carol", {"SCRAM-SHA-256": "salt=1"})
         raw.set("/config/users/carol", b"{}")  # Kafka's default (zookeeper.set.acl=false): world-open
     finally:
         client.close()

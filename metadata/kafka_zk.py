@@ -111,8 +111,16 @@ class KafkaZkClient:
         return self.session.session_timeout_ms
 
     @property
+    def connection_timeout_ms(self) -> int:
+        return self.session.connection_timeout_ms
+
+    @property
     def request_timeout_ms(self) -> int:
         return self.session.request_timeout_ms
+
+    @property
+    def security(self) -> "zk_security.ZkClientSecurity":
+        return self.session.security
 
     @property
     def session_id(self) -> int | None:

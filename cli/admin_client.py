@@ -21,6 +21,8 @@ import socket
 import struct
 from typing import Any, Optional
 
+from cli.admin_errors import AdminError
+from cli.client_security import AuthenticationFailed, authenticate, load_security, secure_socket
 from core.error_codes import ErrorCode
 
 from net.codec import decode_response, encode_request, request_schema
@@ -84,10 +86,6 @@ ELECTION_PREFERRED, ELECTION_UNCLEAN = 0, 1
 # The server-side wait we ask for; the socket waits this long plus a margin.
 SOCKET_MARGIN_S = 5.0
 MAX_FRAME_BYTES = 100 * 1024 * 1024
-
-
-class AdminError(Exception):
-    """The command cannot go on: no broker reachable, a bad answer, a refused API."""
 
 
 class UnsupportedApi(AdminError):
@@ -202,8 +200,6 @@ class BrokerConnection:
 
     def __init__(self, host: str, port: int, timeout_s: float, client_id: str, security=None):
         """security: cli/client_security.ClientSecurity (--command-config), None for PLAINTEXT."""
-        from cli.client_security import AuthenticationFailed, authenticate, secure_socket
-
         self.address = f"{host}:{port}"
         self.client_id = client_id
         self.sock = secure_socket(socket.create_connection((host, port), timeout=timeout_s + SOCKET_MARGIN_S),
@@ -490,8 +486,6 @@ class AdminClient:
 def admin_client_for(args, client_id: str) -> AdminClient:
     """The AdminClient of a command's --bootstrap-server, --timeout and --command-config
     (TLS and SASL from Kafka's client properties, cli/client_security.py)."""
-    from cli.client_security import load_security
-
     return AdminClient(args.bootstrap_server, args.timeout, client_id=client_id,
                        security=load_security(getattr(args, "command_config", None)))
 

@@ -18,7 +18,7 @@ import socket
 import ssl
 from typing import Callable, Optional
 
-from cli.admin_client import AdminError
+from cli.admin_errors import AdminError
 from core.error_codes import ErrorCode
 
 SASL_HANDSHAKE = 17

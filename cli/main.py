@@ -20,8 +20,9 @@ import threading
 import time
 from pathlib import Path
 
-from core.config import BrokerConfig, ConfigError, load_properties_file
+from core.config import BrokerConfig, ConfigError
 from core.worker_setup import BROKER_RUNTIME_ENV, HOOK, SETUP_HOOK_ENV_VAR
+from node.config import load_broker_config
 
 log = logging.getLogger("raykafka")
 
@@ -187,8 +188,7 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     if args.command == "start":
         try:
-            properties = load_properties_file(args.config) if args.config else {}
-            config = BrokerConfig.from_sources(properties, _parse_overrides(args.override), os.environ)
+            config = load_broker_config(args.config, _parse_overrides(args.override), os.environ)
         except ConfigError as exc:
             print(f"raykafka: invalid configuration: {exc}", file=sys.stderr)
             return 2

@@ -12,13 +12,9 @@ import re
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
-
-class ConfigError(ValueError):
-    """A configuration key is unknown or its value is invalid."""
-
-    def __init__(self, key: str, message: str):
-        super().__init__(f"{key}: {message}")
-        self.key = key
+from core import security_config
+from core.config_errors import ConfigError  # noqa: F401  (importers name it core.config.ConfigError)
+from core.security_config import SECURITY_KEYS, first_listener, prefixed_base_key
 
 
 def _parse_bool(raw: str) -> bool:
@@ -434,8 +430,6 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
 )
 
 # Listener and security keys (issue 21), defined in core/security_config.py.
-from core.security_config import SECURITY_KEYS, prefixed_base_key  # noqa: E402
-
 BROKER_CONFIGS.update(_defs(*(ConfigDef(name, kind, default, doc, **extra)
                               for name, kind, default, doc, extra in SECURITY_KEYS)))
 # Authorization (issue 21 part 4): Kafka's ZooKeeper-mode AclAuthorizer, cluster/security/.
@@ -580,8 +574,6 @@ class BrokerConfig:
         return config
 
     def _validate_cross_keys(self) -> None:
-        from core import security_config
-
         security_config.validate(self)  # listeners, protocol map, TLS stores, SASL mechanisms
         if self["socket.request.max.bytes"] < self["message.max.bytes"]:
             # A produce request carrying one maximal batch must fit in a frame.
@@ -644,8 +636,6 @@ class Listener:
 def parse_listener(value: str, key: str = "listeners") -> Listener:
     """The first NAME://host:port of a listeners value (all of them:
     core/security_config.listener_specs)."""
-    from core.security_config import first_listener
-
     return Listener(*first_listener(value, key))
 
 

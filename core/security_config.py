@@ -9,14 +9,20 @@
   Kafka's ListenerName.configPrefix), which wins for that listener; JAAS
   configs per mechanism: ``listener.name.<l>.<mechanism>.sasl.jaas.config``.
 
-This module does not import core.config at import time (core.config builds
-its table from SECURITY_KEYS below), so either may be imported first.
+core/config.py builds its table from SECURITY_KEYS below; this module
+imports nothing of the broker's config table, and nothing of net/: that the
+TLS stores load and PLAIN's JAAS config parses is checked where the
+listeners are built from them (net/listener_security.py, run by the node at
+start, before anything else starts), as Kafka checks them when it builds its
+channels, not when it parses the config.
 """
 from __future__ import annotations
 
 import dataclasses
 import re
 from typing import Any, Mapping
+
+from core.config_errors import ConfigError
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 KAFKA_DEFAULT_PROTOCOL_MAP = "SASL_SSL:SASL_SSL,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT"
@@ -108,9 +114,7 @@ class ListenerSpec:
 _ENDPOINT = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)://(\[[^\]]*\]|[^:]*):(\d+)$")
 
 
-def _error(key: str, message: str):
-    from core.config import ConfigError
-
+def _error(key: str, message: str) -> ConfigError:
     return ConfigError(key, message)
 
 
@@ -187,8 +191,9 @@ def sasl_mechanisms(config, listener: ListenerSpec) -> list[str]:
 
 
 def validate(config) -> None:
-    """Cross-key checks at start: listeners, maps, TLS stores, SASL mechanisms.
-    Raises ConfigError naming the key."""
+    """Cross-key checks at start: listeners, maps, SASL mechanisms (the TLS
+    stores and PLAIN's users: net/listener_security.py). Raises ConfigError
+    naming the key."""
     specs = listener_specs(config)
     ports = [s.port for s in specs if s.port]
     if len(set(ports)) != len(ports):
@@ -206,10 +211,6 @@ def validate(config) -> None:
         if match and values[key] is not None and match.group(1).upper() not in names:
             raise _error(key, f"listener {match.group(1).upper()} is not in listeners")
     for spec in specs:
-        if spec.uses_tls:
-            from net.tls import server_context
-
-            server_context(config, spec)  # raises ConfigError on a bad store or setting
         if spec.uses_sasl:
             mechanisms = sasl_mechanisms(config, spec)
             key = spec.prefix + "sasl.enabled.mechanisms" if values.get(
@@ -220,10 +221,6 @@ def validate(config) -> None:
                 if mechanism not in SUPPORTED_MECHANISMS:
                     raise _error(key, f"mechanism {mechanism} of listener {spec.name} is not supported "
                                       f"(supported: {', '.join(SUPPORTED_MECHANISMS)})")
-            if "PLAIN" in mechanisms:
-                from net.sasl import plain_users
-
-                plain_users(config, spec)  # raises ConfigError when not configured
 
 
 def first_listener(value: str, key: str = "listeners"):

@@ -2,6 +2,7 @@ import pytest
 
 from core.config import (BrokerConfig, ConfigError, parse_listener, parse_properties,
                          validate_topic_configs)
+from node.config import load_broker_config
 
 
 def test_defaults_are_kafkas():
@@ -56,7 +57,7 @@ def test_listener_parsing():
     assert parse_listener("PLAINTEXT://:9092").host == "0.0.0.0"
     assert parse_listener("SSL://127.0.0.1:9093").name == "SSL"
     with pytest.raises(ConfigError):  # an SSL listener needs a key store (tests/unit/test_security.py)
-        BrokerConfig.from_sources(overrides=[("listeners", "SSL://127.0.0.1:9093")])
+        load_broker_config(overrides=[("listeners", "SSL://127.0.0.1:9093")])
 
 
 def test_topic_configs_validated():

@@ -16,6 +16,7 @@ from core.security_config import listener_specs, rebind_first, shift_ports
 from net.sasl import (AuthenticationFailed, JaasError, ScramServer, credential_from_string, credential_to_string,
                       parse_jaas_config, plain_check, salted_password, sanitize, scram_keys)
 from net.tls import PrincipalMapper, normalise_pem, subject_dn
+from node.config import load_broker_config
 
 JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
         'password="admin-secret" user_admin="admin-secret" user_alice="alice-secret";')
@@ -62,7 +63,7 @@ def test_listeners_and_protocol_map():
 ])
 def test_config_errors_name_the_key(overrides, key):
     with pytest.raises(ConfigError) as info:
-        BrokerConfig.from_sources(overrides=overrides)
+        load_broker_config(overrides=overrides)
     assert info.value.key == key, str(info.value)
 
 
@@ -206,11 +207,11 @@ def test_tls_contexts_from_pem_stores(tmp_path):
 
     pki = make_pki(tmp_path, key_password="kpw")
     base = [("listeners", "SSL://127.0.0.1:0"), ("ssl.keystore.type", "PEM")]
-    BrokerConfig.from_sources(overrides=base + [("ssl.keystore.location", str(pki["broker"])),
-                                                ("ssl.key.password", "kpw")])
+    load_broker_config(overrides=base + [("ssl.keystore.location", str(pki["broker"])),
+                                         ("ssl.key.password", "kpw")])
     # Inline key and chain with their line breaks folded away, as a properties file's continuation lines do.
     fold = lambda path: path.read_text().replace("\n", "")  # noqa: E731
-    inline = BrokerConfig.from_sources(overrides=base + [
+    inline = load_broker_config(overrides=base + [
         ("ssl.keystore.key", fold(pki["broker-key"])), ("ssl.keystore.certificate.chain", fold(pki["broker-chain"])),
         ("ssl.key.password", "kpw"), ("ssl.truststore.type", "PEM"),
         ("ssl.truststore.certificates", fold(pki["ca"])), ("ssl.client.auth", "required"),
@@ -226,7 +227,7 @@ def test_tls_contexts_from_pem_stores(tmp_path):
                        ([("ssl.keystore.location", str(pki["broker"])), ("ssl.key.password", "kpw"),
                          ("ssl.cipher.suites", "NOT_A_SUITE")], "ssl.cipher.suites")]:
         with pytest.raises(ConfigError) as info:
-            BrokerConfig.from_sources(overrides=base + extra)
+            load_broker_config(overrides=base + extra)
         assert info.value.key == key
 
 
@@ -280,10 +281,10 @@ def test_client_auth_without_a_trust_store_refuses_to_start(tmp_path):
             ("ssl.keystore.location", str(pki["broker"])), ("ssl.key.password", "kpw")]
     for auth in ("required", "requested"):
         with pytest.raises(ConfigError) as info:
-            BrokerConfig.from_sources(overrides=base + [("ssl.client.auth", auth)])
+            load_broker_config(overrides=base + [("ssl.client.auth", auth)])
         assert info.value.key == "ssl.client.auth" and "trust store" in str(info.value)
-    BrokerConfig.from_sources(overrides=base + [("ssl.client.auth", "required"), ("ssl.truststore.type", "PEM"),
-                                                ("ssl.truststore.location", str(pki["ca"]))])
+    load_broker_config(overrides=base + [("ssl.client.auth", "required"), ("ssl.truststore.type", "PEM"),
+                                         ("ssl.truststore.location", str(pki["ca"]))])
 
 
 def test_a_certificate_no_rule_maps_fails_authentication():

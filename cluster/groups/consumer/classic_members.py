@@ -31,6 +31,7 @@ from typing import Optional, Sequence
 from cluster.groups.api import (JoinGroupResult, LeaveGroupResult, LeavingMember, MemberLeaveResult,
                                 SyncGroupResult)
 from cluster.groups.consumer.embedded_protocol import EmbeddedProtocolError, decode_subscription, encode_assignment
+from cluster.groups.consumer.failure import RequestFailure
 from cluster.groups.consumer.model import ConsumerGroup, ConsumerMember, MemberState, reconcile
 from core.error_codes import ErrorCode
 
@@ -42,7 +43,7 @@ MEMBER_ID_REQUIRED_VERSION = 4
 
 class ClassicMemberHandling:
     """Mixed into ConsumerGroupCoordinator (which provides the group state,
-    records, timers and ``_Failure``)."""
+    records and timers)."""
 
     # ---- names and ids ---------------------------------------------------------------------------
 
@@ -65,31 +66,27 @@ class ClassicMemberHandling:
     # ---- the classic APIs on a consumer group -------------------------------------------------------
 
     def _classic_member(self, group: ConsumerGroup, member_id: str, instance_id: Optional[str]) -> ConsumerMember:
-        from cluster.groups.consumer.coordinator import _Failure
-
         if instance_id is not None:
             current = group.static_members.get(instance_id)
             if current is None:
-                raise _Failure(E.unknown_member_id)
+                raise RequestFailure(E.unknown_member_id)
             if current != member_id:
-                raise _Failure(E.fenced_instance_id)
+                raise RequestFailure(E.fenced_instance_id)
         member = group.members.get(member_id)
         if member is None or not member.uses_classic_protocol:
-            raise _Failure(E.unknown_member_id)
+            raise RequestFailure(E.unknown_member_id)
         return member
 
     def classic_join(self, group_id: str, member_id: str, instance_id: Optional[str], client_id: str,
                      client_host: str, rebalance_timeout_ms: int, session_timeout_ms: int, protocol_type: str,
                      protocols: Sequence[tuple[str, bytes]], api_version: int, callback, image=None) -> None:
-        from cluster.groups.consumer.coordinator import _Failure
-
         self.see_image(image)
         records: list = []
         try:
             result = self._classic_join(group_id, member_id, instance_id, client_id, client_host,
                                         rebalance_timeout_ms, session_timeout_ms, protocol_type, protocols,
                                         api_version, records)
-        except _Failure as failure:
+        except RequestFailure as failure:
             callback(JoinGroupResult.failed(member_id, failure.error))
             return
         self._write(records, lambda error: callback(
@@ -97,20 +94,18 @@ class ClassicMemberHandling:
 
     def _classic_join(self, group_id, member_id, instance_id, client_id, client_host, rebalance_timeout_ms,
                       session_timeout_ms, protocol_type, protocols, api_version, records) -> JoinGroupResult:
-        from cluster.groups.consumer.coordinator import _Failure
-
         self._check_status(group_id)
         group = self.groups[group_id]
         classic_config = self.classic.config
         if not (classic_config.group_min_session_timeout_ms <= session_timeout_ms
                 <= classic_config.group_max_session_timeout_ms):
-            raise _Failure(E.invalid_session_timeout)
+            raise RequestFailure(E.invalid_session_timeout)
         if not _supports_classic_protocols(group, protocol_type, [name for name, _ in protocols]):
-            raise _Failure(E.inconsistent_group_protocol, f"Member {member_id}'s protocols are not supported.")
+            raise RequestFailure(E.inconsistent_group_protocol, f"Member {member_id}'s protocols are not supported.")
         try:
             subscription = decode_subscription(protocols[0][1])
         except EmbeddedProtocolError:
-            raise _Failure(E.inconsistent_group_protocol)
+            raise RequestFailure(E.inconsistent_group_protocol)
         unknown = not member_id
         if unknown:
             member_id = f"{client_id}-{uuid.uuid4()}"
@@ -122,7 +117,7 @@ class ClassicMemberHandling:
             current = group.static_members.get(instance_id)
             if current is not None and current != member_id:
                 if not unknown:
-                    raise _Failure(E.fenced_instance_id)
+                    raise RequestFailure(E.fenced_instance_id)
                 # A new incarnation of a static member takes its place (classic semantics).
                 replaced = group.members[current]
                 member = self._replace_static_member(group, replaced, member_id, records)
@@ -131,10 +126,10 @@ class ClassicMemberHandling:
         is_new = member is None
         if is_new:
             if len(group.members) >= self.config.max_size:
-                raise _Failure(E.group_max_size_reached)
+                raise RequestFailure(E.group_max_size_reached)
             member = ConsumerMember(member_id=member_id, member_epoch=0)
         elif not member.uses_classic_protocol and replaced is None:
-            raise _Failure(E.unknown_member_id)  # (a classic static member may replace a consumer-protocol one)
+            raise RequestFailure(E.unknown_member_id)  # (a classic static member may replace a consumer-protocol one)
         before = member
         member = member.replace(
             instance_id=instance_id, client_id=client_id, client_host=client_host,
@@ -166,21 +161,19 @@ class ClassicMemberHandling:
 
     def classic_sync(self, group_id: str, generation_id: int, member_id: str, instance_id: Optional[str],
                      protocol_type: Optional[str], protocol_name: Optional[str]) -> SyncGroupResult:
-        from cluster.groups.consumer.coordinator import _Failure
-
         try:
             self._check_status(group_id)
             group = self.groups[group_id]
             member = self._classic_member(group, member_id, instance_id)
             if generation_id != member.member_epoch:
-                raise _Failure(E.illegal_generation)
+                raise RequestFailure(E.illegal_generation)
             names = [name for name, _ in member.classic_protocols or ()]
             if (protocol_type is not None and protocol_type != CONSUMER_PROTOCOL_TYPE) or (
                     protocol_name is not None and protocol_name not in names):
-                raise _Failure(E.inconsistent_group_protocol)
+                raise RequestFailure(E.inconsistent_group_protocol)
             if group.group_epoch > member.member_epoch and member.state is not MemberState.UNREVOKED_PARTITIONS:
-                raise _Failure(E.rebalance_in_progress)
-        except _Failure as failure:
+                raise RequestFailure(E.rebalance_in_progress)
+        except RequestFailure as failure:
             return SyncGroupResult(failure.error)
         self._schedule_session(group_id, member_id, self._session_timeout(member))
         version = int.from_bytes(member.classic_protocols[0][1][:2], "big", signed=True) \
@@ -190,15 +183,13 @@ class ClassicMemberHandling:
 
     def classic_heartbeat(self, group_id: str, member_id: str, instance_id: Optional[str],
                           generation_id: int) -> ErrorCode:
-        from cluster.groups.consumer.coordinator import _Failure
-
         try:
             self._check_status(group_id)
             group = self.groups[group_id]
             member = self._classic_member(group, member_id, instance_id)
             if generation_id != member.member_epoch:
-                raise _Failure(E.illegal_generation)
-        except _Failure as failure:
+                raise RequestFailure(E.illegal_generation)
+        except RequestFailure as failure:
             return failure.error
         self._schedule_session(group_id, member_id, self._session_timeout(member))
         if member.member_epoch < group.group_epoch or member.state is MemberState.UNREVOKED_PARTITIONS or (
@@ -215,11 +206,9 @@ class ClassicMemberHandling:
         return False
 
     def classic_leave(self, group_id: str, leaving: Sequence[LeavingMember]) -> LeaveGroupResult:
-        from cluster.groups.consumer.coordinator import _Failure
-
         try:
             self._check_status(group_id)
-        except _Failure as failure:
+        except RequestFailure as failure:
             return LeaveGroupResult(failure.error)
         group = self.groups[group_id]
         results, records = [], []

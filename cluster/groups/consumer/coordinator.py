@@ -33,6 +33,7 @@ from cluster.groups.consumer.api import (ConsumerGroupDescription, ConsumerHeart
                                          WireAssignment)
 from cluster.groups.consumer.assignors import ASSIGNORS, AssignmentSpec
 from cluster.groups.consumer.classic_members import ClassicMemberHandling
+from cluster.groups.consumer.failure import RequestFailure
 from cluster.groups.consumer.migration import POLICIES, GroupMigration
 from cluster.groups.consumer.model import (JOIN_GROUP_MEMBER_EPOCH, LEAVE_GROUP_MEMBER_EPOCH,
                                            LEAVE_GROUP_STATIC_MEMBER_EPOCH, ConsumerGroup, ConsumerMember,
@@ -86,13 +87,6 @@ def _assignor_name(configured: str) -> str:
     # Kafka's config takes class names too (org.apache...UniformAssignor).
     short = configured.rsplit(".", 1)[-1].lower()
     return {"uniformassignor": "uniform", "rangeassignor": "range"}.get(short, short)
-
-
-class _Failure(Exception):
-    def __init__(self, error: ErrorCode, message: Optional[str] = None):
-        super().__init__(message or error.name)
-        self.error = error
-        self.message = message
 
 
 def _epoch_error(member: ConsumerMember, member_epoch: int) -> Optional[ErrorCode]:
@@ -185,7 +179,7 @@ class ConsumerGroupCoordinator(ClassicMemberHandling, GroupMigration):
         records: list = []
         try:
             result = self._heartbeat(request, records)
-        except _Failure as failure:
+        except RequestFailure as failure:
             callback(ConsumerHeartbeatResult(failure.error, failure.message, member_id=request.member_id or None,
                                              member_epoch=-1))
             return
@@ -195,45 +189,45 @@ class ConsumerGroupCoordinator(ClassicMemberHandling, GroupMigration):
     def _check_status(self, group_id: str) -> None:
         error = self.classic._check_group_status(group_id, allow_empty_group_id=False)
         if error is not None:
-            raise _Failure(error)
+            raise RequestFailure(error)
 
     def _validate(self, request: ConsumerHeartbeat) -> None:
         if not request.group_id:
-            raise _Failure(E.invalid_request, "GroupId can't be empty.")
+            raise RequestFailure(E.invalid_request, "GroupId can't be empty.")
         if request.instance_id is not None and request.instance_id == "":
-            raise _Failure(E.invalid_request, "InstanceId can't be empty.")
+            raise RequestFailure(E.invalid_request, "InstanceId can't be empty.")
         if request.rack_id is not None and request.rack_id == "":
-            raise _Failure(E.invalid_request, "RackId can't be empty.")
+            raise RequestFailure(E.invalid_request, "RackId can't be empty.")
         epoch = request.member_epoch
         if request.api_version >= 1 and not request.member_id:
-            raise _Failure(E.invalid_request, "MemberId can't be empty.")
+            raise RequestFailure(E.invalid_request, "MemberId can't be empty.")
         if epoch == JOIN_GROUP_MEMBER_EPOCH:
             if request.rebalance_timeout_ms == -1:
-                raise _Failure(E.invalid_request, "RebalanceTimeoutMs must be provided in first request.")
+                raise RequestFailure(E.invalid_request, "RebalanceTimeoutMs must be provided in first request.")
             if request.owned is None or request.owned:
-                raise _Failure(E.invalid_request, "TopicPartitions must be empty when (re-)joining.")
+                raise RequestFailure(E.invalid_request, "TopicPartitions must be empty when (re-)joining.")
             if request.subscribed_topic_names is None and request.subscribed_topic_regex is None:
-                raise _Failure(E.invalid_request,
-                               "SubscribedTopicNames or SubscribedTopicRegex must be set in first request.")
+                raise RequestFailure(E.invalid_request,
+                                     "SubscribedTopicNames or SubscribedTopicRegex must be set in first request.")
         elif epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
             if request.instance_id is None:
-                raise _Failure(E.invalid_request, "InstanceId can't be null.")
+                raise RequestFailure(E.invalid_request, "InstanceId can't be null.")
         elif epoch < LEAVE_GROUP_STATIC_MEMBER_EPOCH:
-            raise _Failure(E.invalid_request, f"MemberEpoch is invalid: {epoch}.")
+            raise RequestFailure(E.invalid_request, f"MemberEpoch is invalid: {epoch}.")
         if epoch >= 0 and request.api_version == 0 and epoch != 0 and not request.member_id:
-            raise _Failure(E.invalid_request, "MemberId can't be empty.")
+            raise RequestFailure(E.invalid_request, "MemberId can't be empty.")
         if request.server_assignor is not None and request.server_assignor not in self.config.assignors:
-            raise _Failure(E.unsupported_assignor, f"ServerAssignor {request.server_assignor} is not supported. "
-                                                  f"Supported assignors: {', '.join(self.config.assignors)}.")
+            raise RequestFailure(E.unsupported_assignor, f"ServerAssignor {request.server_assignor} is not supported. "
+                                                        f"Supported assignors: {', '.join(self.config.assignors)}.")
         regex = request.subscribed_topic_regex
         if regex:
             if len(regex) > MAX_REGEX_LENGTH:
-                raise _Failure(E.invalid_regular_expression, "SubscribedTopicRegex is too long.")
+                raise RequestFailure(E.invalid_regular_expression, "SubscribedTopicRegex is too long.")
             try:
                 re.compile(regex)
             except re.error as exc:
-                raise _Failure(E.invalid_regular_expression, f"SubscribedTopicRegex `{regex}` is not a valid "
-                                                            f"regular expression: {exc}.")
+                raise RequestFailure(E.invalid_regular_expression, f"SubscribedTopicRegex `{regex}` is not a valid "
+                                                                  f"regular expression: {exc}.")
 
     def _group_for_join(self, group_id: str, create: bool, records: list) -> ConsumerGroup:
         group = self.groups.get(group_id)
@@ -245,9 +239,9 @@ class ConsumerGroupCoordinator(ClassicMemberHandling, GroupMigration):
             if create and self._upgrade_allowed() and classic.protocol_type == "consumer" \
                     and classic.size <= self.config.max_size:
                 return self._convert_classic_group(classic, records)
-            raise _Failure(E.group_id_not_found, f"Group {group_id} is not a consumer group.")
+            raise RequestFailure(E.group_id_not_found, f"Group {group_id} is not a consumer group.")
         if not create:
-            raise _Failure(E.unknown_member_id, f"Group {group_id} has no member with this id.")
+            raise RequestFailure(E.unknown_member_id, f"Group {group_id} has no member with this id.")
         group = ConsumerGroup(group_id)
         if classic is not None and classic.protocol_type is not None:
             # An empty classic group becomes a consumer group: its metadata record goes, its offsets stay.
@@ -321,41 +315,41 @@ class ConsumerGroupCoordinator(ClassicMemberHandling, GroupMigration):
                 else:
                     previous = group.members[current_id]
                     if previous.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH:
-                        raise _Failure(E.unreleased_instance_id, f"Static member {current_id} with instance id "
-                                       f"{request.instance_id} is not released yet.")
+                        raise RequestFailure(E.unreleased_instance_id, f"Static member {current_id} with instance id "
+                                             f"{request.instance_id} is not released yet.")
                     # A restarted static member takes over its previous incarnation's
                     # assignment and epoch: no rebalance.
                     return self._replace_static_member(group, previous, member_id, records), False
             else:
                 if current_id is None:
-                    raise _Failure(E.unknown_member_id, f"Instance id {request.instance_id} is unknown.")
+                    raise RequestFailure(E.unknown_member_id, f"Instance id {request.instance_id} is unknown.")
                 if current_id != member_id:
-                    raise _Failure(E.fenced_instance_id, f"Static member {member_id} with instance id "
-                                   f"{request.instance_id} was replaced by {current_id}.")
+                    raise RequestFailure(E.fenced_instance_id, f"Static member {member_id} with instance id "
+                                         f"{request.instance_id} was replaced by {current_id}.")
         member = group.members.get(member_id)
         if member is not None and member.uses_classic_protocol:
             # A classic member of a mixed group speaks JoinGroup/Heartbeat only.
-            raise _Failure(E.unknown_member_id, f"Member {member_id} uses the classic protocol.")
+            raise RequestFailure(E.unknown_member_id, f"Member {member_id} uses the classic protocol.")
         if epoch == JOIN_GROUP_MEMBER_EPOCH:
             if member is not None:
                 return member, False  # joining again (its answer was lost, or it was fenced on its side)
             if len(group.members) >= self.config.max_size:
-                raise _Failure(E.group_max_size_reached, f"The consumer group has reached its maximum capacity "
-                               f"of {self.config.max_size} members.")
+                raise RequestFailure(E.group_max_size_reached, f"The consumer group has reached its maximum capacity "
+                                     f"of {self.config.max_size} members.")
             return ConsumerMember(member_id=member_id, member_epoch=0), True
         if member is None:
-            raise _Failure(E.unknown_member_id, f"Member {member_id} is not a member of group {group.group_id}.")
+            raise RequestFailure(E.unknown_member_id, f"Member {member_id} is not a member of group {group.group_id}.")
         if epoch > member.member_epoch:
-            raise _Failure(E.fenced_member_epoch, f"The consumer group member has a greater member epoch ({epoch}) "
-                           f"than the one known by the group coordinator ({member.member_epoch}). The member must "
-                           f"abandon all its partitions and rejoin.")
+            raise RequestFailure(E.fenced_member_epoch, f"The consumer group member has a greater member epoch "
+                                 f"({epoch}) than the one known by the group coordinator ({member.member_epoch}). "
+                                 f"The member must abandon all its partitions and rejoin.")
         if epoch < member.member_epoch:
             # The answer that moved it to its current epoch may have been lost:
             # the previous epoch is fine while it owns nothing it should not.
             if epoch != member.previous_member_epoch or owned is None or not is_subset(owned, member.assigned):
-                raise _Failure(E.fenced_member_epoch, f"The consumer group member has a smaller member epoch "
-                               f"({epoch}) than the one known by the group coordinator ({member.member_epoch}). "
-                               f"The member must abandon all its partitions and rejoin.")
+                raise RequestFailure(E.fenced_member_epoch, f"The consumer group member has a smaller member epoch "
+                                     f"({epoch}) than the one known by the group coordinator ({member.member_epoch}). "
+                                     f"The member must abandon all its partitions and rejoin.")
         return member, False
 
     def _replace_static_member(self, group: ConsumerGroup, previous: ConsumerMember, member_id: str,
@@ -416,18 +410,18 @@ class ConsumerGroupCoordinator(ClassicMemberHandling, GroupMigration):
     def _leave(self, request: ConsumerHeartbeat, records: list) -> ConsumerHeartbeatResult:
         group = self.groups.get(request.group_id)
         if group is None:
-            raise _Failure(E.unknown_member_id, f"Group {request.group_id} has no member {request.member_id}.")
+            raise RequestFailure(E.unknown_member_id, f"Group {request.group_id} has no member {request.member_id}.")
         member_id = request.member_id
         if request.instance_id is not None:
             current_id = group.static_members.get(request.instance_id)
             if current_id is None:
-                raise _Failure(E.unknown_member_id, f"Instance id {request.instance_id} is unknown.")
+                raise RequestFailure(E.unknown_member_id, f"Instance id {request.instance_id} is unknown.")
             if current_id != member_id:
-                raise _Failure(E.fenced_instance_id, f"Static member {member_id} with instance id "
-                               f"{request.instance_id} was replaced by {current_id}.")
+                raise RequestFailure(E.fenced_instance_id, f"Static member {member_id} with instance id "
+                                     f"{request.instance_id} was replaced by {current_id}.")
         member = group.members.get(member_id)
         if member is None:
-            raise _Failure(E.unknown_member_id, f"Member {member_id} is not a member of group {group.group_id}.")
+            raise RequestFailure(E.unknown_member_id, f"Member {member_id} is not a member of group {group.group_id}.")
         interval = self.config.heartbeat_interval_ms
         if request.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
             # A static member leaving for a while (a restart): its partitions stay
@@ -700,7 +694,7 @@ class ConsumerGroupCoordinator(ClassicMemberHandling, GroupMigration):
     def _describe(self, group_id: str) -> ConsumerGroupDescription:
         try:
             self._check_status(group_id)
-        except _Failure as failure:
+        except RequestFailure as failure:
             return ConsumerGroupDescription(group_id, failure.error, failure.message)
         group = self.groups.get(group_id)
         if group is None:

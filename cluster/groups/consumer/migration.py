@@ -42,6 +42,7 @@ from typing import Any, Optional
 from cluster.groups.api import JoinGroupResult, SyncGroupResult
 from cluster.groups.consumer import records as R
 from cluster.groups.consumer.embedded_protocol import EmbeddedProtocolError, decode_subscription, encode_assignment
+from cluster.groups.consumer.failure import RequestFailure
 from cluster.groups.consumer.model import ConsumerGroup, ConsumerMember, MemberState
 from cluster.groups.group import GroupMetadata, GroupState, MemberMetadata
 from cluster.groups.membership import CoordinatorStatus
@@ -56,7 +57,7 @@ POLICIES = ("bidirectional", "upgrade", "downgrade", "disabled")
 
 class GroupMigration:
     """Mixed into ConsumerGroupCoordinator (which provides the groups, the
-    classic coordinator, records, timers and ``_Failure``)."""
+    classic coordinator, records and timers)."""
 
     def _upgrade_allowed(self) -> bool:
         return self.config.migration_policy in ("upgrade", "bidirectional")
@@ -69,11 +70,9 @@ class GroupMigration:
     def _convert_classic_group(self, classic: Any, records: list) -> ConsumerGroup:
         """A Stable classic group of consumers becomes a consumer group (its
         offsets stay with its entry in the classic manager, now memberless)."""
-        from cluster.groups.consumer.coordinator import _Failure  # one definition of the failure type
-
         if not classic.is_(GroupState.STABLE):
-            raise _Failure(E.coordinator_not_available,
-                           f"Group {classic.group_id} is rebalancing with the classic protocol; retry.")
+            raise RequestFailure(E.coordinator_not_available,
+                                 f"Group {classic.group_id} is rebalancing with the classic protocol; retry.")
         group = ConsumerGroup(classic.group_id)
         generation = classic.generation_id
         group.group_epoch = group.assignment_epoch = generation
@@ -83,8 +82,8 @@ class GroupMigration:
             try:
                 subscription = decode_subscription(old.metadata(protocol))
             except (EmbeddedProtocolError, KeyError) as exc:
-                raise _Failure(E.group_id_not_found, f"Cannot upgrade the classic group {classic.group_id}: "
-                               f"malformed embedded consumer protocol ({exc}).")
+                raise RequestFailure(E.group_id_not_found, f"Cannot upgrade the classic group {classic.group_id}: "
+                                     f"malformed embedded consumer protocol ({exc}).")
             assigned = self._ids_of(_decode_assignment(old.assignment))
             members.append(ConsumerMember(
                 member_id=old.member_id, instance_id=old.group_instance_id, rack_id=subscription.rack_id,

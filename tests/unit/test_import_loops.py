@@ -14,7 +14,6 @@ NOT_PRODUCT = {"tests", "docs", "deploy", "node_modules"}
 KNOWN = {
     frozenset({"cluster.replica_schedule", "storage.log_manager"}),
     frozenset({"actors.partition_leader", "actors.replica_keeper"}),
-    frozenset({"spark", "spark.session"}),
 }
 
 

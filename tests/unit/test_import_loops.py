@@ -12,7 +12,6 @@ NOT_PRODUCT = {"tests", "docs", "deploy", "node_modules"}
 # Loops still open, each in another engineer's part of issue 32; remove an
 # entry when its loop is gone (a stale entry does no harm, a new loop fails).
 KNOWN = {
-    frozenset({"cluster.replica_schedule", "storage.log_manager"}),
     frozenset({"actors.partition_leader", "actors.replica_keeper"}),
 }
 

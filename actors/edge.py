@@ -33,6 +33,7 @@ import time
 import ray
 
 from core.config import BrokerConfig, parse_listener
+from core.error_codes import ErrorCode
 from metadata.kafka_zk import KafkaZkClient
 from net.edge_service import EdgeService
 from net.metadata_cache import StaleControllerEpoch
@@ -446,7 +447,7 @@ class EdgeActor:
             attempt += 1
             try:
                 answer = await self.service.controller_call("controlled_shutdown", self.broker_id)
-                error = None if answer["error_code"] == 0 else f"controller answered {answer['error_code']}"
+                error = None if answer["error_code"] == ErrorCode.none else f"controller answered {answer['error_code']}"
                 remaining = [tuple(tp) for tp in answer["remaining"]]
             except ActorCallFailed as exc:
                 error = str(exc)

@@ -72,7 +72,6 @@ from core.txn_messages import TxnCompletion
 
 log = logging.getLogger("raykafka.group_coordinator")
 
-E = ErrorCode
 
 # What the edge of this node may call over the direct channel: the per-request calls.
 LOCAL_CALL_METHODS = ("join_group", "sync_group", "heartbeat", "leave_group", "commit_offsets", "fetch_offsets",
@@ -126,7 +125,7 @@ class GroupCoordinatorActor:
         """This broker leads the offsets partition (at ``leader_epoch``): load and serve."""
         coordinator = self._ensure()
         if leader_epoch < self.state_log.leader_epoch:
-            return int(E.fenced_leader_epoch)
+            return int(ErrorCode.fenced_leader_epoch)
         if self.state_log.leading and coordinator.status is not CoordinatorStatus.NOT_LOADED:
             if leader_epoch == self.state_log.leader_epoch:
                 return 0  # a repeated LeaderAndIsr (e.g. a new controller): nothing changed
@@ -161,7 +160,7 @@ class GroupCoordinatorActor:
         """Another broker leads the partition now (or nobody): unload."""
         coordinator = self._ensure()
         if 0 <= leader_epoch < self.state_log.leader_epoch:
-            return int(E.fenced_leader_epoch)
+            return int(ErrorCode.fenced_leader_epoch)
         was = coordinator.status
         self.state_log.resign(leader_epoch, unload=self._unload if was is not CoordinatorStatus.NOT_LOADED else None)
         if was is not CoordinatorStatus.NOT_LOADED:
@@ -298,7 +297,7 @@ class GroupCoordinatorActor:
         """DescribeGroups: a consumer group is no classic group (Kafka: "Dead",
         GROUP_ID_NOT_FOUND from v6; clients describe it with ConsumerGroupDescribe)."""
         coordinator = self._ensure()
-        return [GroupDescription(g, E.none, state="Dead") if self.consumer_groups.owns(g)
+        return [GroupDescription(g, ErrorCode.none, state="Dead") if self.consumer_groups.owns(g)
                 else coordinator.describe_group(g) for g in group_ids]
 
     async def list_groups(self, states_filter: Optional[list[str]] = None, types_filter: Optional[list[str]] = None):
@@ -316,10 +315,10 @@ class GroupCoordinatorActor:
     async def delete_groups(self, group_ids: list[str]) -> dict:
         coordinator = self._ensure()
         errors = self.consumer_groups.delete_groups(group_ids)
-        rest = [g for g in group_ids if errors.get(g, E.none) == E.none]
+        rest = [g for g in group_ids if errors.get(g, ErrorCode.none) == ErrorCode.none]
         classic = coordinator.delete_groups(rest) if rest else {}
         # A deleted consumer group's offsets holder may be gone already: that is fine.
-        return {g: errors[g] if g in errors else classic.get(g, E.group_id_not_found) for g in group_ids}
+        return {g: errors[g] if g in errors else classic.get(g, ErrorCode.group_id_not_found) for g in group_ids}
 
     async def consumer_group_heartbeat(self, request: ConsumerHeartbeat, image):
         """ConsumerGroupHeartbeat (KIP-848) -> ConsumerHeartbeatResult, once its records are durable."""
@@ -343,9 +342,9 @@ class GroupCoordinatorActor:
             return coordinator.delete_offsets(group_id, tps)
         # A consumer group's members keep the offsets of the topics they subscribe to.
         error, errors = coordinator.delete_offsets(group_id, [tp for tp in tps if tp.topic not in subscribed])
-        if error != E.none:
+        if error != ErrorCode.none:
             return error, errors
-        return error, {**errors, **{tp: E.group_subscribed_to_topic for tp in tps if tp.topic in subscribed}}
+        return error, {**errors, **{tp: ErrorCode.group_subscribed_to_topic for tp in tps if tp.topic in subscribed}}
 
     # ---- inspection -------------------------------------------------------------------------------------
     async def state(self) -> dict:

@@ -18,7 +18,6 @@ from core.replica_messages import AppendResult, ReadResult
 from core.txn_messages import ORIGIN_COORDINATOR
 
 log = logging.getLogger("raykafka.coordinators")
-E = ErrorCode
 
 
 class RayNodeCalls:
@@ -80,7 +79,7 @@ class RayNodeCalls:
         except Exception:
             self.purgatory = None  # look it up again next time (a restarted purgatory)
             raise
-        return E(statuses.get((topic, partition), E.request_timed_out))
+        return ErrorCode(statuses.get((topic, partition), ErrorCode.request_timed_out))
 
 
 def restarted_by_ray() -> bool:
@@ -160,7 +159,7 @@ async def sync_coordinators(kind: CoordinatorKind, service: Any, partitions: Ite
                       text.splitlines()[0][:300] if text else type(result).__name__)
             handles.pop(key, None)
         elif result:
-            log.warning("%s %s answered %s", kind.label, kind.actor_name(*key), E(result).name)
+            log.warning("%s %s answered %s", kind.label, kind.actor_name(*key), ErrorCode(result).name)
 
 
 def forget_coordinators(kind: CoordinatorKind, service: Any, broker_id: int) -> None:

@@ -29,7 +29,7 @@ from cluster.commit_waiters import CommitWaiters
 from cluster.partition import Partition
 from cluster.replica_fetcher import throttle_from_config
 from cluster.replica_pool import hibernation_blocker
-from core import error_codes
+from core.error_codes import ErrorCode
 from core.clock import SYSTEM_CLOCK, Clock
 from core.local_calls import LocalCallServer
 from core.naming import purgatory_actor_name
@@ -240,14 +240,14 @@ class ReplicaActor:
         try:
             target = self.log.delete_records(offset, p.high_watermark)
         except OffsetOutOfRangeError:
-            return DeleteRecordsResult(error_codes.OFFSET_OUT_OF_RANGE, -1)
+            return DeleteRecordsResult(ErrorCode.offset_out_of_range, -1)
         await self._write_checkpoints_off_loop()
         self._after_change(True)
         deadline = self.clock.monotonic() + timeout_ms / 1000
         while p.low_watermark() < target:
             remaining = deadline - self.clock.monotonic()
             if remaining <= 0 or not p.is_leader:
-                return DeleteRecordsResult(error_codes.REQUEST_TIMED_OUT, p.low_watermark())
+                return DeleteRecordsResult(ErrorCode.request_timed_out, p.low_watermark())
             await self._wait_for_change(remaining)
         return DeleteRecordsResult(0, p.low_watermark())
 
@@ -264,7 +264,7 @@ class ReplicaActor:
         if leadership:
             self._commit_timer.reset_pending()
             if not self.partition.is_leader or self._closed:
-                self._commit_waiters.fail_all(error_codes.NOT_LEADER_OR_FOLLOWER)
+                self._commit_waiters.fail_all(ErrorCode.not_leader_or_follower)
         if hw_moved:
             self._complete_commits()
         self._wake_waiters()
@@ -285,13 +285,13 @@ class ReplicaActor:
         after ``timeout_ms``. The edge asks after an append whose answer's HW was short of its records."""
         p = self.partition
         if self._closed or p.check_leader(leader_epoch):
-            return error_codes.NOT_LEADER_OR_FOLLOWER
+            return ErrorCode.not_leader_or_follower
         if p.high_watermark >= offset:
-            return 0 if len(p.isr) >= p.min_insync_replicas else error_codes.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+            return ErrorCode.none if len(p.isr) >= p.min_insync_replicas else ErrorCode.not_enough_replicas_after_append
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         if not self._commit_waiters.add(offset, future):
-            return error_codes.REQUEST_TIMED_OUT
+            return ErrorCode.request_timed_out
         self.counters["commit_waits"] += 1
         expiry = loop.call_later(max(0, timeout_ms) / 1000, _expire, future)
         try:
@@ -348,7 +348,7 @@ class ReplicaActor:
             return p.make_leader(controller_epoch, leader_epoch, isr, replicas, zk_version, now)
         self.follower.stop()
         error = p.make_leader(controller_epoch, leader_epoch, isr, replicas, zk_version, now)
-        if error == 0:
+        if error == ErrorCode.none:
             log.info("%s-%d is leader, epoch %d, ISR %s, HW %d, LEO %d", self.topic, self.partition_index,
                      leader_epoch, isr, p.high_watermark, self.log.log_end_offset)
         self._after_change(True, leadership=True)
@@ -396,7 +396,7 @@ class ReplicaActor:
         """Clean shutdown: flush, checkpoint, close files."""
         if self._spare:
             return
-        self._commit_waiters.fail_all(error_codes.NOT_LEADER_OR_FOLLOWER)
+        self._commit_waiters.fail_all(ErrorCode.not_leader_or_follower)
         self._close_local_calls()
         if not self._closed:
             self._closed = True
@@ -471,7 +471,7 @@ class ReplicaActor:
         ORIGIN_COORDINATOR: no producer sequence checks). With ``tail``: ``(results, CommittedTail or None)``,
         for the edge to answer tail fetches from (net/fetch_local_tail.py; None: not all committed yet)."""
         if self._closed:
-            results = [failed_append(error_codes.NOT_LEADER_OR_FOLLOWER)] * len(record_sets)
+            results = [failed_append(ErrorCode.not_leader_or_follower)] * len(record_sets)
             return (results, None) if tail else results
         self._ensure_background()
         self._traffic()
@@ -496,25 +496,25 @@ class ReplicaActor:
         """WriteTxnMarkers (the transaction coordinator's call, or the wire API's): a COMMIT/ABORT control
         batch per marker, answered once the HW passed it (acks=all), or REQUEST_TIMED_OUT / NOT_LEADER_OR_FOLLOWER."""
         if self._closed:
-            return [TxnMarkerResult(error_codes.NOT_LEADER_OR_FOLLOWER, -1)] * len(markers)
+            return [TxnMarkerResult(ErrorCode.not_leader_or_follower, -1)] * len(markers)
         self._ensure_background()
         self._traffic()
         p = self.partition
         before = p.high_watermark
         results = p.write_txn_markers(list(markers), self.clock.now_ms())
-        if any(r.error == 0 for r in results):
+        if any(r.error == ErrorCode.none for r in results):
             self._wake_waiters()  # followers fetch the markers; read_committed fetches may move on
         if p.high_watermark != before:
             self._complete_commits()
             self._report_progress()
-        need = max((r.offset + 1 for r in results if r.error == 0), default=-1)
+        need = max((r.offset + 1 for r in results if r.error == ErrorCode.none), default=-1)
         deadline = self.clock.monotonic() + max(0, timeout_ms) / 1000
         while p.high_watermark < need:
             remaining = deadline - self.clock.monotonic()
-            error = error_codes.NOT_LEADER_OR_FOLLOWER if self._closed or not p.is_leader else \
-                error_codes.REQUEST_TIMED_OUT if remaining <= 0 else 0
+            error = ErrorCode.not_leader_or_follower if self._closed or not p.is_leader else \
+                ErrorCode.request_timed_out if remaining <= 0 else ErrorCode.none
             if error:
-                return [TxnMarkerResult(error, -1) if r.error == 0 else r for r in results]
+                return [TxnMarkerResult(error, -1) if r.error == ErrorCode.none else r for r in results]
             await self._wait_for_change(remaining)
         return results
 
@@ -633,7 +633,7 @@ class ReplicaActor:
 
 def _expire(future: asyncio.Future) -> None:
     if not future.done():
-        future.set_result(error_codes.REQUEST_TIMED_OUT)
+        future.set_result(ErrorCode.request_timed_out)
 
 
 ReplicaActorRemote = ray.remote(ReplicaActor)

@@ -62,7 +62,6 @@ from core.txn_messages import TxnCompletion, TxnMarker, TxnMarkerResult
 
 log = logging.getLogger("raykafka.transaction_coordinator")
 
-E = ErrorCode
 MARKER_TIMEOUT_MS = 30000
 # What the edge of this node calls over the direct channel (core/local_calls.py):
 # each transaction's AddPartitionsToTxn and EndTxn, and AddOffsetsToTxn, sit on
@@ -158,7 +157,7 @@ class TransactionCoordinatorActor:
     async def elect(self, leader_epoch: int, replica: Any) -> int:
         coordinator = self._ensure()
         if leader_epoch < self.state_log.leader_epoch:
-            return int(E.fenced_leader_epoch)
+            return int(ErrorCode.fenced_leader_epoch)
         if self.state_log.leading and leader_epoch == self.state_log.leader_epoch:
             return 0  # a repeated LeaderAndIsr
         if self.state_log.leading and self._loaded() and await self.state_log.still_own_log(replica):
@@ -189,7 +188,7 @@ class TransactionCoordinatorActor:
     async def resign(self, leader_epoch: int) -> int:
         coordinator = self._ensure()
         if 0 <= leader_epoch < self.state_log.leader_epoch:
-            return int(E.fenced_leader_epoch)
+            return int(ErrorCode.fenced_leader_epoch)
         was_leading = self.state_log.leading
         self.state_log.resign(leader_epoch, unload=lambda: coordinator.on_resignation(self.partition))
         if was_leading:
@@ -202,7 +201,7 @@ class TransactionCoordinatorActor:
         from storage.records import SimpleRecord, build_batch
 
         if partition != self.partition:
-            return E.not_leader_or_follower
+            return ErrorCode.not_leader_or_follower
         appended = asyncio.get_running_loop().create_future()
 
         def done(error: ErrorCode) -> None:
@@ -249,10 +248,10 @@ class TransactionCoordinatorActor:
         try:
             leader = await self._leader_of(topic, partition, refresh=False)
             if leader is None:
-                return [TxnMarkerResult(int(E.unknown_topic_or_partition), -1)] * len(markers)
+                return [TxnMarkerResult(int(ErrorCode.unknown_topic_or_partition), -1)] * len(markers)
             if leader < 0:
                 self._leaders.pop(key, None)
-                return [TxnMarkerResult(int(E.not_leader_or_follower), -1)] * len(markers)
+                return [TxnMarkerResult(int(ErrorCode.not_leader_or_follower), -1)] * len(markers)
             handle = await self._replica_handle(topic, partition, leader)
             self.counters["marker_calls"] += 1
             # Over the replica's direct channel when it is on this node (a Ray
@@ -266,8 +265,8 @@ class TransactionCoordinatorActor:
                      first_line(exc))
             self._leaders.pop(key, None)
             self._replicas = {k: v for k, v in self._replicas.items() if k[:2] != key}
-            return [TxnMarkerResult(int(E.not_leader_or_follower), -1)] * len(markers)
-        if any(r.error != 0 for r in results):
+            return [TxnMarkerResult(int(ErrorCode.not_leader_or_follower), -1)] * len(markers)
+        if any(r.error != ErrorCode.none for r in results):
             self._leaders.pop(key, None)
             self._replicas = {k: v for k, v in self._replicas.items() if k[:2] != key}
         if topic == OFFSETS_TOPIC:
@@ -278,7 +277,7 @@ class TransactionCoordinatorActor:
                                            results: list[TxnMarkerResult]) -> None:
         """The group coordinator of an __consumer_offsets partition makes the
         transactions' pending offset commits final once their markers are written."""
-        done = [m for m, r in zip(markers, results) if r.error == 0]
+        done = [m for m, r in zip(markers, results) if r.error == ErrorCode.none]
         if not done:
             return
 

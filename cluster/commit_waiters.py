@@ -22,7 +22,7 @@ import heapq
 import itertools
 from typing import Any
 
-from core import error_codes
+from core.error_codes import ErrorCode
 
 MAX_WAITERS = 100_000
 
@@ -48,7 +48,7 @@ class CommitWaiters:
         heap = self._heap
         if not heap or heap[0][0] > high_watermark:
             return 0
-        error = 0 if isr_size >= min_insync_replicas else error_codes.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+        error = ErrorCode.none if isr_size >= min_insync_replicas else ErrorCode.not_enough_replicas_after_append
         done = 0
         while heap and heap[0][0] <= high_watermark:
             _, _, future = heapq.heappop(heap)

@@ -40,7 +40,6 @@ from storage.slice_reader import read_slices
 
 log = logging.getLogger("raykafka.internal_topic_log")
 
-E = ErrorCode
 # Appends batched into one replica call at most.
 MAX_SETS_PER_CALL = 64
 LOAD_RETRY_S = 0.5
@@ -108,7 +107,7 @@ class InternalTopicLog:
         self.leader_epoch = leader_epoch
         self.replica = replica
         self.leading = True
-        self._stop(E.not_leader_or_follower)
+        self._stop(ErrorCode.not_leader_or_follower)
 
     def keep_leading(self, leader_epoch: int, replica: Any) -> None:
         """Same leader, new epoch (an ISR change): the log stays ours as loaded."""
@@ -121,7 +120,7 @@ class InternalTopicLog:
         self.leader_epoch = max(self.leader_epoch, leader_epoch)
         self.leading = False
         self.replica = None
-        self._stop(E.not_leader_or_follower, unload)
+        self._stop(ErrorCode.not_leader_or_follower, unload)
 
     def _stop(self, error: ErrorCode, unload: Optional[Callable[[], None]] = None) -> None:
         self.generation += 1
@@ -225,7 +224,7 @@ class InternalTopicLog:
         while offset < target:
             result = await self.calls.read(replica, offset, self.load_buffer_bytes, epoch)
             if result.error:
-                raise RuntimeError(f"read at offset {offset} failed: {E(result.error).name}")
+                raise RuntimeError(f"read at offset {offset} failed: {ErrorCode(result.error).name}")
             if offset < result.log_start_offset:
                 offset = result.log_start_offset
                 continue
@@ -244,7 +243,7 @@ class InternalTopicLog:
         """Append ``batch``; ``done(error)`` once it is durable or failed,
         exactly once, after every earlier append's."""
         if not self.leading or self.replica is None:
-            done(E.not_leader_or_follower)
+            done(ErrorCode.not_leader_or_follower)
             return
         self._queue.append((batch, done))
         self._appends_started += 1
@@ -258,16 +257,16 @@ class InternalTopicLog:
                 items = [self._queue.popleft() for _ in range(min(len(self._queue), MAX_SETS_PER_CALL))]
                 replica, epoch = self.replica, self.leader_epoch
                 if replica is None:
-                    results = [_failed(E.not_leader_or_follower)] * len(items)
+                    results = [_failed(ErrorCode.not_leader_or_follower)] * len(items)
                 else:
                     try:
                         results = await self.calls.append(replica, [batch for batch, _ in items], epoch,
                                                           self.append_timeout_ms)
                     except asyncio.TimeoutError:
-                        results = [_failed(E.request_timed_out)] * len(items)
+                        results = [_failed(ErrorCode.request_timed_out)] * len(items)
                     except Exception as exc:  # noqa: BLE001 - the replica actor is gone, or moving
                         log.warning("append to %s-%d failed: %s", self.topic, self.partition, first_line(exc))
-                        results = [_failed(E.not_leader_or_follower)] * len(items)
+                        results = [_failed(ErrorCode.not_leader_or_follower)] * len(items)
                 self.counters["append_calls"] += 1
                 self.counters["appends"] += len(items)
                 previous = self._last_step
@@ -283,7 +282,7 @@ class InternalTopicLog:
             errors = await self._durability(results)
         except Exception:  # noqa: BLE001
             log.exception("append to %s-%d: waiting for durability failed", self.topic, self.partition)
-            errors = [E.request_timed_out] * len(items)
+            errors = [ErrorCode.request_timed_out] * len(items)
         if previous is not None:
             try:
                 await previous
@@ -299,27 +298,27 @@ class InternalTopicLog:
         errors = []
         need = -1
         for result in map(AppendResult._make, results):
-            error = E(result.error)
-            if error in (E.fenced_leader_epoch, E.unknown_leader_epoch):
-                error = E.not_leader_or_follower  # our view of the epoch is behind: rediscover
+            error = ErrorCode(result.error)
+            if error in (ErrorCode.fenced_leader_epoch, ErrorCode.unknown_leader_epoch):
+                error = ErrorCode.not_leader_or_follower  # our view of the epoch is behind: rediscover
             errors.append(error)
-            if error == E.none:
+            if error == ErrorCode.none:
                 self.known_end = max(self.known_end, result.last_offset + 1)
                 if result.high_watermark < result.last_offset + 1:
                     need = max(need, result.last_offset + 1)
         if need >= 0:
             status = await self._wait_for_high_watermark(need)
-            errors = [status if e == E.none else e for e in errors]
+            errors = [status if e == ErrorCode.none else e for e in errors]
         return errors
 
     async def _wait_for_high_watermark(self, offset: int) -> ErrorCode:
         try:
             return await self.calls.delay_produce(self.topic, self.partition, offset, self.append_timeout_ms)
         except asyncio.TimeoutError:
-            return E.request_timed_out
+            return ErrorCode.request_timed_out
         except Exception as exc:  # noqa: BLE001
             log.warning("waiting for the HW of %s-%d failed: %s", self.topic, self.partition, first_line(exc))
-            return E.request_timed_out
+            return ErrorCode.request_timed_out
 
 
 def _failed(error: ErrorCode) -> AppendResult:

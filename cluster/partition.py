@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from core import error_codes
+from core.error_codes import ErrorCode
 from core.replica_messages import (AppendResult, CommittedReadRun, CommittedTail, DivergingEpoch, EpochEndOffset,
                                    FileSlice, FollowerFetchResult, ListOffsetsResult, PartitionProgress, ReadResult,
                                    ReadRun, failed_append)
@@ -79,19 +79,19 @@ class Partition:
         log_.producer_state.on_high_watermark_updated(self.high_watermark)
 
     # ---- leadership -----------------------------------------------------------------------
-    def fence_controller(self, controller_epoch: int) -> int:
+    def fence_controller(self, controller_epoch: int) -> ErrorCode:
         if controller_epoch < self.controller_epoch:
-            return error_codes.STALE_CONTROLLER_EPOCH
+            return ErrorCode.stale_controller_epoch
         self.controller_epoch = controller_epoch
-        return 0
+        return ErrorCode.none
 
     def make_leader(self, controller_epoch: int, leader_epoch: int, isr: list[int], replicas: list[int],
-                    zk_version: int = -1, now_ms: int = 0) -> int:
+                    zk_version: int = -1, now_ms: int = 0) -> ErrorCode:
         error = self.fence_controller(controller_epoch)
         if error:
             return error
         if leader_epoch < self.leader_epoch:
-            return error_codes.FENCED_LEADER_EPOCH
+            return ErrorCode.fenced_leader_epoch
         new_epoch = leader_epoch != self.leader_epoch or not self.is_leader
         self.leader_epoch = leader_epoch
         self.leader_id = self.broker_id
@@ -109,15 +109,15 @@ class Partition:
                 if r != self.broker_id and r not in self.followers:
                     self.followers[r] = FollowerState(now_ms, r in isr)
         self.maybe_increment_high_watermark()
-        return 0
+        return ErrorCode.none
 
     def make_follower(self, controller_epoch: int, leader_id: int, leader_epoch: int, isr: list[int],
-                      replicas: list[int]) -> int:
+                      replicas: list[int]) -> ErrorCode:
         error = self.fence_controller(controller_epoch)
         if error:
             return error
         if leader_epoch < self.leader_epoch:
-            return error_codes.FENCED_LEADER_EPOCH
+            return ErrorCode.fenced_leader_epoch
         self.is_leader = False
         self.leader_epoch = leader_epoch
         self.leader_id = leader_id
@@ -125,17 +125,17 @@ class Partition:
         self.replicas = tuple(replicas)
         self.followers = {}
         self.follower_caught_up = False
-        return 0
+        return ErrorCode.none
 
-    def check_leader(self, leader_epoch: int) -> int:
+    def check_leader(self, leader_epoch: int) -> ErrorCode:
         if not self.is_leader:
-            return error_codes.NOT_LEADER_OR_FOLLOWER
+            return ErrorCode.not_leader_or_follower
         if leader_epoch >= 0:
             if leader_epoch < self.leader_epoch:
-                return error_codes.FENCED_LEADER_EPOCH
+                return ErrorCode.fenced_leader_epoch
             if leader_epoch > self.leader_epoch:
-                return error_codes.UNKNOWN_LEADER_EPOCH
-        return 0
+                return ErrorCode.unknown_leader_epoch
+        return ErrorCode.none
 
     # ---- high watermark ---------------------------------------------------------------------
     def maybe_increment_high_watermark(self) -> bool:
@@ -167,8 +167,8 @@ class Partition:
         (a follower on this machine reads them itself)."""
         leo = self.log.log_end_offset
         error = self.check_leader(current_leader_epoch)
-        if error == 0 and follower_id not in self.followers:
-            error = error_codes.NOT_LEADER_OR_FOLLOWER
+        if error == ErrorCode.none and follower_id not in self.followers:
+            error = ErrorCode.not_leader_or_follower
         if error:
             return FollowerFetchResult(error, b"", self.high_watermark, self.log.log_start_offset, leo)
         # KIP-320: the follower's last epoch must agree with ours up to its fetch offset.
@@ -178,7 +178,7 @@ class Partition:
                 return FollowerFetchResult(0, b"", self.high_watermark, self.log.log_start_offset, leo,
                                            DivergingEpoch(epoch, end))
         if fetch_offset > leo or fetch_offset < self.log.log_start_offset:
-            return FollowerFetchResult(error_codes.OFFSET_OUT_OF_RANGE, b"", self.high_watermark,
+            return FollowerFetchResult(ErrorCode.offset_out_of_range, b"", self.high_watermark,
                                        self.log.log_start_offset, leo)
         follower = self.followers[follower_id]
         # Kafka's Replica.updateFetchState: caught up if it reached our LEO,
@@ -275,7 +275,7 @@ class Partition:
             log.info("%s-%d truncated %d -> %d (diverging epoch %s)", self.topic, self.partition, before, after,
                      tuple(result.diverging))
             return True
-        if result.error == error_codes.OFFSET_OUT_OF_RANGE:
+        if result.error == ErrorCode.offset_out_of_range:
             self.truncate_for_out_of_range(result.log_end_offset, result.log_start_offset)
             return True
         return False
@@ -348,11 +348,11 @@ class Partition:
             error = self.check_leader(leader_epoch)
             if error:
                 # A stale edge view of leadership: the client must refresh metadata.
-                results.append(failed_append(error_codes.NOT_LEADER_OR_FOLLOWER))
+                results.append(failed_append(ErrorCode.not_leader_or_follower))
                 continue
             if acks == -1 and len(self.isr) < self.min_insync_replicas:
                 results.append(failed_append(
-                    error_codes.NOT_ENOUGH_REPLICAS, self.log.log_start_offset,
+                    ErrorCode.not_enough_replicas, self.log.log_start_offset,
                     f"ISR size {len(self.isr)} < min.insync.replicas {self.min_insync_replicas}"))
                 continue
             try:
@@ -376,7 +376,7 @@ class Partition:
         for marker in markers:
             error = self.check_leader(-1)
             if not error and len(self.isr) < self.min_insync_replicas:
-                error = error_codes.NOT_ENOUGH_REPLICAS  # markers are written with acks=all
+                error = ErrorCode.not_enough_replicas  # markers are written with acks=all
             if error:
                 results.append(TxnMarkerResult(error, -1))
                 continue
@@ -428,7 +428,7 @@ class Partition:
             return ReadResult(error, hw, lso, start, [])
         end = self.fetchable_end(isolation_level)
         if fetch_offset < start or fetch_offset > self.log.log_end_offset:
-            return ReadResult(error_codes.OFFSET_OUT_OF_RANGE, hw, lso, start, [])
+            return ReadResult(ErrorCode.offset_out_of_range, hw, lso, start, [])
         runs = []
         offset = fetch_offset
         while len(runs) < count and offset < end:
@@ -436,7 +436,7 @@ class Partition:
                 slices, next_offset = self.file_slices(offset, max_bytes, end)
             except OffsetOutOfRangeError:
                 if not runs:
-                    return ReadResult(error_codes.OFFSET_OUT_OF_RANGE, hw, lso, start, [])
+                    return ReadResult(ErrorCode.offset_out_of_range, hw, lso, start, [])
                 break
             if not slices:
                 break
@@ -490,7 +490,7 @@ class Partition:
         elif timestamp >= 0:
             found = self.log.offset_for_timestamp(timestamp)
         else:
-            return ListOffsetsResult(error_codes.INVALID_REQUEST, -1, -1, -1)
+            return ListOffsetsResult(ErrorCode.invalid_request, -1, -1, -1)
         if found is None or found[0] >= end:
             return ListOffsetsResult(0, -1, -1, -1)
         offset, ts = found[0], found[1]

@@ -175,15 +175,3 @@ _RETRIABLE = frozenset((
     ErrorCode.share_session_not_found, ErrorCode.invalid_share_session_epoch,
     ErrorCode.share_session_limit_reached,
 ))
-
-# Upper-case aliases kept for the replica-side modules that spell them so
-# (actors/partition_leader.py, actors/purgatory.py, cluster/partition.py).
-INVALID_REQUEST = ErrorCode.invalid_request
-NOT_ENOUGH_REPLICAS = ErrorCode.not_enough_replicas
-NOT_ENOUGH_REPLICAS_AFTER_APPEND = ErrorCode.not_enough_replicas_after_append
-OFFSET_OUT_OF_RANGE = ErrorCode.offset_out_of_range
-REQUEST_TIMED_OUT = ErrorCode.request_timed_out
-NOT_LEADER_OR_FOLLOWER = ErrorCode.not_leader_or_follower
-STALE_CONTROLLER_EPOCH = ErrorCode.stale_controller_epoch
-FENCED_LEADER_EPOCH = ErrorCode.fenced_leader_epoch
-UNKNOWN_LEADER_EPOCH = ErrorCode.unknown_leader_epoch

@@ -16,6 +16,7 @@ from typing import Iterable
 
 from cluster.security.acls import CLUSTER_NAME, Operation, ResourceType
 from cluster.security.authorizer import AUTHORIZER_CLASS_NAMES, AclAuthorizer, ZkAclStore, parse_super_users
+from core.error_codes import ErrorCode
 
 log = logging.getLogger("raykafka.authorization")
 
@@ -140,8 +141,6 @@ CONFIG_TOPIC, CONFIG_BROKER, CONFIG_BROKER_LOGGER = 2, 4, 8
 def config_denial(may, operation: Operation, config_resource_type: int, name: str):
     """Kafka's check of a config resource (DESCRIBE_CONFIGS / ALTER_CONFIGS):
     the error when `may` refuses it, else None."""
-    from kio.schema.errors import ErrorCode
-
     if config_resource_type == CONFIG_TOPIC:
         return None if may(operation, ResourceType.TOPIC, name) else ErrorCode.topic_authorization_failed
     if config_resource_type in (CONFIG_BROKER, CONFIG_BROKER_LOGGER):

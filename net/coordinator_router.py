@@ -25,19 +25,18 @@ from core.naming import OFFSETS_TOPIC, group_coordinator_actor_name
 from net.actor_calls import ActorCallFailed
 
 log = logging.getLogger("raykafka.edge")
-E = ErrorCode
 
 # What a group request that timed out in its coordinator answers. A member
 # joining or syncing retries on REBALANCE_IN_PROGRESS; a commit reports its
 # timeout as Kafka's DelayedProduce would; the others ask the client to find
 # the coordinator again.
 GROUP_TIMEOUT_ERRORS: dict[str, ErrorCode] = {
-    "join_group": E.rebalance_in_progress,
-    "sync_group": E.rebalance_in_progress,
-    "commit_offsets": E.request_timed_out,
-    "txn_commit_offsets": E.request_timed_out,
+    "join_group": ErrorCode.rebalance_in_progress,
+    "sync_group": ErrorCode.rebalance_in_progress,
+    "commit_offsets": ErrorCode.request_timed_out,
+    "txn_commit_offsets": ErrorCode.request_timed_out,
 }
-GROUP_TIMEOUT_DEFAULT = E.coordinator_not_available
+GROUP_TIMEOUT_DEFAULT = ErrorCode.coordinator_not_available
 
 
 def coordinator_failure(exc: BaseException, kind: str, method: str, timed_out: ErrorCode) -> ErrorCode | None:
@@ -50,9 +49,9 @@ def coordinator_failure(exc: BaseException, kind: str, method: str, timed_out: E
         # a bug in the coordinator, not a move
         log.error("%s coordinator %s failed: %s", kind, method, str(exc).splitlines()[-1][:300] if str(exc) else
                   type(exc).__name__)
-        return E.unknown_server_error
+        return ErrorCode.unknown_server_error
     if isinstance(exc, LocalCallLost) or type(exc).__module__.startswith("ray"):
-        return E.not_coordinator  # gone (its node died, or it moved): rediscover
+        return ErrorCode.not_coordinator  # gone (its node died, or it moved): rediscover
     return None
 
 
@@ -65,7 +64,7 @@ async def coordinator_answer(handles: dict, partition: int, kind: str, method: s
         error = coordinator_failure(exc, kind, method, timed_out)
         if error is None:
             raise
-        if error == E.not_coordinator:
+        if error == ErrorCode.not_coordinator:
             handles.pop(partition, None)
         return error, None
 
@@ -155,7 +154,7 @@ class CoordinatorRouter:
         partition = self.group_partition(group_id)
         handle = None if partition is None else await self.coordinator_handle(partition)
         if handle is None:
-            return E.not_coordinator, None
+            return ErrorCode.not_coordinator, None
         edge = self.edge
         pending = edge.local_channels.call(handle, method, args, timeout_s or edge.call_timeout_s)
         return await coordinator_answer(self.handles, partition, "group", method, pending,
@@ -178,7 +177,7 @@ class CoordinatorRouter:
             image = shipping.image_for(partition, self.edge.metadata)
             error, answer = await self.group_call(group_id, method, *args, image, timeout_s=timeout_s)
             if error is None and isinstance(answer, TopicsImageWanted):  # whole images are never refused
-                return E.coordinator_not_available, None
+                return ErrorCode.coordinator_not_available, None
         if error is None and image.topics is not None:
             shipping.held(partition, image.version)
         return error, answer
@@ -207,13 +206,13 @@ class CoordinatorRouter:
             code, message = await edge.controller_call(controller_method, timeout_s=2 * edge.call_timeout_s)
         except ActorCallFailed as exc:
             log.warning("creating %s failed: %s", topic, exc)
-            return E.coordinator_not_available
+            return ErrorCode.coordinator_not_available
         except AttributeError:
             log.warning("the controller cannot create %s", topic)
-            return E.coordinator_not_available
-        if code not in (0, int(E.topic_already_exists)):
-            log.warning("creating %s failed: %s (%s)", topic, E(code).name, message)
-            return E.coordinator_not_available
+            return ErrorCode.coordinator_not_available
+        if code not in (0, int(ErrorCode.topic_already_exists)):
+            log.warning("creating %s failed: %s (%s)", topic, ErrorCode(code).name, message)
+            return ErrorCode.coordinator_not_available
         return None
 
 

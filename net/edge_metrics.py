@@ -254,7 +254,7 @@ class EdgeMetrics:
             tags = (broker, name)
             for part in topic.partition_responses:
                 self.produce_requests.inc(tags)
-                if part.error_code != 0:
+                if part.error_code != ErrorCode.none:
                     self.failed_produce.inc(tags)
                     failed.append(part.error_code)
                     continue
@@ -274,7 +274,7 @@ class EdgeMetrics:
             response = response.response
         broker = self.broker
         failed = []
-        if response.error_code != 0:
+        if response.error_code != ErrorCode.none:
             failed.append(response.error_code)
         for topic in response.responses:
             name = self._topic(topic, metadata)
@@ -282,7 +282,7 @@ class EdgeMetrics:
             out = 0
             for part in topic.partitions:
                 self.fetch_requests.inc(tags)
-                if part.error_code != 0:
+                if part.error_code != ErrorCode.none:
                     self.failed_fetch.inc(tags)
                     failed.append(part.error_code)
                     continue
@@ -294,7 +294,7 @@ class EdgeMetrics:
         self._count_errors(FETCH, failed)
 
     def _join_group(self, request, response) -> None:
-        if response.error_code != 0:
+        if response.error_code != ErrorCode.none:
             return
         group, generation = request.group_id, response.generation_id
         seen = self._generations

@@ -24,15 +24,14 @@ from typing import Iterable, NamedTuple
 from core.error_codes import ErrorCode
 from storage.record_batch import HEADER_SIZE, parse_header
 
-E = ErrorCode
 _MAGIC_OFFSET = 16
 _ATTRIBUTES_LOW_BYTE = 22  # attributes: int16 at 21; the transactional flag (0x10) is in its low byte
 _TRANSACTIONAL_FLAG = 0x10
 
 # Verification failures the client may retry: Kafka answers NOT_ENOUGH_REPLICAS
 # for them (older clients retry it without refreshing metadata).
-_RETRIABLE = frozenset((E.concurrent_transactions, E.network_exception, E.coordinator_load_in_progress,
-                        E.coordinator_not_available, E.not_coordinator, E.request_timed_out))
+_RETRIABLE = frozenset((ErrorCode.concurrent_transactions, ErrorCode.network_exception, ErrorCode.coordinator_load_in_progress,
+                        ErrorCode.coordinator_not_available, ErrorCode.not_coordinator, ErrorCode.request_timed_out))
 
 
 class ProducerOf(NamedTuple):
@@ -65,16 +64,16 @@ async def verify(routing, transactional_id: str, producer: ProducerOf,
     error, answer = await routing.verify_partitions(transactional_id, producer.producer_id,
                                                     producer.producer_epoch, wanted)
     codes = {tp: error for tp in wanted} if error is not None else \
-        {tuple(tp): E(code) for tp, code in answer.items()}
+        {tuple(tp): ErrorCode(code) for tp, code in answer.items()}
     refused = {}
     for tp in wanted:
-        code = codes.get(tp, E.invalid_txn_state)
-        if code == E.none:
+        code = codes.get(tp, ErrorCode.invalid_txn_state)
+        if code == ErrorCode.none:
             continue
-        if code in (E.invalid_txn_state, E.transaction_abortable):
-            refused[tp] = Verdict(E.invalid_txn_state, "Partition was not added to the transaction")
+        if code in (ErrorCode.invalid_txn_state, ErrorCode.transaction_abortable):
+            refused[tp] = Verdict(ErrorCode.invalid_txn_state, "Partition was not added to the transaction")
         elif code in _RETRIABLE:
-            refused[tp] = Verdict(E.not_enough_replicas, "Unable to verify the partition has been added to the "
+            refused[tp] = Verdict(ErrorCode.not_enough_replicas, "Unable to verify the partition has been added to the "
                                                          f"transaction. Underlying error: {code.name.upper()}")
         else:  # INVALID_PRODUCER_ID_MAPPING, PRODUCER_FENCED, ...
             refused[tp] = Verdict(code, None)

@@ -80,7 +80,6 @@ __all__ = ["AppendRecords", "CommitCallback", "CoordinatorStatus", "GroupCoordin
 
 log = logging.getLogger("raykafka.groups")
 
-E = ErrorCode
 S = GroupState
 
 
@@ -178,8 +177,8 @@ class GroupCoordinator:
             # callbacks of a completing/stable one; we answer whatever waits, so
             # no request (e.g. a static rejoin waiting on its store) is left open.
             for member in list(group.members.values()):
-                group.maybe_invoke_join_callback(member, JoinGroupResult.failed(member.member_id, E.not_coordinator))
-                group.maybe_invoke_sync_callback(member, SyncGroupResult(E.not_coordinator))
+                group.maybe_invoke_join_callback(member, JoinGroupResult.failed(member.member_id, ErrorCode.not_coordinator))
+                group.maybe_invoke_sync_callback(member, SyncGroupResult(ErrorCode.not_coordinator))
             group.pending_sync_members.clear()
         for key in self._purgatory.watch_keys():
             if isinstance(key, tuple) and key and key[0] == self._key_space:
@@ -194,15 +193,15 @@ class GroupCoordinator:
         DescribeGroups and DeleteGroups accept the empty group id (old
         clients commit under it); the membership APIs do not."""
         if group_id is None or (not allow_empty_group_id and group_id == ""):
-            return E.invalid_group_id
+            return ErrorCode.invalid_group_id
         if self.partition is not None and (
             partition_for_group(group_id, self.config.offsets_topic_num_partitions) != self.partition
         ):
-            return E.not_coordinator
+            return ErrorCode.not_coordinator
         if self.status is CoordinatorStatus.LOADING:
-            return E.coordinator_load_in_progress
+            return ErrorCode.coordinator_load_in_progress
         if self.status is not CoordinatorStatus.ACTIVE:
-            return E.not_coordinator
+            return ErrorCode.not_coordinator
         return None
 
     @staticmethod
@@ -213,11 +212,11 @@ class GroupCoordinator:
         if group_instance_id is not None:
             current = group.current_static_member_id(group_instance_id)
             if current is None:
-                return E.unknown_member_id
+                return ErrorCode.unknown_member_id
             if current != member_id:
-                return E.fenced_instance_id
+                return ErrorCode.fenced_instance_id
         if not group.has(member_id):
-            return E.unknown_member_id
+            return ErrorCode.unknown_member_id
         return None
 
     # ======================================================================
@@ -256,7 +255,7 @@ class GroupCoordinator:
             rebalance_timeout_ms = session_timeout_ms
         if not (self.config.group_min_session_timeout_ms <= session_timeout_ms
                 <= self.config.group_max_session_timeout_ms):
-            invoke_callback(callback, JoinGroupResult.failed(member_id, E.invalid_session_timeout))
+            invoke_callback(callback, JoinGroupResult.failed(member_id, ErrorCode.invalid_session_timeout))
             return
         protocols = [(name, bytes(metadata)) for name, metadata in protocols]
         is_unknown_member = member_id == UNKNOWN_MEMBER_ID
@@ -265,14 +264,14 @@ class GroupCoordinator:
             # Only a member without an id may create a group; a member id for
             # a group we do not know belongs to a generation that is gone.
             if not is_unknown_member:
-                invoke_callback(callback, JoinGroupResult.failed(member_id, E.unknown_member_id))
+                invoke_callback(callback, JoinGroupResult.failed(member_id, ErrorCode.unknown_member_id))
                 return
             group = self.manager.add_group(group_id)
 
         why = f"; client reason: {reason}" if reason else ""
         if not self._accept_joining_member(group, member_id):
             group.remove(member_id)
-            invoke_callback(callback, JoinGroupResult.failed(UNKNOWN_MEMBER_ID, E.group_max_size_reached))
+            invoke_callback(callback, JoinGroupResult.failed(UNKNOWN_MEMBER_ID, ErrorCode.group_max_size_reached))
         elif is_unknown_member:
             self._do_new_member_join(group, group_instance_id, api_version >= 4, api_version >= 9, client_id,
                                      client_host, rebalance_timeout_ms, session_timeout_ms, protocol_type,
@@ -308,9 +307,9 @@ class GroupCoordinator:
         """A dead group (removed under our feet: deleted or migrated, so the
         client rediscovers) or protocols the group cannot take: answered here."""
         if group.is_(S.DEAD):
-            error = E.coordinator_not_available
+            error = ErrorCode.coordinator_not_available
         elif not group.supports_protocols(protocol_type, [name for name, _ in protocols]):
-            error = E.inconsistent_group_protocol
+            error = ErrorCode.inconsistent_group_protocol
         else:
             return False
         invoke_callback(callback, JoinGroupResult.failed(member_id, error))
@@ -342,7 +341,7 @@ class GroupCoordinator:
             # session timeout.
             group.add_pending_member(new_member_id)
             self._add_pending_member_expiration(group, new_member_id, session_timeout_ms)
-            invoke_callback(callback, JoinGroupResult.failed(new_member_id, E.member_id_required))
+            invoke_callback(callback, JoinGroupResult.failed(new_member_id, ErrorCode.member_id_required))
         else:
             self._add_member_and_rebalance(group, new_member_id, None, client_id, client_host, rebalance_timeout_ms,
                                            session_timeout_ms, protocol_type, protocols, callback,
@@ -361,7 +360,7 @@ class GroupCoordinator:
                 # this as an internal error.
                 log.error("group %s: pending member %s rejoined with group instance id %s",
                           group.group_id, member_id, group_instance_id)
-                invoke_callback(callback, JoinGroupResult.failed(member_id, E.unknown_server_error))
+                invoke_callback(callback, JoinGroupResult.failed(member_id, ErrorCode.unknown_server_error))
                 return
             self._add_member_and_rebalance(group, member_id, None, client_id, client_host, rebalance_timeout_ms,
                                            session_timeout_ms, protocol_type, protocols, callback,
@@ -400,13 +399,13 @@ class GroupCoordinator:
         else:
             # Empty (or Dead): the member's generation is gone; make it start over.
             log.warning("group %s: member %s rejoined in unexpected state %s", group.group_id, member_id, group.state)
-            invoke_callback(callback, JoinGroupResult.failed(member_id, E.unknown_member_id))
+            invoke_callback(callback, JoinGroupResult.failed(member_id, ErrorCode.unknown_member_id))
 
     def _join_result(self, group: GroupMetadata, member_id: str, with_members: bool = True,
                      leader_id: Optional[str] = None, skip_assignment: bool = False) -> JoinGroupResult:
         is_leader = group.is_leader(member_id)
         return JoinGroupResult(
-            error=E.none,
+            error=ErrorCode.none,
             member_id=member_id,
             generation_id=group.generation_id,
             protocol_type=group.protocol_type,
@@ -442,7 +441,7 @@ class GroupCoordinator:
             # A second JoinGroup while the first still waits: the client gave up
             # on the first (Kafka drops it silently; we answer it so nothing
             # stays open).
-            invoke_callback(superseded, JoinGroupResult.failed(member.member_id, E.rebalance_in_progress))
+            invoke_callback(superseded, JoinGroupResult.failed(member.member_id, ErrorCode.rebalance_in_progress))
         self._maybe_prepare_rebalance(group, reason)
 
     def _update_static_member_and_rebalance(
@@ -467,7 +466,7 @@ class GroupCoordinator:
                 assignment = {m.member_id: m.assignment for m in group.members.values()}
 
                 def on_stored(error: ErrorCode) -> None:
-                    if error != E.none:
+                    if error != ErrorCode.none:
                         log.warning("group %s: failed to persist static member %s: %s", group.group_id,
                                     group_instance_id, error.name)
                         failed = JoinGroupResult(
@@ -524,7 +523,7 @@ class GroupCoordinator:
     def _prepare_rebalance(self, group: GroupMetadata, reason: str) -> None:
         if group.is_(S.COMPLETING_REBALANCE):
             # Members waiting in SyncGroup must rejoin instead.
-            self._reset_and_propagate_assignment_error(group, E.rebalance_in_progress)
+            self._reset_and_propagate_assignment_error(group, ErrorCode.rebalance_in_progress)
         self._remove_sync_expiration(group)
         if group.is_(S.EMPTY):
             delay = self.config.group_initial_rebalance_delay_ms
@@ -573,7 +572,7 @@ class GroupCoordinator:
             def on_stored(error: ErrorCode) -> None:
                 # Harmless if lost: the previous generation reloaded has no
                 # live members and will simply time out.
-                if error != E.none:
+                if error != ErrorCode.none:
                     log.warning("failed to write empty metadata for group %s: %s", group.group_id, error.name)
 
             self.manager.store_group(group, {}, on_stored)
@@ -606,18 +605,18 @@ class GroupCoordinator:
         persisted before anyone is answered; followers wait for that.
         ``protocol_type``/``protocol_name`` are v5+ (None = not sent)."""
         error = self._check_group_status(group_id, allow_empty_group_id=False)
-        if error is E.coordinator_load_in_progress:
+        if error is ErrorCode.coordinator_load_in_progress:
             # The rebalance in progress was lost with the old coordinator; this
             # makes the member rejoin right away (older clients do not know
             # COORDINATOR_LOAD_IN_PROGRESS here).
-            invoke_callback(callback, SyncGroupResult(E.rebalance_in_progress))
+            invoke_callback(callback, SyncGroupResult(ErrorCode.rebalance_in_progress))
             return
         if error is not None:
             invoke_callback(callback, SyncGroupResult(error))
             return
         group = self.manager.group(group_id)
         if group is None:
-            invoke_callback(callback, SyncGroupResult(E.unknown_member_id))
+            invoke_callback(callback, SyncGroupResult(ErrorCode.unknown_member_id))
             return
         error = self._validate_sync_group(group, generation_id, member_id, group_instance_id, protocol_type,
                                           protocol_name)
@@ -625,22 +624,22 @@ class GroupCoordinator:
             invoke_callback(callback, SyncGroupResult(error))
             return
         if group.is_(S.EMPTY):
-            invoke_callback(callback, SyncGroupResult(E.unknown_member_id))
+            invoke_callback(callback, SyncGroupResult(ErrorCode.unknown_member_id))
         elif group.is_(S.PREPARING_REBALANCE):
-            invoke_callback(callback, SyncGroupResult(E.rebalance_in_progress))
+            invoke_callback(callback, SyncGroupResult(ErrorCode.rebalance_in_progress))
         elif group.is_(S.COMPLETING_REBALANCE):
             member = group.get(member_id)
             superseded = member.awaiting_sync_callback
             member.awaiting_sync_callback = callback
             if superseded is not None and superseded is not callback:
-                invoke_callback(superseded, SyncGroupResult(E.rebalance_in_progress))
+                invoke_callback(superseded, SyncGroupResult(ErrorCode.rebalance_in_progress))
             self._remove_pending_sync_member(group, member_id)
             if group.is_leader(member_id):
                 self._store_leader_assignment(group, member_id, assignments)
         elif group.is_(S.STABLE):
             self._remove_pending_sync_member(group, member_id)
             member = group.get(member_id)
-            invoke_callback(callback, SyncGroupResult(E.none, group.protocol_type, group.protocol_name, member.assignment))
+            invoke_callback(callback, SyncGroupResult(ErrorCode.none, group.protocol_type, group.protocol_name, member.assignment))
             self._complete_and_schedule_next_heartbeat_expiration(group, member)
         else:
             raise IllegalStateError(f"sync in unexpected state {group.state} of group {group.group_id}")
@@ -649,16 +648,16 @@ class GroupCoordinator:
                              group_instance_id: Optional[str], protocol_type: Optional[str],
                              protocol_name: Optional[str]) -> Optional[ErrorCode]:
         if group.is_(S.DEAD):
-            return E.coordinator_not_available
+            return ErrorCode.coordinator_not_available
         error = self._validate_current_member(group, member_id, group_instance_id)
         if error is not None:
             return error
         if generation_id != group.generation_id:
-            return E.illegal_generation
+            return ErrorCode.illegal_generation
         if protocol_type is not None and group.protocol_type != protocol_type:
-            return E.inconsistent_group_protocol
+            return ErrorCode.inconsistent_group_protocol
         if protocol_name is not None and group.protocol_name != protocol_name:
-            return E.inconsistent_group_protocol
+            return ErrorCode.inconsistent_group_protocol
         return None
 
     def _store_leader_assignment(self, group: GroupMetadata, leader_id: str, assignments: Mapping[str, bytes]) -> None:
@@ -676,7 +675,7 @@ class GroupCoordinator:
             # only the generation that was stored may become Stable.
             if not (group.is_(S.COMPLETING_REBALANCE) and group.generation_id == generation_id):
                 return
-            if error != E.none:
+            if error != ErrorCode.none:
                 self._reset_and_propagate_assignment_error(group, error)
                 self._maybe_prepare_rebalance(group, f"error storing the assignment of leader {leader_id}")
             else:
@@ -688,7 +687,7 @@ class GroupCoordinator:
     def _set_and_propagate_assignment(self, group: GroupMetadata, assignment: dict[str, bytes]) -> None:
         for member in group.members.values():
             member.assignment = assignment[member.member_id]
-        self._propagate_assignment(group, E.none)
+        self._propagate_assignment(group, ErrorCode.none)
 
     def _reset_and_propagate_assignment_error(self, group: GroupMetadata, error: ErrorCode) -> None:
         for member in group.members.values():
@@ -696,8 +695,8 @@ class GroupCoordinator:
         self._propagate_assignment(group, error)
 
     def _propagate_assignment(self, group: GroupMetadata, error: ErrorCode) -> None:
-        protocol_type = group.protocol_type if error == E.none else None
-        protocol_name = group.protocol_name if error == E.none else None
+        protocol_type = group.protocol_type if error == ErrorCode.none else None
+        protocol_name = group.protocol_name if error == ErrorCode.none else None
         for member in list(group.members.values()):
             result = SyncGroupResult(error, protocol_type, protocol_name, member.assignment)
             if group.maybe_invoke_sync_callback(member, result):
@@ -750,30 +749,30 @@ class GroupCoordinator:
                   generation_id: int) -> ErrorCode:
         """Heartbeat. REBALANCE_IN_PROGRESS tells a member to rejoin."""
         error = self._check_group_status(group_id, allow_empty_group_id=False)
-        if error is E.coordinator_load_in_progress:
+        if error is ErrorCode.coordinator_load_in_progress:
             # Loading: nothing to check against yet; don't make members rejoin.
-            return E.none
+            return ErrorCode.none
         if error is not None:
             return error
         group = self.manager.group(group_id)
         if group is None:
-            return E.unknown_member_id
+            return ErrorCode.unknown_member_id
         if group.is_(S.DEAD):
-            return E.coordinator_not_available
+            return ErrorCode.coordinator_not_available
         error = self._validate_current_member(group, member_id, group_instance_id)
         if error is not None:
             return error
         if generation_id != group.generation_id:
-            return E.illegal_generation
+            return ErrorCode.illegal_generation
         if group.is_(S.EMPTY):
-            return E.unknown_member_id
+            return ErrorCode.unknown_member_id
         member = group.get(member_id)
         # Heartbeats count in CompletingRebalance too: consumers start them
         # right after the JoinGroup answer.
         self._complete_and_schedule_next_heartbeat_expiration(group, member)
         if group.is_(S.PREPARING_REBALANCE):
-            return E.rebalance_in_progress
-        return E.none
+            return ErrorCode.rebalance_in_progress
+        return ErrorCode.none
 
     def _member_key(self, group: GroupMetadata | str, member_id: str) -> tuple:
         group_id = group if isinstance(group, str) else group.group_id
@@ -839,10 +838,10 @@ class GroupCoordinator:
     def _remove_member_and_update_group(self, group: GroupMetadata, member: MemberMetadata, reason: str) -> None:
         # A new member can time out while its JoinGroup waits: answer it, so a
         # still-live client rejoins.
-        group.maybe_invoke_join_callback(member, JoinGroupResult.failed(UNKNOWN_MEMBER_ID, E.unknown_member_id))
+        group.maybe_invoke_join_callback(member, JoinGroupResult.failed(UNKNOWN_MEMBER_ID, ErrorCode.unknown_member_id))
         # Not in Kafka (which mutes the connection while a request waits, so a
         # member cannot leave with a SyncGroup pending): answer it too.
-        group.maybe_invoke_sync_callback(member, SyncGroupResult(E.unknown_member_id))
+        group.maybe_invoke_sync_callback(member, SyncGroupResult(ErrorCode.unknown_member_id))
         group.remove(member.member_id)
         if group.state in (S.STABLE, S.COMPLETING_REBALANCE):
             self._maybe_prepare_rebalance(group, reason)
@@ -867,10 +866,10 @@ class GroupCoordinator:
             return LeaveGroupResult(error)
         group = self.manager.group(group_id)
         if group is None:
-            return LeaveGroupResult(E.none, tuple(
-                MemberLeaveResult(m.member_id, m.group_instance_id, E.unknown_member_id) for m in members))
+            return LeaveGroupResult(ErrorCode.none, tuple(
+                MemberLeaveResult(m.member_id, m.group_instance_id, ErrorCode.unknown_member_id) for m in members))
         if group.is_(S.DEAD):
-            return LeaveGroupResult(E.coordinator_not_available)
+            return LeaveGroupResult(ErrorCode.coordinator_not_available)
         results = []
         for leaving in members:
             member_id = leaving.member_id
@@ -878,21 +877,21 @@ class GroupCoordinator:
                 current = (group.current_static_member_id(leaving.group_instance_id)
                            if leaving.group_instance_id is not None else None)
                 if current is None:
-                    error = E.unknown_member_id
+                    error = ErrorCode.unknown_member_id
                 else:
                     self._remove_current_member_from_group(group, current, leaving.reason)
-                    error = E.none
+                    error = ErrorCode.none
             elif group.is_pending_member(member_id):
                 self._remove_pending_member_and_update_group(group, member_id)
                 self._purgatory.check_and_complete(self._member_key(group, member_id))
-                error = E.none
+                error = ErrorCode.none
             else:
                 error = self._validate_current_member(group, member_id, leaving.group_instance_id)
                 if error is None:
                     self._remove_current_member_from_group(group, member_id, leaving.reason)
-                    error = E.none
+                    error = ErrorCode.none
             results.append(MemberLeaveResult(member_id, leaving.group_instance_id, error))
-        return LeaveGroupResult(E.none, tuple(results))
+        return LeaveGroupResult(ErrorCode.none, tuple(results))
 
     def _remove_current_member_from_group(self, group: GroupMetadata, member_id: str, reason: Optional[str]) -> None:
         member = group.get(member_id)
@@ -932,7 +931,7 @@ class GroupCoordinator:
                 group = self.manager.add_group(group_id)
             else:
                 # A member of a generation this coordinator does not know.
-                invoke_callback(callback, {tp: E.illegal_generation for tp in offsets})
+                invoke_callback(callback, {tp: ErrorCode.illegal_generation for tp in offsets})
                 return
         error = self._validate_offset_commit(group, generation_id, member_id, group_instance_id)
         if error is not None:
@@ -947,24 +946,24 @@ class GroupCoordinator:
             self.manager.store_offsets(group, offsets, callback)
         elif group.is_(S.COMPLETING_REBALANCE):
             # A valid member of the new generation that has not synced yet.
-            invoke_callback(callback, {tp: E.rebalance_in_progress for tp in offsets})
+            invoke_callback(callback, {tp: ErrorCode.rebalance_in_progress for tp in offsets})
         else:
             raise IllegalStateError(f"commit in unexpected state {group.state} of group {group.group_id}")
 
     def _validate_offset_commit(self, group: GroupMetadata, generation_id: int, member_id: str,
                                 group_instance_id: Optional[str]) -> Optional[ErrorCode]:
         if group.is_(S.DEAD):
-            return E.coordinator_not_available
+            return ErrorCode.coordinator_not_available
         if generation_id >= 0 or member_id != UNKNOWN_MEMBER_ID or group_instance_id is not None:
             error = self._validate_current_member(group, member_id, group_instance_id)
             if error is not None:
                 return error
             if generation_id != group.generation_id:
-                return E.illegal_generation
+                return ErrorCode.illegal_generation
             return None
         if not group.is_(S.EMPTY):
             # While the group has members only they may commit.
-            return E.unknown_member_id
+            return ErrorCode.unknown_member_id
         return None
 
 
@@ -1010,7 +1009,7 @@ class GroupCoordinator:
                                     group_instance_id: Optional[str]) -> Optional[ErrorCode]:
         """Kafka's validateOffsetCommit(isTransactional = true)."""
         if group.is_(S.DEAD):
-            return E.coordinator_not_available
+            return ErrorCode.coordinator_not_available
         if generation_id < 0 and group.is_(S.EMPTY):
             return None
         if generation_id >= 0 or member_id != UNKNOWN_MEMBER_ID or group_instance_id is not None:
@@ -1018,7 +1017,7 @@ class GroupCoordinator:
             if error is not None:
                 return error
             if generation_id != group.generation_id:
-                return E.illegal_generation
+                return ErrorCode.illegal_generation
         # Without a member id (TxnOffsetCommit v0-v2) anyone may commit.
         return None
 
@@ -1051,7 +1050,7 @@ class GroupCoordinator:
             return GroupDescription(group_id, error, state="")
         group = self.manager.group(group_id)
         if group is None:
-            return GroupDescription(group_id, E.none, state=S.DEAD.value)
+            return GroupDescription(group_id, ErrorCode.none, state=S.DEAD.value)
         if group.is_(S.STABLE):
             protocol = group.protocol_name or ""
             members = tuple(
@@ -1063,7 +1062,7 @@ class GroupCoordinator:
             members = tuple(
                 MemberDescription(m.member_id, m.group_instance_id, m.client_id, m.client_host, b"", b"")
                 for m in group.members.values())
-        return GroupDescription(group_id, E.none, group.state.value, group.protocol_type or "", protocol, members)
+        return GroupDescription(group_id, ErrorCode.none, group.state.value, group.protocol_type or "", protocol, members)
 
     def describe_groups(self, group_ids: Iterable[str]) -> list[GroupDescription]:
         return [self.describe_group(group_id) for group_id in group_ids]
@@ -1072,11 +1071,11 @@ class GroupCoordinator:
         """ListGroups; ``states_filter`` (KIP-518) empty/None = all states.
         States match case-insensitively."""
         if self.status is CoordinatorStatus.LOADING:
-            return E.coordinator_load_in_progress, []
+            return ErrorCode.coordinator_load_in_progress, []
         if self.status is not CoordinatorStatus.ACTIVE:
-            return E.none, []
+            return ErrorCode.none, []
         wanted = {state.lower() for state in states_filter or ()}
-        return E.none, [
+        return ErrorCode.none, [
             GroupListing(g.group_id, g.protocol_type or "", g.state.value)
             for g in self.manager.all_groups()
             if not wanted or g.state.value.lower() in wanted
@@ -1100,16 +1099,16 @@ class GroupCoordinator:
                 continue
             group = self.manager.group(group_id)
             if group is None or group.is_(S.DEAD):
-                errors[group_id] = E.group_id_not_found
+                errors[group_id] = ErrorCode.group_id_not_found
             elif group.is_(S.EMPTY):
                 group.transition_to(S.DEAD)
                 eligible.append(group)
             else:
-                errors[group_id] = E.non_empty_group
+                errors[group_id] = ErrorCode.non_empty_group
         if eligible:
             self.manager.cleanup_group_metadata(eligible, lambda g: g.remove_all_offsets())
             for group in eligible:
-                errors[group.group_id] = E.none
+                errors[group.group_id] = ErrorCode.none
         return errors
 
     def delete_offsets(self, group_id: str,
@@ -1125,7 +1124,7 @@ class GroupCoordinator:
             return error, {}
         group = self.manager.group(group_id)
         if group is None or group.is_(S.DEAD):
-            return E.group_id_not_found, {}
+            return ErrorCode.group_id_not_found, {}
         partition_errors: dict[TopicPartition, ErrorCode] = {}
         if group.is_(S.EMPTY):
             eligible = partitions
@@ -1133,16 +1132,16 @@ class GroupCoordinator:
             eligible = []
             for tp in partitions:
                 if group.is_subscribed_to_topic(tp.topic):
-                    partition_errors[tp] = E.group_subscribed_to_topic
+                    partition_errors[tp] = ErrorCode.group_subscribed_to_topic
                 else:
                     eligible.append(tp)
         else:
-            return E.non_empty_group, {}
+            return ErrorCode.non_empty_group, {}
         if eligible:
             self.manager.cleanup_group_metadata([group], lambda g: g.remove_offsets(eligible))
             for tp in eligible:
-                partition_errors[tp] = E.none
-        return E.none, partition_errors
+                partition_errors[tp] = ErrorCode.none
+        return ErrorCode.none, partition_errors
 
     def expire_offsets(self, now_ms: Optional[int] = None) -> int:
         """One offsets.retention sweep (GroupMetadataManager.expire_offsets)."""

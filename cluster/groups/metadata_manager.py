@@ -77,7 +77,6 @@ log = logging.getLogger("raykafka.groups")
 CommitCallback = Callable[[dict[TopicPartition, ErrorCode]], None]
 AppendRecords = Callable[[list[Record]], Any]
 
-E = ErrorCode
 S = GroupState
 
 
@@ -91,25 +90,25 @@ def _store_group_error(error: ErrorCode) -> ErrorCode:
     """Kafka's translation of an append error into what JoinGroup/SyncGroup
     clients understand (they retry COORDINATOR_NOT_AVAILABLE and rediscover
     on NOT_COORDINATOR)."""
-    if error in (E.unknown_topic_or_partition, E.not_enough_replicas, E.not_enough_replicas_after_append,
-                 E.request_timed_out):
-        return E.coordinator_not_available
-    if error in (E.not_leader_or_follower, E.kafka_storage_error):
-        return E.not_coordinator
-    if error in (E.message_too_large, E.record_list_too_large, E.invalid_fetch_size):
-        return E.unknown_server_error
+    if error in (ErrorCode.unknown_topic_or_partition, ErrorCode.not_enough_replicas, ErrorCode.not_enough_replicas_after_append,
+                 ErrorCode.request_timed_out):
+        return ErrorCode.coordinator_not_available
+    if error in (ErrorCode.not_leader_or_follower, ErrorCode.kafka_storage_error):
+        return ErrorCode.not_coordinator
+    if error in (ErrorCode.message_too_large, ErrorCode.record_list_too_large, ErrorCode.invalid_fetch_size):
+        return ErrorCode.unknown_server_error
     return error
 
 
 def _commit_error(error: ErrorCode) -> ErrorCode:
     """The same translation for OffsetCommit (Kafka leaves REQUEST_TIMED_OUT
     as is there, and calls oversized batches INVALID_COMMIT_OFFSET_SIZE)."""
-    if error in (E.unknown_topic_or_partition, E.not_enough_replicas, E.not_enough_replicas_after_append):
-        return E.coordinator_not_available
-    if error in (E.not_leader_or_follower, E.kafka_storage_error):
-        return E.not_coordinator
-    if error in (E.message_too_large, E.record_list_too_large, E.invalid_fetch_size):
-        return E.invalid_commit_offset_size
+    if error in (ErrorCode.unknown_topic_or_partition, ErrorCode.not_enough_replicas, ErrorCode.not_enough_replicas_after_append):
+        return ErrorCode.coordinator_not_available
+    if error in (ErrorCode.not_leader_or_follower, ErrorCode.kafka_storage_error):
+        return ErrorCode.not_coordinator
+    if error in (ErrorCode.message_too_large, ErrorCode.record_list_too_large, ErrorCode.invalid_fetch_size):
+        return ErrorCode.invalid_commit_offset_size
     return error
 
 
@@ -426,14 +425,14 @@ class GroupMetadataManager:
             )
 
         def answer(error: ErrorCode) -> None:
-            invoke_callback(callback, {tp: (error if self._metadata_fits(c.metadata) else E.offset_metadata_too_large)
+            invoke_callback(callback, {tp: (error if self._metadata_fits(c.metadata) else ErrorCode.offset_metadata_too_large)
                                for tp, c in offsets.items()})
 
         if not accepted:
-            answer(E.offset_metadata_too_large)
+            answer(ErrorCode.offset_metadata_too_large)
             return
         if self.status is not CoordinatorStatus.ACTIVE:
-            answer(E.not_coordinator)
+            answer(ErrorCode.not_coordinator)
             return
         records = [
             offset_commit_record(group.group_id, tp.topic, tp.partition, OffsetCommitValue(
@@ -450,14 +449,14 @@ class GroupMetadataManager:
             group.prepare_txn_offset_commit(producer.producer_id, accepted)
 
         def on_appended(error: ErrorCode) -> None:
-            if error == E.none:
+            if error == ErrorCode.none:
                 if not group.is_(S.DEAD):
                     for tp, o in accepted.items():
                         if producer is None:
                             group.on_offset_commit_append(tp, CommittedOffset(o, sequence))
                         else:
                             group.on_txn_offset_commit_append(producer.producer_id, tp, CommittedOffset(o, sequence))
-                answer(E.none)
+                answer(ErrorCode.none)
             else:
                 if not group.is_(S.DEAD):
                     for tp, o in accepted.items():
@@ -500,18 +499,18 @@ class GroupMetadataManager:
         None = every partition with one; the others get offset -1."""
         group = self._groups.get(group_id)
         if group is None or group.is_(S.DEAD):
-            return OffsetFetchResult(E.none, {tp: OffsetFetchPartition() for tp in requested or ()})
+            return OffsetFetchResult(ErrorCode.none, {tp: OffsetFetchPartition() for tp in requested or ()})
         result = {}
         for tp in requested if requested is not None else list(group.offsets):
             if require_stable and group.has_pending_offset_commits_for(tp):
-                result[tp] = OffsetFetchPartition(error=E.unstable_offset_commit)
+                result[tp] = OffsetFetchPartition(error=ErrorCode.unstable_offset_commit)
                 continue
             offset = group.offset(tp)
             if offset is None:
                 result[tp] = OffsetFetchPartition()
             else:
                 result[tp] = OffsetFetchPartition(offset.offset, offset.leader_epoch, offset.metadata)
-        return OffsetFetchResult(E.none, result)
+        return OffsetFetchResult(ErrorCode.none, result)
 
     def expire_offsets(self, now_ms: Optional[int] = None) -> int:
         """One offsets.retention sweep (see ``GroupMetadata.remove_expired_offsets``
@@ -545,7 +544,7 @@ class GroupMetadataManager:
                 group_id = group.group_id
 
                 def on_appended(error: ErrorCode, group_id: str = group_id) -> None:
-                    if error != E.none:
+                    if error != ErrorCode.none:
                         log.warning("failed to write tombstones for group %s: %s", group_id, error.name)
 
                 self._append(records, on_appended)
@@ -581,7 +580,7 @@ class GroupMetadataManager:
         """Write the group's metadata record (its generation, members and
         ``assignment``); ``on_done(error)`` once durable."""
         if self.status is not CoordinatorStatus.ACTIVE:
-            on_done(E.not_coordinator)
+            on_done(ErrorCode.not_coordinator)
             return
         self._append([self.group_record(group, assignment)], lambda error: on_done(_store_group_error(error)))
 
@@ -622,7 +621,7 @@ class GroupMetadataManager:
                           else self._append_records(records, producer=producer))
         except Exception:
             log.exception("append to __consumer_offsets failed")
-            on_done(E.coordinator_not_available)
+            on_done(ErrorCode.coordinator_not_available)
             return
         _when_appended(completion, on_done)
 
@@ -682,20 +681,20 @@ def _when_appended(completion: Any, on_done: Callable[[ErrorCode], None]) -> Non
     exception or cancellation = COORDINATOR_NOT_AVAILABLE), or None for an
     append that is already durable."""
     if completion is None:
-        on_done(E.none)
+        on_done(ErrorCode.none)
     elif isinstance(completion, AppendCompletion) or hasattr(completion, "add_callback"):
         completion.add_callback(on_done)
     elif hasattr(completion, "add_done_callback"):
         def done(future: Any) -> None:
             try:
                 if future.cancelled():
-                    error = E.coordinator_not_available
+                    error = ErrorCode.coordinator_not_available
                 else:
                     result = future.result()
-                    error = E.none if result is None else ErrorCode(result)
+                    error = ErrorCode.none if result is None else ErrorCode(result)
             except Exception:
                 log.exception("append to __consumer_offsets failed")
-                error = E.coordinator_not_available
+                error = ErrorCode.coordinator_not_available
             on_done(error)
 
         completion.add_done_callback(done)

@@ -25,7 +25,6 @@ from cluster.transactions.metadata import (IllegalStateError, TransactionMetadat
 from cluster.transactions.state_manager import TRANSACTION_STATE_TOPIC, TransactionStateManager
 
 log = logging.getLogger("raykafka.transactions")
-E = ErrorCode
 S = TransactionState
 
 ProducerIdSource = Callable[[], Awaitable[int]]
@@ -84,14 +83,14 @@ class TransactionCoordinator:
 
     async def _new_producer_id(self) -> tuple[ErrorCode, int]:
         try:
-            return E.none, int(await self._generate_producer_id())
+            return ErrorCode.none, int(await self._generate_producer_id())
         except ProducerIdUnavailable as exc:
             return exc.error, NO_PRODUCER_ID
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - ZooKeeper unreachable and the like: the client retries
             log.warning("allocating a producer id failed: %s", exc)
-            return E.coordinator_load_in_progress, NO_PRODUCER_ID
+            return ErrorCode.coordinator_load_in_progress, NO_PRODUCER_ID
 
     # ---- InitProducerId (22) ---------------------------------------------------------------------------
     async def handle_init_producer_id(self, transactional_id: Optional[str], transaction_timeout_ms: int,
@@ -100,26 +99,26 @@ class TransactionCoordinator:
         if transactional_id is None:
             # An idempotent producer: a fresh id every time, whatever it held.
             error, producer_id = await self._new_producer_id()
-            return InitProducerIdResult(error) if error != E.none else InitProducerIdResult(E.none, producer_id, 0)
+            return InitProducerIdResult(error) if error != ErrorCode.none else InitProducerIdResult(ErrorCode.none, producer_id, 0)
         if transactional_id == "":
-            return InitProducerIdResult(E.invalid_request)
+            return InitProducerIdResult(ErrorCode.invalid_request)
         if not self.state.validate_transaction_timeout_ms(transaction_timeout_ms):
-            return InitProducerIdResult(E.invalid_transaction_timeout)
+            return InitProducerIdResult(ErrorCode.invalid_transaction_timeout)
         error, entry = self.state.get(transactional_id)
-        if error != E.none:
+        if error != ErrorCode.none:
             return InitProducerIdResult(error)
         if entry is None:
             error, producer_id = await self._new_producer_id()
-            if error != E.none:
+            if error != ErrorCode.none:
                 return InitProducerIdResult(error)
             created = TransactionMetadata(transactional_id, producer_id, NO_PRODUCER_EPOCH, transaction_timeout_ms,
                                           S.EMPTY, txn_last_update_timestamp=self.clock())
             error, entry = self.state.get(transactional_id, created=created)  # ownership may have moved meanwhile
-            if error != E.none:
+            if error != ErrorCode.none:
                 return InitProducerIdResult(error)
         coordinator_epoch, metadata = entry
         error, transit = await self._prepare_init_producer_id(transaction_timeout_ms, metadata, expected)
-        if error != E.none:
+        if error != ErrorCode.none:
             return InitProducerIdResult(error)
         if transit.txn_state == S.PREPARE_EPOCH_FENCE:
             # An open transaction of the previous epoch: abort it, and let the
@@ -128,20 +127,20 @@ class TransactionCoordinator:
                                                  committed=False, from_client=False)
             if metadata.pending_state == S.PREPARE_EPOCH_FENCE:
                 metadata.pending_state = None  # the abort did not start: no fence left pending
-            return InitProducerIdResult(result.error if result.error != E.none else E.concurrent_transactions)
+            return InitProducerIdResult(result.error if result.error != ErrorCode.none else ErrorCode.concurrent_transactions)
         error = await self.state.append_transaction(transactional_id, coordinator_epoch, transit)
-        if error != E.none:
+        if error != ErrorCode.none:
             log.info("InitProducerId of %s: %s", transactional_id, error.name)
             return InitProducerIdResult(error)
         log.info("initialized transactional id %s with producer id %d and epoch %d on %s-%d", transactional_id,
                  transit.producer_id, transit.producer_epoch, TRANSACTION_STATE_TOPIC,
                  self.state.partition_for(transactional_id))
-        return InitProducerIdResult(E.none, transit.producer_id, transit.producer_epoch)
+        return InitProducerIdResult(ErrorCode.none, transit.producer_id, transit.producer_epoch)
 
     async def _prepare_init_producer_id(self, timeout_ms: int, metadata: TransactionMetadata,
                                         expected: Optional[tuple[int, int]]):
         if metadata.pending_transition_in_progress:
-            return E.concurrent_transactions, None
+            return ErrorCode.concurrent_transactions, None
         if expected is not None:
             expected_id, expected_epoch = expected
             # Fence the caller unless: the metadata was just created (recovering from
@@ -151,47 +150,47 @@ class TransactionCoordinator:
             valid = (metadata.producer_epoch == NO_PRODUCER_EPOCH or expected_id == metadata.producer_id
                      or (expected_id == metadata.previous_producer_id and is_epoch_exhausted(expected_epoch)))
             if not valid:
-                return E.producer_fenced, None
+                return ErrorCode.producer_fenced, None
         state = metadata.state
         if state in (S.PREPARE_ABORT, S.PREPARE_COMMIT):
-            return E.concurrent_transactions, None
+            return ErrorCode.concurrent_transactions, None
         if state in (S.COMPLETE_ABORT, S.COMPLETE_COMMIT, S.EMPTY):
             if metadata.is_producer_epoch_exhausted and (expected is None or expected[1] == metadata.producer_epoch):
                 error, producer_id = await self._new_producer_id()
-                if error != E.none:
+                if error != ErrorCode.none:
                     return error, None
                 if metadata.pending_transition_in_progress:  # another request got in while we waited
-                    return E.concurrent_transactions, None
-                return E.none, metadata.prepare_producer_id_rotation(producer_id, timeout_ms, self.clock(),
+                    return ErrorCode.concurrent_transactions, None
+                return ErrorCode.none, metadata.prepare_producer_id_rotation(producer_id, timeout_ms, self.clock(),
                                                                      expected is not None)
             transit = metadata.prepare_increment_producer_epoch(timeout_ms, None if expected is None else expected[1],
                                                                 self.clock())
             if isinstance(transit, str):
-                return E.producer_fenced, None
-            return E.none, transit
+                return ErrorCode.producer_fenced, None
+            return ErrorCode.none, transit
         if state == S.ONGOING:
-            return E.none, metadata.prepare_fence_producer_epoch()
+            return ErrorCode.none, metadata.prepare_fence_producer_epoch()
         raise IllegalStateError(f"transactional id {metadata.transactional_id} found in state {state.kafka_name}")
 
     # ---- AddPartitionsToTxn (24) / AddOffsetsToTxn (25) ------------------------------------------------
     async def handle_add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
                                     partitions: set[tuple[str, int]]) -> ErrorCode:
         if not transactional_id:
-            return E.invalid_request
+            return ErrorCode.invalid_request
         error, entry = self.state.get(transactional_id)
-        if error != E.none:
+        if error != ErrorCode.none:
             return error
         if entry is None:
-            return E.invalid_producer_id_mapping
+            return ErrorCode.invalid_producer_id_mapping
         coordinator_epoch, metadata = entry
         if metadata.producer_id != producer_id:
-            return E.invalid_producer_id_mapping
+            return ErrorCode.invalid_producer_id_mapping
         if metadata.producer_epoch != producer_epoch:
-            return E.producer_fenced
+            return ErrorCode.producer_fenced
         if metadata.pending_transition_in_progress or metadata.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
-            return E.concurrent_transactions
+            return ErrorCode.concurrent_transactions
         if metadata.state == S.ONGOING and set(partitions) <= metadata.topic_partitions:
-            return E.none  # already in the transaction
+            return ErrorCode.none  # already in the transaction
         transit = metadata.prepare_add_partitions(set(partitions), self.clock())
         return await self.state.append_transaction(transactional_id, coordinator_epoch, transit)
 
@@ -203,18 +202,18 @@ class TransactionCoordinator:
             return {tp: error for tp in partitions}
 
         if not transactional_id:
-            return every(E.invalid_request)
+            return every(ErrorCode.invalid_request)
         error, entry = self.state.get(transactional_id)
-        if error != E.none:
+        if error != ErrorCode.none:
             return every(error)
         if entry is None or entry.metadata.producer_id != producer_id:
-            return every(E.invalid_producer_id_mapping)
+            return every(ErrorCode.invalid_producer_id_mapping)
         metadata = entry.metadata
         if metadata.producer_epoch != producer_epoch:
-            return every(E.producer_fenced)
+            return every(ErrorCode.producer_fenced)
         if metadata.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
-            return every(E.concurrent_transactions)
-        return {tp: E.none if tp in metadata.topic_partitions else E.transaction_abortable for tp in partitions}
+            return every(ErrorCode.concurrent_transactions)
+        return {tp: ErrorCode.none if tp in metadata.topic_partitions else ErrorCode.transaction_abortable for tp in partitions}
 
     # ---- EndTxn (26) -------------------------------------------------------------------------------------
     async def handle_end_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int,
@@ -225,22 +224,22 @@ class TransactionCoordinator:
     async def _end_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int, committed: bool,
                                from_client: bool) -> EndTxnResult:
         if not transactional_id:
-            return EndTxnResult(E.invalid_request)
+            return EndTxnResult(ErrorCode.invalid_request)
         error, entry = self.state.get(transactional_id)
-        if error != E.none:
+        if error != ErrorCode.none:
             return EndTxnResult(error)
         if entry is None:
-            return EndTxnResult(E.invalid_producer_id_mapping)
+            return EndTxnResult(ErrorCode.invalid_producer_id_mapping)
         coordinator_epoch, metadata = entry
         is_epoch_fence = False
         if metadata.producer_id != producer_id:
-            return EndTxnResult(E.invalid_producer_id_mapping)
+            return EndTxnResult(ErrorCode.invalid_producer_id_mapping)
         # Clients must hold the current epoch; the coordinator itself (a fence) may hold a newer one.
         if not ((not from_client or producer_epoch == metadata.producer_epoch)
                 and producer_epoch >= metadata.producer_epoch):
-            return EndTxnResult(E.producer_fenced)
+            return EndTxnResult(ErrorCode.producer_fenced)
         if metadata.pending_transition_in_progress and metadata.pending_state != S.PREPARE_EPOCH_FENCE:
-            return EndTxnResult(E.concurrent_transactions)
+            return EndTxnResult(ErrorCode.concurrent_transactions)
         state = metadata.state
         if state == S.ONGOING:
             new_state = S.PREPARE_COMMIT if committed else S.PREPARE_ABORT
@@ -256,60 +255,60 @@ class TransactionCoordinator:
         elif state == S.COMPLETE_ABORT:
             return self._already(metadata, committed, False)
         elif state == S.PREPARE_COMMIT:
-            return EndTxnResult(E.concurrent_transactions if committed else E.invalid_txn_state)
+            return EndTxnResult(ErrorCode.concurrent_transactions if committed else ErrorCode.invalid_txn_state)
         elif state == S.PREPARE_ABORT:
-            return EndTxnResult(E.concurrent_transactions if not committed else E.invalid_txn_state)
+            return EndTxnResult(ErrorCode.concurrent_transactions if not committed else ErrorCode.invalid_txn_state)
         elif state == S.EMPTY:
             log.info("EndTxn(%s) of %s in state Empty: INVALID_TXN_STATE", "commit" if committed else "abort",
                      transactional_id)
-            return EndTxnResult(E.invalid_txn_state)
+            return EndTxnResult(ErrorCode.invalid_txn_state)
         else:
             raise IllegalStateError(f"transactional id {transactional_id} found in state {state.kafka_name}")
 
         error = await self.state.append_transaction(transactional_id, coordinator_epoch, transit)
-        if error != E.none:
+        if error != ErrorCode.none:
             if is_epoch_fence:
                 error2, current = self.state.get(transactional_id)
-                if error2 == E.none and current is not None and current.coordinator_epoch == coordinator_epoch:
+                if error2 == ErrorCode.none and current is not None and current.coordinator_epoch == coordinator_epoch:
                     # The epoch in memory is bumped but never reached the log (nor a client).
                     current.metadata.has_failed_epoch_fence = True
             return EndTxnResult(error)
         # Written: now the markers, then the Complete state.
         error, current = self.state.get(transactional_id)
-        if error != E.none:
+        if error != ErrorCode.none:
             return EndTxnResult(error)
         if current is None or current.coordinator_epoch != coordinator_epoch:
-            return EndTxnResult(E.not_coordinator)
+            return EndTxnResult(ErrorCode.not_coordinator)
         metadata = current.metadata
         if metadata.producer_id != producer_id:
-            return EndTxnResult(E.invalid_producer_id_mapping)
+            return EndTxnResult(ErrorCode.invalid_producer_id_mapping)
         if metadata.producer_epoch != producer_epoch:
-            return EndTxnResult(E.producer_fenced)
+            return EndTxnResult(ErrorCode.producer_fenced)
         if metadata.pending_transition_in_progress:
-            return EndTxnResult(E.concurrent_transactions)
+            return EndTxnResult(ErrorCode.concurrent_transactions)
         if metadata.state != (S.PREPARE_COMMIT if committed else S.PREPARE_ABORT):
-            return EndTxnResult(E.invalid_txn_state)
+            return EndTxnResult(ErrorCode.invalid_txn_state)
         complete = metadata.prepare_complete(self.clock())
         self.markers.add_txn_markers_to_send(coordinator_epoch, committed, metadata, complete)
-        return EndTxnResult(E.none, metadata.producer_id, metadata.producer_epoch)
+        return EndTxnResult(ErrorCode.none, metadata.producer_id, metadata.producer_epoch)
 
     @staticmethod
     def _already(metadata: TransactionMetadata, committed: bool, was_committed: bool) -> EndTxnResult:
         if committed == was_committed:
-            return EndTxnResult(E.none, metadata.producer_id, metadata.producer_epoch)  # a retry
-        return EndTxnResult(E.invalid_txn_state)
+            return EndTxnResult(ErrorCode.none, metadata.producer_id, metadata.producer_epoch)  # a retry
+        return EndTxnResult(ErrorCode.invalid_txn_state)
 
     # ---- DescribeTransactions (65) / ListTransactions (66) -------------------------------------------------
     def handle_describe_transaction(self, transactional_id: str) -> TransactionDescription:
         if not transactional_id:
-            return TransactionDescription(E.invalid_request, transactional_id or "")
+            return TransactionDescription(ErrorCode.invalid_request, transactional_id or "")
         error, entry = self.state.get(transactional_id)
-        if error != E.none:
+        if error != ErrorCode.none:
             return TransactionDescription(error, transactional_id)
         if entry is None or entry.metadata.state == S.DEAD:
-            return TransactionDescription(E.transactional_id_not_found, transactional_id)
+            return TransactionDescription(ErrorCode.transactional_id_not_found, transactional_id)
         m = entry.metadata
-        return TransactionDescription(E.none, transactional_id, m.state.kafka_name, m.txn_timeout_ms,
+        return TransactionDescription(ErrorCode.none, transactional_id, m.state.kafka_name, m.txn_timeout_ms,
                                       m.txn_start_timestamp, m.producer_id, m.producer_epoch,
                                       tuple(sorted(m.topic_partitions)))
 
@@ -317,7 +316,7 @@ class TransactionCoordinator:
                                  ) -> tuple[ErrorCode, list[str], list[TransactionListing]]:
         """-> (error, unknown state filters, listings), as Kafka's listTransactionStates."""
         if any(self.state.is_loading(p) for p in range(self.state.config.num_partitions)):
-            return E.coordinator_load_in_progress, [], []
+            return ErrorCode.coordinator_load_in_progress, [], []
         unknown = sorted(name for name in state_names if S.from_kafka_name(name) is None)
         states = {S.from_kafka_name(name) for name in state_names} - {None}
         now = self.clock()
@@ -332,7 +331,7 @@ class TransactionCoordinator:
             if duration_ms >= 0 and now - m.txn_start_timestamp <= duration_ms:
                 continue
             out.append(TransactionListing(m.transactional_id, m.producer_id, m.state.kafka_name))
-        return E.none, unknown, sorted(out)
+        return ErrorCode.none, unknown, sorted(out)
 
     # ---- timed-out transactions --------------------------------------------------------------------------
     async def abort_timed_out_transactions(self) -> int:
@@ -341,7 +340,7 @@ class TransactionCoordinator:
         started = 0
         for transactional_id, producer_id, _epoch in self.state.timed_out_transactions():
             error, entry = self.state.get(transactional_id)
-            if error != E.none or entry is None:
+            if error != ErrorCode.none or entry is None:
                 continue
             metadata = entry.metadata
             if metadata.producer_id != producer_id or metadata.pending_transition_in_progress:
@@ -354,9 +353,9 @@ class TransactionCoordinator:
                      transactional_id, producer_id, metadata.producer_epoch, metadata.txn_timeout_ms)
             result = await self._end_transaction(transactional_id, transit.producer_id, transit.producer_epoch,
                                                  committed=False, from_client=False)
-            if result.error == E.none:
+            if result.error == ErrorCode.none:
                 started += 1
-            elif result.error not in (E.invalid_producer_id_mapping, E.producer_fenced, E.concurrent_transactions):
+            elif result.error not in (ErrorCode.invalid_producer_id_mapping, ErrorCode.producer_fenced, ErrorCode.concurrent_transactions):
                 log.warning("aborting the timed-out transaction of %s failed: %s", transactional_id,
                             result.error.name)
             if metadata.pending_state == S.PREPARE_EPOCH_FENCE:

@@ -40,7 +40,6 @@ from core.error_codes import ErrorCode
 from core.txn_messages import TxnMarker, TxnMarkerResult
 
 log = logging.getLogger("raykafka.transactions.markers")
-E = ErrorCode
 
 WriteFn = Callable[[str, int, list[TxnMarker]], Awaitable[list[TxnMarkerResult]]]
 
@@ -49,12 +48,12 @@ RETRY_BACKOFF_MAX_S = 2.0
 # Markers carried by one write call at most.
 MAX_MARKERS_PER_CALL = 100
 
-_RETRIABLE = frozenset({E.not_leader_or_follower, E.request_timed_out, E.not_enough_replicas,
-                        E.not_enough_replicas_after_append, E.kafka_storage_error, E.unknown_server_error,
-                        E.fenced_leader_epoch, E.unknown_leader_epoch, E.coordinator_load_in_progress})
-_FENCED = frozenset({E.invalid_producer_epoch, E.transaction_coordinator_fenced, E.producer_fenced})
-_NEVER = frozenset({E.corrupt_message, E.message_too_large, E.record_list_too_large, E.invalid_required_acks,
-                    E.unsupported_for_message_format, E.unsupported_version})
+_RETRIABLE = frozenset({ErrorCode.not_leader_or_follower, ErrorCode.request_timed_out, ErrorCode.not_enough_replicas,
+                        ErrorCode.not_enough_replicas_after_append, ErrorCode.kafka_storage_error, ErrorCode.unknown_server_error,
+                        ErrorCode.fenced_leader_epoch, ErrorCode.unknown_leader_epoch, ErrorCode.coordinator_load_in_progress})
+_FENCED = frozenset({ErrorCode.invalid_producer_epoch, ErrorCode.transaction_coordinator_fenced, ErrorCode.producer_fenced})
+_NEVER = frozenset({ErrorCode.corrupt_message, ErrorCode.message_too_large, ErrorCode.record_list_too_large, ErrorCode.invalid_required_acks,
+                    ErrorCode.unsupported_for_message_format, ErrorCode.unsupported_version})
 
 
 class _Pending:
@@ -118,7 +117,7 @@ class TransactionMarkerChannelManager:
         """This coordinator no longer owns ``__transaction_state``-``txn_partition``."""
         for transactional_id, pending in list(self._pending.items()):
             if pending.txn_partition == txn_partition:
-                self._abort(pending, E.not_coordinator)
+                self._abort(pending, ErrorCode.not_coordinator)
 
     # ---- sending ---------------------------------------------------------------------------------------
     def _ensure_sender(self, destination: tuple[str, int]) -> None:
@@ -146,12 +145,12 @@ class TransactionMarkerChannelManager:
                 except Exception as exc:  # noqa: BLE001 - the leader is gone or moving: retry
                     log.info("writing %d markers to %s-%d failed (%s); retrying", len(batch), topic, partition,
                              str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__)
-                    results = [TxnMarkerResult(int(E.request_timed_out), -1)] * len(batch)
+                    results = [TxnMarkerResult(int(ErrorCode.request_timed_out), -1)] * len(batch)
                 retry = []
                 for (marker, pending), result in zip(batch, results):
                     if pending.aborted:
                         continue
-                    outcome = self._outcome(destination, pending, E(result.error))
+                    outcome = self._outcome(destination, pending, ErrorCode(result.error))
                     if outcome == "retry":
                         retry.append((marker, pending))
                     elif outcome == "done":
@@ -171,10 +170,10 @@ class TransactionMarkerChannelManager:
 
     def _outcome(self, destination: tuple[str, int], pending: _Pending, error: ErrorCode) -> str:
         topic, partition = destination
-        if error == E.none:
+        if error == ErrorCode.none:
             self.counters["markers_written"] += 1
             return "done"
-        if error == E.unknown_topic_or_partition:
+        if error == ErrorCode.unknown_topic_or_partition:
             if self._partition_exists(topic, partition):
                 return "retry"
             log.info("%s-%d no longer exists: dropping the marker of %s", topic, partition, pending.transactional_id)
@@ -212,23 +211,23 @@ class TransactionMarkerChannelManager:
     # ---- the Complete state ------------------------------------------------------------------------------
     async def _complete(self, pending: _Pending) -> None:
         backoff = self.backoff_s
-        error = E.unknown_server_error
+        error = ErrorCode.unknown_server_error
         try:
             while not pending.aborted:
                 error, entry = self.state_manager.get(pending.transactional_id)
-                if error != E.none or entry is None or entry.coordinator_epoch != pending.coordinator_epoch \
+                if error != ErrorCode.none or entry is None or entry.coordinator_epoch != pending.coordinator_epoch \
                         or entry.metadata is not pending.metadata:
-                    error = error if error != E.none else E.not_coordinator
+                    error = error if error != ErrorCode.none else ErrorCode.not_coordinator
                     log.info("%s: not writing %s (%s): the partition moved", pending.transactional_id,
                              pending.transit.txn_state.kafka_name, error.name)
                     break
                 error = await self.state_manager.append_transaction(
                     pending.transactional_id, pending.coordinator_epoch, pending.transit,
-                    retry_on_error=lambda e: e == E.coordinator_not_available)
-                if error != E.coordinator_not_available:
-                    if error == E.none:
+                    retry_on_error=lambda e: e == ErrorCode.coordinator_not_available)
+                if error != ErrorCode.coordinator_not_available:
+                    if error == ErrorCode.none:
                         log.debug("%s: %s", pending.transactional_id, pending.transit.txn_state.kafka_name)
-                    elif error not in (E.not_coordinator, E.coordinator_load_in_progress):
+                    elif error not in (ErrorCode.not_coordinator, ErrorCode.coordinator_load_in_progress):
                         log.error("%s: writing %s failed: %s", pending.transactional_id,
                                   pending.transit.txn_state.kafka_name, error.name)
                     break
@@ -238,11 +237,11 @@ class TransactionMarkerChannelManager:
             if self._pending.get(pending.transactional_id) is pending:
                 del self._pending[pending.transactional_id]
             if not pending.done.done():
-                pending.done.set_result(error if not pending.aborted else E.not_coordinator)
+                pending.done.set_result(error if not pending.aborted else ErrorCode.not_coordinator)
 
     async def close(self) -> None:
         for pending in list(self._pending.values()):
-            self._abort(pending, E.not_coordinator)
+            self._abort(pending, ErrorCode.not_coordinator)
         tasks = list(self._senders.values())
         for task in tasks:
             task.cancel()

@@ -35,7 +35,6 @@ from core.metrics import count_skipped_coordinator_record
 from core.naming import TRANSACTION_STATE_TOPIC  # noqa: F401  (re-exported)
 
 log = logging.getLogger("raykafka.transactions")
-E = ErrorCode
 S = TransactionState
 
 
@@ -103,13 +102,13 @@ def partition_for_transactional_id(transactional_id: str, num_partitions: int) -
 
 
 def _append_error_to_coordinator_error(error: ErrorCode) -> ErrorCode:
-    if error in (E.unknown_topic_or_partition, E.not_enough_replicas, E.not_enough_replicas_after_append,
-                 E.request_timed_out):
-        return E.coordinator_not_available  # the client retries
-    if error in (E.not_leader_or_follower, E.kafka_storage_error, E.fenced_leader_epoch, E.unknown_leader_epoch):
-        return E.not_coordinator
-    if error in (E.message_too_large, E.record_list_too_large):
-        return E.unknown_server_error
+    if error in (ErrorCode.unknown_topic_or_partition, ErrorCode.not_enough_replicas, ErrorCode.not_enough_replicas_after_append,
+                 ErrorCode.request_timed_out):
+        return ErrorCode.coordinator_not_available  # the client retries
+    if error in (ErrorCode.not_leader_or_follower, ErrorCode.kafka_storage_error, ErrorCode.fenced_leader_epoch, ErrorCode.unknown_leader_epoch):
+        return ErrorCode.not_coordinator
+    if error in (ErrorCode.message_too_large, ErrorCode.record_list_too_large):
+        return ErrorCode.unknown_server_error
     return error
 
 
@@ -170,14 +169,14 @@ class TransactionStateManager:
         / NOT_COORDINATOR, None) otherwise. ``created`` is put in when the id is unknown."""
         partition = self.partition_for(transactional_id)
         if partition in self._loading:
-            return E.coordinator_load_in_progress, None
+            return ErrorCode.coordinator_load_in_progress, None
         cache = self._caches.get(partition)
         if cache is None:
-            return E.not_coordinator, None
+            return ErrorCode.not_coordinator, None
         metadata = cache.metadata.get(transactional_id)
         if metadata is None and created is not None:
             metadata = cache.metadata[transactional_id] = created
-        return E.none, None if metadata is None else CoordinatorEpochAndMetadata(cache.coordinator_epoch, metadata)
+        return ErrorCode.none, None if metadata is None else CoordinatorEpochAndMetadata(cache.coordinator_epoch, metadata)
 
     def all_metadata(self) -> list[TransactionMetadata]:
         return [m for cache in self._caches.values() for m in cache.metadata.values()]
@@ -225,26 +224,26 @@ class TransactionStateManager:
         On an error the pending state is cleared (the client retries from the
         old state) unless ``retry_on_error`` says the caller will retry the write."""
         error, entry = self.get(transactional_id)
-        if error != E.none:
+        if error != ErrorCode.none:
             return error
         if entry is None or entry.coordinator_epoch != coordinator_epoch:
-            return E.not_coordinator
+            return ErrorCode.not_coordinator
         record = (encode_key(transactional_id), encode_value(transit.to_log_value()))
         try:
-            produced = E(await self._append(self.partition_for(transactional_id), [record]))
+            produced = ErrorCode(await self._append(self.partition_for(transactional_id), [record]))
         except Exception as exc:  # noqa: BLE001 - the append path failed as a whole
             log.warning("appending %s's state to %s failed: %s", transactional_id, TRANSACTION_STATE_TOPIC, exc)
-            produced = E.request_timed_out
+            produced = ErrorCode.request_timed_out
         error = _append_error_to_coordinator_error(produced)
         current_error, current = self.get(transactional_id)
-        if error == E.none:
-            if current_error != E.none:
+        if error == ErrorCode.none:
+            if current_error != ErrorCode.none:
                 return current_error
             if current is None or current.coordinator_epoch != coordinator_epoch:
-                return E.not_coordinator  # emigrated (and maybe immigrated) meanwhile: rediscover
+                return ErrorCode.not_coordinator  # emigrated (and maybe immigrated) meanwhile: rediscover
             current.metadata.complete_transition_to(transit)
-            return E.none
-        if current_error == E.none and current is not None and current.coordinator_epoch == coordinator_epoch:
+            return ErrorCode.none
+        if current_error == ErrorCode.none and current is not None and current.coordinator_epoch == coordinator_epoch:
             if not retry_on_error(error):
                 current.metadata.pending_state = None
         log.info("transactional id %s: writing %s failed with %s", transactional_id,
@@ -280,20 +279,20 @@ class TransactionStateManager:
             epoch = cache.coordinator_epoch
             records = [(encode_key(m.transactional_id), None) for m, _ in expired]
             try:
-                error = E(await self._append(partition, records))
+                error = ErrorCode(await self._append(partition, records))
             except Exception as exc:  # noqa: BLE001
                 log.warning("writing tombstones to %s-%d failed: %s", TRANSACTION_STATE_TOPIC, partition, exc)
-                error = E.request_timed_out
+                error = ErrorCode.request_timed_out
             current = self._caches.get(partition)
             for metadata, transit in expired:
-                if (error == E.none and current is not None and current.coordinator_epoch == epoch
+                if (error == ErrorCode.none and current is not None and current.coordinator_epoch == epoch
                         and metadata.pending_state == S.DEAD and metadata.producer_epoch == transit.producer_epoch
                         and current.metadata.get(metadata.transactional_id) is metadata):
                     del current.metadata[metadata.transactional_id]
                     removed += 1
                 else:
                     metadata.pending_state = None
-            if error != E.none:
+            if error != ErrorCode.none:
                 log.warning("expiring %d transactional ids of %s-%d failed: %s", len(expired),
                             TRANSACTION_STATE_TOPIC, partition, error.name)
             else:

@@ -161,7 +161,7 @@ async def handle_produce(ctx, request):
         # what we appended (unless it already has, e.g. a sole replica); the
         # leader answers in the step that moves the HW (cluster/commit_waiters.py).
         waiting = {(name, index): result for _, name, parts in results for index, result in parts
-                   if result.error == 0 and result.high_watermark < result.last_offset + 1}
+                   if result.error == ErrorCode.none and result.high_watermark < result.last_offset + 1}
         if waiting:
             statuses = await edge.wait_committed(
                 [(t, p, r.last_offset + 1, epochs[(t, p)]) for (t, p), r in waiting.items()], timeout_ms)
@@ -175,7 +175,7 @@ async def handle_produce(ctx, request):
         # No response; Kafka signals a failed acks=0 produce by closing the connection.
         for _, _, parts in results:
             for _index, result in parts:
-                if result.error != 0:
+                if result.error != ErrorCode.none:
                     raise CloseConnection(f"acks=0 produce failed with error {result.error}")
         return None
 

@@ -135,7 +135,7 @@ def _serve(edge, want: _Wanted, isolation: int, zero_copy: bool, error: int, hw:
     want.error = ErrorCode(error)
     want.hw, want.lso, want.log_start = hw, lso, log_start
     want.end = lso if isolation == 1 else hw
-    if error != 0 or not slices:
+    if error != ErrorCode.none or not slices:
         _set_records(want, b"")
         return True
     try:

@@ -60,7 +60,7 @@ async def handle_create_topics(ctx, request):
     topics = []
     may = await authorization.checker(ctx)
     for r in results:
-        ok = r["error_code"] == 0
+        ok = r["error_code"] == ErrorCode.none
         # Kafka: a created topic's configs, partitions and replication factor
         # are answered only with DESCRIBE_CONFIGS on it (topic_config_error_code).
         hidden = not may(Operation.DESCRIBE_CONFIGS, ResourceType.TOPIC, r["name"])

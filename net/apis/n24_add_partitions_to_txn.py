@@ -17,8 +17,6 @@ from net.authorization import Operation, ResourceType
 from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for
 
-E = ErrorCode
-
 
 async def _one(edge, version: int, transactional_id: str, producer_id: int, epoch: int, verify_only: bool,
                topics, may=authorization._allow_all) -> dict:
@@ -26,12 +24,12 @@ async def _one(edge, version: int, transactional_id: str, producer_id: int, epoc
     (else every partition fails), WRITE on each topic."""
     wanted = [(t.name, int(p)) for t in topics for p in t.partitions]
     if not may(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
-        return {tp: E.transactional_id_authorization_failed for tp in wanted}
+        return {tp: ErrorCode.transactional_id_authorization_failed for tp in wanted}
     denied = {tp for tp in wanted if not may(Operation.WRITE, ResourceType.TOPIC, tp[0])}
     unknown = {tp for tp in wanted if edge.metadata.partition(*tp) is None}
     if unknown or denied:
-        return {tp: (E.topic_authorization_failed if tp in denied else E.unknown_topic_or_partition if tp in unknown
-                     else E.operation_not_attempted) for tp in wanted}
+        return {tp: (ErrorCode.topic_authorization_failed if tp in denied else ErrorCode.unknown_topic_or_partition if tp in unknown
+                     else ErrorCode.operation_not_attempted) for tp in wanted}
     if not wanted:
         return {}
     if verify_only:
@@ -39,12 +37,12 @@ async def _one(edge, version: int, transactional_id: str, producer_id: int, epoc
                                                  producer_id, epoch, wanted)
         if error is not None:
             return {tp: error for tp in wanted}
-        return {tuple(tp): E(code) for tp, code in answer.items()}
+        return {tuple(tp): ErrorCode(code) for tp, code in answer.items()}
     error, code = await routing(edge).call(transactional_id, "add_partitions", transactional_id, producer_id,
                                            epoch, wanted)
-    error = error if error is not None else E(code)
-    if error == E.producer_fenced and version < 2:
-        error = E.invalid_producer_epoch
+    error = error if error is not None else ErrorCode(code)
+    if error == ErrorCode.producer_fenced and version < 2:
+        error = ErrorCode.invalid_producer_epoch
     return {tp: error for tp in wanted}
 
 
@@ -75,11 +73,11 @@ async def handle_add_partitions_to_txn(ctx, request):
     transactions = list(request.transactions)
     if not may(Operation.CLUSTER_ACTION, ResourceType.CLUSTER, authorization.CLUSTER_NAME):
         # v4+ is the brokers' batched form: Kafka wants CLUSTER_ACTION
-        return build(schema, throttle_time=ZERO_THROTTLE, error_code=E.cluster_authorization_failed,
+        return build(schema, throttle_time=ZERO_THROTTLE, error_code=ErrorCode.cluster_authorization_failed,
                      results_by_transaction=())
     answers = await asyncio.gather(*(_one(edge, ctx.api_version, t.transactional_id, t.producer_id, t.producer_epoch,
                                           t.verify_only, t.topics, may) for t in transactions))
     result_cls = nested(schema, "AddPartitionsToTxnResult")
-    return build(schema, throttle_time=ZERO_THROTTLE, error_code=E.none, results_by_transaction=tuple(
+    return build(schema, throttle_time=ZERO_THROTTLE, error_code=ErrorCode.none, results_by_transaction=tuple(
         build(result_cls, transactional_id=t.transactional_id, topic_results=_topic_results(schema, errors))
         for t, errors in zip(transactions, answers)))

@@ -11,8 +11,6 @@ from net.authorization import Operation, ResourceType
 from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, response_schema_for
 
-E = ErrorCode
-
 
 @api(26, 0, 4, tests=("tests/integration/test_transactions_coordinator.py::test_commit_and_abort",
                       "tests/integration/test_transactions_coordinator.py::test_init_transactions_and_fencing"))
@@ -20,11 +18,11 @@ async def handle_end_txn(ctx, request):
     schema = response_schema_for(request)
     if not await authorization.authorize(ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
                                          request.transactional_id):
-        return build(schema, throttle_time=ZERO_THROTTLE, error_code=E.transactional_id_authorization_failed)
+        return build(schema, throttle_time=ZERO_THROTTLE, error_code=ErrorCode.transactional_id_authorization_failed)
     failure, result = await routing(ctx.edge).call(request.transactional_id, "end_txn", request.transactional_id,
                                                    request.producer_id, request.producer_epoch,
                                                    bool(request.committed))
-    error = failure if failure is not None else E(result.error)
-    if error == E.producer_fenced and ctx.api_version < 2:
-        error = E.invalid_producer_epoch
+    error = failure if failure is not None else ErrorCode(result.error)
+    if error == ErrorCode.producer_fenced and ctx.api_version < 2:
+        error = ErrorCode.invalid_producer_epoch
     return build(schema, throttle_time=ZERO_THROTTLE, error_code=error)

@@ -16,7 +16,6 @@ from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for
 
 log = logging.getLogger("raykafka.edge.transactions")
-E = ErrorCode
 MARKER_TIMEOUT_MS = 30000
 
 
@@ -25,26 +24,26 @@ async def _write(edge, topic: str, partition: int, markers: list[TxnMarker]) -> 
 
     info = edge.metadata.partition(topic, partition)
     if info is None:
-        return [E.unknown_topic_or_partition] * len(markers)
+        return [ErrorCode.unknown_topic_or_partition] * len(markers)
     handle = edge.leader_handle(topic, partition) if info.leader == edge.broker_id else None
     if handle is None:
-        return [E.not_leader_or_follower] * len(markers)
+        return [ErrorCode.not_leader_or_follower] * len(markers)
     try:
         async with edge.replicas.pinned(handle) as live:  # a hibernated replica wakes (issue 30)
             if live is None:
-                return [E.not_leader_or_follower] * len(markers)
+                return [ErrorCode.not_leader_or_follower] * len(markers)
             results = await asyncio.wait_for(live.write_txn_markers.remote(markers, MARKER_TIMEOUT_MS),
                                              MARKER_TIMEOUT_MS / 1000 + edge.call_timeout_s)
     except asyncio.TimeoutError:
-        return [E.request_timed_out] * len(markers)
+        return [ErrorCode.request_timed_out] * len(markers)
     except Exception as exc:  # noqa: BLE001 - the leader is gone or moving
         log.info("WriteTxnMarkers to %s-%d failed: %s", topic, partition, str(exc).splitlines()[0][:200])
-        return [E.not_leader_or_follower] * len(markers)
-    errors = [E(r.error) for r in results]
+        return [ErrorCode.not_leader_or_follower] * len(markers)
+    errors = [ErrorCode(r.error) for r in results]
     if topic == OFFSETS_TOPIC:
         handle = await edge.coordinator_handle(partition)
         for marker, error in zip(markers, errors):
-            if error != E.none or handle is None:
+            if error != ErrorCode.none or handle is None:
                 continue
             try:
                 await asyncio.wait_for(handle.complete_transaction.remote(

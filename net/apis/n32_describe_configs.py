@@ -65,7 +65,7 @@ async def handle_describe_configs(ctx, request):
                                  for s in e["synonyms"]) if with_synonyms else (),
                   config_type=e["type"], documentation=e["doc"] if with_docs else None)
             for e in d.get("entries", ()) if wanted is None or e["name"] in wanted)
-        if wanted and POOL_STATS_KEY in wanted and r.resource_type == BROKER and d["error_code"] == 0:
+        if wanted and POOL_STATS_KEY in wanted and r.resource_type == BROKER and d["error_code"] == ErrorCode.none:
             entries += _pool_stats_entry(edge, r.resource_name, entry_cls)
         results.append(build(result_cls, error_code=ErrorCode(d["error_code"]), error_message=d.get("error_message"),
                              resource_type=r.resource_type, resource_name=r.resource_name, configs=entries))

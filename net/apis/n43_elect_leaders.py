@@ -49,7 +49,7 @@ async def handle_elect_leaders(ctx, request):
     elif election_type not in (PREFERRED, UNCLEAN):
         outcome = failed(partitions, int(ErrorCode.invalid_request), f"Unknown election type {election_type}")
     elif partitions == []:
-        outcome = {"error_code": 0, "results": []}
+        outcome = {"error_code": ErrorCode.none, "results": []}
     else:
         timeout_ms = timedelta_ms(request.timeout)
         try:

@@ -12,8 +12,6 @@ from net.authorization import Operation, ResourceType
 from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for
 
-E = ErrorCode
-
 
 def _at(ms: int) -> datetime.datetime:
     """Any int64 millisecond value, -1 (no transaction open) included."""
@@ -32,7 +30,7 @@ async def _describe(edge, transactional_id: str):
 def _denied(transactional_id: str):
     from cluster.transactions.coordinator import TransactionDescription
 
-    return TransactionDescription(E.transactional_id_authorization_failed, transactional_id)
+    return TransactionDescription(ErrorCode.transactional_id_authorization_failed, transactional_id)
 
 
 @api(65, 0, 0, tests=("tests/integration/test_transactions_coordinator.py::test_describe_and_list_transactions",))
@@ -53,7 +51,7 @@ async def handle_describe_transactions(ctx, request):
             if not may(Operation.DESCRIBE, ResourceType.TOPIC, topic):
                 continue
             by_topic.setdefault(topic, []).append(partition)
-        out.append(build(state_cls, error_code=E(d.error), transactional_id=d.transactional_id,
+        out.append(build(state_cls, error_code=ErrorCode(d.error), transactional_id=d.transactional_id,
                          transaction_state=d.state, transaction_timeout=datetime.timedelta(milliseconds=d.timeout_ms),
                          transaction_start_time=_at(d.start_timestamp_ms),
                          producer_id=d.producer_id, producer_epoch=d.producer_epoch,

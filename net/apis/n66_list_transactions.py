@@ -15,8 +15,6 @@ from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for
 
 log = logging.getLogger("raykafka.edge.transactions")
-E = ErrorCode
-
 
 @api(66, 0, 1, tests=("tests/integration/test_transactions_coordinator.py::test_describe_and_list_transactions",))
 async def handle_list_transactions(ctx, request):
@@ -29,7 +27,7 @@ async def handle_list_transactions(ctx, request):
     producer_ids = [int(p) for p in request.producer_id_filters]
     duration = int(getattr(request, "duration_filter", -1))
     coordinators = await routing(edge).local_coordinators()
-    error, listings = E.none, []
+    error, listings = ErrorCode.none, []
     results = await asyncio.gather(*(asyncio.wait_for(h.list_transactions.remote(producer_ids, states, duration),
                                                       edge.call_timeout_s) for _, h in coordinators),
                                    return_exceptions=True)
@@ -37,11 +35,11 @@ async def handle_list_transactions(ctx, request):
         if isinstance(result, BaseException):
             log.warning("ListTransactions: a coordinator failed: %s", str(result).splitlines()[0][:200]
                         if str(result) else type(result).__name__)
-            error = E.coordinator_not_available
+            error = ErrorCode.coordinator_not_available
             continue
         code, _unknown, found = result
-        if E(code) != E.none:
-            error = E(code)
+        if ErrorCode(code) != ErrorCode.none:
+            error = ErrorCode(code)
         listings.extend(found)
     # Kafka: only the transactional ids the principal may DESCRIBE are listed.
     visible = await authorization.authorized(ctx, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID,
@@ -49,6 +47,6 @@ async def handle_list_transactions(ctx, request):
     listings = [t for t in listings if t.transactional_id in visible]
     unknown = sorted(s for s in states if TransactionState.from_kafka_name(s) is None)
     return build(schema, throttle_time=ZERO_THROTTLE, error_code=error, unknown_state_filters=tuple(unknown),
-                 transaction_states=() if error != E.none else tuple(
+                 transaction_states=() if error != ErrorCode.none else tuple(
                      build(state_cls, transactional_id=t.transactional_id, producer_id=t.producer_id,
                            transaction_state=t.state) for t in sorted(listings)))

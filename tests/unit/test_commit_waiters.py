@@ -3,7 +3,7 @@ high watermark moves (Kafka's DelayedProduce outcome rules)."""
 import asyncio
 
 from cluster.commit_waiters import MAX_WAITERS, CommitWaiters
-from core import error_codes
+from core.error_codes import ErrorCode
 
 
 def test_waiters_complete_in_offset_order_when_the_hw_passes_them():
@@ -19,7 +19,7 @@ def test_waiters_complete_in_offset_order_when_the_hw_passes_them():
         # The HW reaches it with the ISR below min.insync.replicas: Kafka's
         # NOT_ENOUGH_REPLICAS_AFTER_APPEND (the records are written, not acknowledged).
         assert waiters.on_high_watermark(30, isr_size=1, min_insync_replicas=2) == 1
-        assert futures[30].result() == error_codes.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+        assert futures[30].result() == ErrorCode.not_enough_replicas_after_append
         assert len(waiters) == 0
 
     asyncio.run(run())
@@ -35,8 +35,8 @@ def test_leadership_lost_fails_every_waiter_and_given_up_ones_are_pruned():
         gave_up.cancel()  # its caller timed out
         waiters.prune()
         assert len(waiters) == 1
-        waiters.fail_all(error_codes.NOT_LEADER_OR_FOLLOWER)
-        assert kept.result() == error_codes.NOT_LEADER_OR_FOLLOWER and len(waiters) == 0
+        waiters.fail_all(ErrorCode.not_leader_or_follower)
+        assert kept.result() == ErrorCode.not_leader_or_follower and len(waiters) == 0
         # Nothing left to complete when the HW moves afterwards.
         assert waiters.on_high_watermark(100, 3, 2) == 0
 

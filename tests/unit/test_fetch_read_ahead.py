@@ -3,7 +3,7 @@ class and Log, no Ray), the edge's FetchReadAhead cache, and a real edge
 server answering a consumer's consecutive fetches with fewer replica calls."""
 import asyncio
 
-from core import error_codes
+from core.error_codes import ErrorCode
 from core.replica_messages import FileSlice, ReadRun
 from net.fetch_read_ahead import FetchReadAhead
 from storage.record_batch import iter_headers
@@ -41,7 +41,7 @@ def test_read_run_answers_what_consecutive_reads_would(tmp_path):
     assert runs == singles, "each run is exactly the read at the offset where the previous one ended"
     assert [r[0] for r in tail[4]] == [90], "a run stops at the high watermark"
     assert past_end[0] == 0 and past_end[4] == []
-    assert fenced[0] == error_codes.UNKNOWN_LEADER_EPOCH and fenced[4] == []
+    assert fenced[0] == ErrorCode.unknown_leader_epoch and fenced[4] == []
 
 
 class _Clock:

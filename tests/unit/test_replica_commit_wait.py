@@ -5,7 +5,7 @@ actor class is a plain class (ray.remote wraps it separately)."""
 import asyncio
 
 from actors.partition_leader import ReplicaActor
-from core import error_codes
+from core.error_codes import ErrorCode
 from storage.records import SimpleRecord, build_batch
 
 LEADER, FOLLOWER = 1, 2
@@ -57,13 +57,13 @@ def test_wait_outcomes_timeout_stale_epoch_and_leadership_lost(tmp_path):
         await leader.become_leader(1, 0, [LEADER, FOLLOWER], [LEADER, FOLLOWER])
         [result] = await leader.append([(_batch(2), -1, 5000)], 0)
         end = result.last_offset + 1
-        assert await leader.wait_committed(end, 0, 50) == error_codes.REQUEST_TIMED_OUT
+        assert await leader.wait_committed(end, 0, 50) == ErrorCode.request_timed_out
         # An append made under another epoch is not this leader's to acknowledge.
-        assert await leader.wait_committed(end, 1, 5000) == error_codes.NOT_LEADER_OR_FOLLOWER
+        assert await leader.wait_committed(end, 1, 5000) == ErrorCode.not_leader_or_follower
         waiting = asyncio.ensure_future(leader.wait_committed(end, 0, 5000))
         await asyncio.sleep(0)
         assert await leader.become_follower(1, FOLLOWER, 1, [FOLLOWER], [LEADER, FOLLOWER]) == 0
-        assert await asyncio.wait_for(waiting, 2) == error_codes.NOT_LEADER_OR_FOLLOWER
+        assert await asyncio.wait_for(waiting, 2) == ErrorCode.not_leader_or_follower
         await _close(leader)
 
     asyncio.run(run())
@@ -81,4 +81,4 @@ def test_isr_below_min_insync_when_the_hw_passes_is_not_enough_replicas_after_ap
         await _close(leader)
         return outcome
 
-    assert asyncio.run(run()) == error_codes.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+    assert asyncio.run(run()) == ErrorCode.not_enough_replicas_after_append

@@ -5,7 +5,7 @@ import asyncio
 import time
 
 from actors.partition_leader import ReplicaActor
-from core import error_codes
+from core.error_codes import ErrorCode
 from storage.records import SimpleRecord, build_batch
 
 BROKER = 1
@@ -95,4 +95,4 @@ def test_parked_read_gives_up_when_leadership_moves(tmp_path):
         return result
 
     error, *_ = asyncio.run(run())
-    assert error == error_codes.FENCED_LEADER_EPOCH
+    assert error == ErrorCode.fenced_leader_epoch

@@ -35,7 +35,6 @@ from cluster.groups.consumer.failure import RequestFailure
 from cluster.groups.consumer.model import ConsumerGroup, ConsumerMember, MemberState, reconcile
 from core.error_codes import ErrorCode
 
-E = ErrorCode
 CONSUMER_PROTOCOL_TYPE = "consumer"
 # JoinGroup v4+: a new dynamic member first gets its id with MEMBER_ID_REQUIRED (KIP-394).
 MEMBER_ID_REQUIRED_VERSION = 4
@@ -69,12 +68,12 @@ class ClassicMemberHandling:
         if instance_id is not None:
             current = group.static_members.get(instance_id)
             if current is None:
-                raise RequestFailure(E.unknown_member_id)
+                raise RequestFailure(ErrorCode.unknown_member_id)
             if current != member_id:
-                raise RequestFailure(E.fenced_instance_id)
+                raise RequestFailure(ErrorCode.fenced_instance_id)
         member = group.members.get(member_id)
         if member is None or not member.uses_classic_protocol:
-            raise RequestFailure(E.unknown_member_id)
+            raise RequestFailure(ErrorCode.unknown_member_id)
         return member
 
     def classic_join(self, group_id: str, member_id: str, instance_id: Optional[str], client_id: str,
@@ -90,7 +89,7 @@ class ClassicMemberHandling:
             callback(JoinGroupResult.failed(member_id, failure.error))
             return
         self._write(records, lambda error: callback(
-            result if error == E.none else JoinGroupResult.failed(member_id, error)))
+            result if error == ErrorCode.none else JoinGroupResult.failed(member_id, error)))
 
     def _classic_join(self, group_id, member_id, instance_id, client_id, client_host, rebalance_timeout_ms,
                       session_timeout_ms, protocol_type, protocols, api_version, records) -> JoinGroupResult:
@@ -99,25 +98,25 @@ class ClassicMemberHandling:
         classic_config = self.classic.config
         if not (classic_config.group_min_session_timeout_ms <= session_timeout_ms
                 <= classic_config.group_max_session_timeout_ms):
-            raise RequestFailure(E.invalid_session_timeout)
+            raise RequestFailure(ErrorCode.invalid_session_timeout)
         if not _supports_classic_protocols(group, protocol_type, [name for name, _ in protocols]):
-            raise RequestFailure(E.inconsistent_group_protocol, f"Member {member_id}'s protocols are not supported.")
+            raise RequestFailure(ErrorCode.inconsistent_group_protocol, f"Member {member_id}'s protocols are not supported.")
         try:
             subscription = decode_subscription(protocols[0][1])
         except EmbeddedProtocolError:
-            raise RequestFailure(E.inconsistent_group_protocol)
+            raise RequestFailure(ErrorCode.inconsistent_group_protocol)
         unknown = not member_id
         if unknown:
             member_id = f"{client_id}-{uuid.uuid4()}"
             if instance_id is None and api_version >= MEMBER_ID_REQUIRED_VERSION:
-                return JoinGroupResult(E.member_id_required, member_id)
+                return JoinGroupResult(ErrorCode.member_id_required, member_id)
         member: Optional[ConsumerMember] = None
         replaced: Optional[ConsumerMember] = None
         if instance_id is not None:
             current = group.static_members.get(instance_id)
             if current is not None and current != member_id:
                 if not unknown:
-                    raise RequestFailure(E.fenced_instance_id)
+                    raise RequestFailure(ErrorCode.fenced_instance_id)
                 # A new incarnation of a static member takes its place (classic semantics).
                 replaced = group.members[current]
                 member = self._replace_static_member(group, replaced, member_id, records)
@@ -126,10 +125,10 @@ class ClassicMemberHandling:
         is_new = member is None
         if is_new:
             if len(group.members) >= self.config.max_size:
-                raise RequestFailure(E.group_max_size_reached)
+                raise RequestFailure(ErrorCode.group_max_size_reached)
             member = ConsumerMember(member_id=member_id, member_epoch=0)
         elif not member.uses_classic_protocol and replaced is None:
-            raise RequestFailure(E.unknown_member_id)  # (a classic static member may replace a consumer-protocol one)
+            raise RequestFailure(ErrorCode.unknown_member_id)  # (a classic static member may replace a consumer-protocol one)
         before = member
         member = member.replace(
             instance_id=instance_id, client_id=client_id, client_host=client_host,
@@ -156,7 +155,7 @@ class ClassicMemberHandling:
             # It replaced the last consumer-protocol member: a classic group
             # from now on, the newcomer in its predecessor's place (no rebalance).
             self._convert_to_classic_group(group, None, records, rebalance=False)
-        return JoinGroupResult(E.none, member_id, generation_id=reconciled.member_epoch,
+        return JoinGroupResult(ErrorCode.none, member_id, generation_id=reconciled.member_epoch,
                                protocol_type=CONSUMER_PROTOCOL_TYPE, protocol_name=protocols[0][0], leader_id="")
 
     def classic_sync(self, group_id: str, generation_id: int, member_id: str, instance_id: Optional[str],
@@ -166,19 +165,19 @@ class ClassicMemberHandling:
             group = self.groups[group_id]
             member = self._classic_member(group, member_id, instance_id)
             if generation_id != member.member_epoch:
-                raise RequestFailure(E.illegal_generation)
+                raise RequestFailure(ErrorCode.illegal_generation)
             names = [name for name, _ in member.classic_protocols or ()]
             if (protocol_type is not None and protocol_type != CONSUMER_PROTOCOL_TYPE) or (
                     protocol_name is not None and protocol_name not in names):
-                raise RequestFailure(E.inconsistent_group_protocol)
+                raise RequestFailure(ErrorCode.inconsistent_group_protocol)
             if group.group_epoch > member.member_epoch and member.state is not MemberState.UNREVOKED_PARTITIONS:
-                raise RequestFailure(E.rebalance_in_progress)
+                raise RequestFailure(ErrorCode.rebalance_in_progress)
         except RequestFailure as failure:
             return SyncGroupResult(failure.error)
         self._schedule_session(group_id, member_id, self._session_timeout(member))
         version = int.from_bytes(member.classic_protocols[0][1][:2], "big", signed=True) \
             if member.classic_protocols and len(member.classic_protocols[0][1]) >= 2 else 0
-        return SyncGroupResult(E.none, CONSUMER_PROTOCOL_TYPE, protocol_name or names[0],
+        return SyncGroupResult(ErrorCode.none, CONSUMER_PROTOCOL_TYPE, protocol_name or names[0],
                                encode_assignment(self._names_of(member.assigned), version))
 
     def classic_heartbeat(self, group_id: str, member_id: str, instance_id: Optional[str],
@@ -188,14 +187,14 @@ class ClassicMemberHandling:
             group = self.groups[group_id]
             member = self._classic_member(group, member_id, instance_id)
             if generation_id != member.member_epoch:
-                raise RequestFailure(E.illegal_generation)
+                raise RequestFailure(ErrorCode.illegal_generation)
         except RequestFailure as failure:
             return failure.error
         self._schedule_session(group_id, member_id, self._session_timeout(member))
         if member.member_epoch < group.group_epoch or member.state is MemberState.UNREVOKED_PARTITIONS or (
                 member.state is MemberState.UNRELEASED_PARTITIONS and not self._waiting_on_unreleased(group, member)):
-            return E.rebalance_in_progress
-        return E.none
+            return ErrorCode.rebalance_in_progress
+        return ErrorCode.none
 
     @staticmethod
     def _waiting_on_unreleased(group: ConsumerGroup, member: ConsumerMember) -> bool:
@@ -217,19 +216,19 @@ class ClassicMemberHandling:
             if one.group_instance_id is not None:
                 current = group.static_members.get(one.group_instance_id)
                 if current is None:
-                    results.append(MemberLeaveResult(member_id, one.group_instance_id, E.unknown_member_id))
+                    results.append(MemberLeaveResult(member_id, one.group_instance_id, ErrorCode.unknown_member_id))
                     continue
                 if member_id and current != member_id:
-                    results.append(MemberLeaveResult(member_id, one.group_instance_id, E.fenced_instance_id))
+                    results.append(MemberLeaveResult(member_id, one.group_instance_id, ErrorCode.fenced_instance_id))
                     continue
                 member_id = current
             if member_id not in group.members:
-                results.append(MemberLeaveResult(one.member_id, one.group_instance_id, E.unknown_member_id))
+                results.append(MemberLeaveResult(one.member_id, one.group_instance_id, ErrorCode.unknown_member_id))
                 continue
             self._remove_member(group, member_id, records, one.reason or "the member left (LeaveGroup)")
-            results.append(MemberLeaveResult(one.member_id, one.group_instance_id, E.none))
+            results.append(MemberLeaveResult(one.member_id, one.group_instance_id, ErrorCode.none))
         self._write(records, lambda error: None)
-        return LeaveGroupResult(E.none, tuple(results))
+        return LeaveGroupResult(ErrorCode.none, tuple(results))
 
 
 def _supports_classic_protocols(group: ConsumerGroup, protocol_type: str, names: Sequence[str]) -> bool:

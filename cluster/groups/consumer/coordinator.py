@@ -45,7 +45,6 @@ from core.error_codes import ErrorCode
 from delayed import TimerTask
 
 log = logging.getLogger("raykafka.consumer_groups")
-E = ErrorCode
 CONSUMER_PROTOCOL_TYPE = "consumer"
 # Longest subscription regex accepted (a limit on everything).
 MAX_REGEX_LENGTH = 1024
@@ -93,7 +92,7 @@ def _epoch_error(member: ConsumerMember, member_epoch: int) -> Optional[ErrorCod
     """Kafka's validateMemberEpoch: any other epoch is stale (a classic
     member's generation: ILLEGAL_GENERATION)."""
     if member_epoch != member.member_epoch:
-        return E.illegal_generation if member.uses_classic_protocol else E.stale_member_epoch
+        return ErrorCode.illegal_generation if member.uses_classic_protocol else ErrorCode.stale_member_epoch
     return None
 
 
@@ -183,7 +182,7 @@ class ConsumerGroupCoordinator(ClassicMemberHandling, GroupMigration):
             callback(ConsumerHeartbeatResult(failure.error, failure.message, member_id=request.member_id or None,
                                              member_epoch=-1))
             return
-        self._write(records, lambda error: callback(result if error == E.none else ConsumerHeartbeatResult(
+        self._write(records, lambda error: callback(result if error == ErrorCode.none else ConsumerHeartbeatResult(
             error, None, member_id=request.member_id)))
 
     def _check_status(self, group_id: str) -> None:
@@ -193,40 +192,40 @@ class ConsumerGroupCoordinator(ClassicMemberHandling, GroupMigration):
 
     def _validate(self, request: ConsumerHeartbeat) -> None:
         if not request.group_id:
-            raise RequestFailure(E.invalid_request, "GroupId can't be empty.")
+            raise RequestFailure(ErrorCode.invalid_request, "GroupId can't be empty.")
         if request.instance_id is not None and request.instance_id == "":
-            raise RequestFailure(E.invalid_request, "InstanceId can't be empty.")
+            raise RequestFailure(ErrorCode.invalid_request, "InstanceId can't be empty.")
         if request.rack_id is not None and request.rack_id == "":
-            raise RequestFailure(E.invalid_request, "RackId can't be empty.")
+            raise RequestFailure(ErrorCode.invalid_request, "RackId can't be empty.")
         epoch = request.member_epoch
         if request.api_version >= 1 and not request.member_id:
-            raise RequestFailure(E.invalid_request, "MemberId can't be empty.")
+            raise RequestFailure(ErrorCode.invalid_request, "MemberId can't be empty.")
         if epoch == JOIN_GROUP_MEMBER_EPOCH:
             if request.rebalance_timeout_ms == -1:
-                raise RequestFailure(E.invalid_request, "RebalanceTimeoutMs must be provided in first request.")
+                raise RequestFailure(ErrorCode.invalid_request, "RebalanceTimeoutMs must be provided in first request.")
             if request.owned is None or request.owned:
-                raise RequestFailure(E.invalid_request, "TopicPartitions must be empty when (re-)joining.")
+                raise RequestFailure(ErrorCode.invalid_request, "TopicPartitions must be empty when (re-)joining.")
             if request.subscribed_topic_names is None and request.subscribed_topic_regex is None:
-                raise RequestFailure(E.invalid_request,
+                raise RequestFailure(ErrorCode.invalid_request,
                                      "SubscribedTopicNames or SubscribedTopicRegex must be set in first request.")
         elif epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
             if request.instance_id is None:
-                raise RequestFailure(E.invalid_request, "InstanceId can't be null.")
+                raise RequestFailure(ErrorCode.invalid_request, "InstanceId can't be null.")
         elif epoch < LEAVE_GROUP_STATIC_MEMBER_EPOCH:
-            raise RequestFailure(E.invalid_request, f"MemberEpoch is invalid: {epoch}.")
+            raise RequestFailure(ErrorCode.invalid_request, f"MemberEpoch is invalid: {epoch}.")
         if epoch >= 0 and request.api_version == 0 and epoch != 0 and not request.member_id:
-            raise RequestFailure(E.invalid_request, "MemberId can't be empty.")
+            raise RequestFailure(ErrorCode.invalid_request, "MemberId can't be empty.")
         if request.server_assignor is not None and request.server_assignor not in self.config.assignors:
-            raise RequestFailure(E.unsupported_assignor, f"ServerAssignor {request.server_assignor} is not supported. "
+            raise RequestFailure(ErrorCode.unsupported_assignor, f"ServerAssignor {request.server_assignor} is not supported. "
                                                         f"Supported assignors: {', '.join(self.config.assignors)}.")
         regex = request.subscribed_topic_regex
         if regex:
             if len(regex) > MAX_REGEX_LENGTH:
-                raise RequestFailure(E.invalid_regular_expression, "SubscribedTopicRegex is too long.")
+                raise RequestFailure(ErrorCode.invalid_regular_expression, "SubscribedTopicRegex is too long.")
             try:
                 re.compile(regex)
             except re.error as exc:
-                raise RequestFailure(E.invalid_regular_expression, f"SubscribedTopicRegex `{regex}` is not a valid "
+                raise RequestFailure(ErrorCode.invalid_regular_expression, f"SubscribedTopicRegex `{regex}` is not a valid "
                                                                   f"regular expression: {exc}.")
 
     def _group_for_join(self, group_id: str, create: bool, records: list) -> ConsumerGroup:
@@ -239,9 +238,9 @@ class ConsumerGroupCoordinator(ClassicMemberHandling, GroupMigration):
             if create and self._upgrade_allowed() and classic.protocol_type == "consumer" \
                     and classic.size <= self.config.max_size:
                 return self._convert_classic_group(classic, records)
-            raise RequestFailure(E.group_id_not_found, f"Group {group_id} is not a consumer group.")
+            raise RequestFailure(ErrorCode.group_id_not_found, f"Group {group_id} is not a consumer group.")
         if not create:
-            raise RequestFailure(E.unknown_member_id, f"Group {group_id} has no member with this id.")
+            raise RequestFailure(ErrorCode.unknown_member_id, f"Group {group_id} has no member with this id.")
         group = ConsumerGroup(group_id)
         if classic is not None and classic.protocol_type is not None:
             # An empty classic group becomes a consumer group: its metadata record goes, its offsets stay.
@@ -297,7 +296,7 @@ class ConsumerGroupCoordinator(ClassicMemberHandling, GroupMigration):
         self._schedule_revocation(group.group_id, reconciled)
         send_assignment = (epoch == JOIN_GROUP_MEMBER_EPOCH or reconciled.assigned != before.assigned
                            or (owned is not None and owned != reconciled.assigned))
-        return ConsumerHeartbeatResult(E.none, None, member_id=reconciled.member_id,
+        return ConsumerHeartbeatResult(ErrorCode.none, None, member_id=reconciled.member_id,
                                        member_epoch=reconciled.member_epoch,
                                        heartbeat_interval_ms=self.config.heartbeat_interval_ms,
                                        assignment=to_wire(reconciled.assigned) if send_assignment else None)
@@ -315,39 +314,39 @@ class ConsumerGroupCoordinator(ClassicMemberHandling, GroupMigration):
                 else:
                     previous = group.members[current_id]
                     if previous.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH:
-                        raise RequestFailure(E.unreleased_instance_id, f"Static member {current_id} with instance id "
+                        raise RequestFailure(ErrorCode.unreleased_instance_id, f"Static member {current_id} with instance id "
                                              f"{request.instance_id} is not released yet.")
                     # A restarted static member takes over its previous incarnation's
                     # assignment and epoch: no rebalance.
                     return self._replace_static_member(group, previous, member_id, records), False
             else:
                 if current_id is None:
-                    raise RequestFailure(E.unknown_member_id, f"Instance id {request.instance_id} is unknown.")
+                    raise RequestFailure(ErrorCode.unknown_member_id, f"Instance id {request.instance_id} is unknown.")
                 if current_id != member_id:
-                    raise RequestFailure(E.fenced_instance_id, f"Static member {member_id} with instance id "
+                    raise RequestFailure(ErrorCode.fenced_instance_id, f"Static member {member_id} with instance id "
                                          f"{request.instance_id} was replaced by {current_id}.")
         member = group.members.get(member_id)
         if member is not None and member.uses_classic_protocol:
             # A classic member of a mixed group speaks JoinGroup/Heartbeat only.
-            raise RequestFailure(E.unknown_member_id, f"Member {member_id} uses the classic protocol.")
+            raise RequestFailure(ErrorCode.unknown_member_id, f"Member {member_id} uses the classic protocol.")
         if epoch == JOIN_GROUP_MEMBER_EPOCH:
             if member is not None:
                 return member, False  # joining again (its answer was lost, or it was fenced on its side)
             if len(group.members) >= self.config.max_size:
-                raise RequestFailure(E.group_max_size_reached, f"The consumer group has reached its maximum capacity "
+                raise RequestFailure(ErrorCode.group_max_size_reached, f"The consumer group has reached its maximum capacity "
                                      f"of {self.config.max_size} members.")
             return ConsumerMember(member_id=member_id, member_epoch=0), True
         if member is None:
-            raise RequestFailure(E.unknown_member_id, f"Member {member_id} is not a member of group {group.group_id}.")
+            raise RequestFailure(ErrorCode.unknown_member_id, f"Member {member_id} is not a member of group {group.group_id}.")
         if epoch > member.member_epoch:
-            raise RequestFailure(E.fenced_member_epoch, f"The consumer group member has a greater member epoch "
+            raise RequestFailure(ErrorCode.fenced_member_epoch, f"The consumer group member has a greater member epoch "
                                  f"({epoch}) than the one known by the group coordinator ({member.member_epoch}). "
                                  f"The member must abandon all its partitions and rejoin.")
         if epoch < member.member_epoch:
             # The answer that moved it to its current epoch may have been lost:
             # the previous epoch is fine while it owns nothing it should not.
             if epoch != member.previous_member_epoch or owned is None or not is_subset(owned, member.assigned):
-                raise RequestFailure(E.fenced_member_epoch, f"The consumer group member has a smaller member epoch "
+                raise RequestFailure(ErrorCode.fenced_member_epoch, f"The consumer group member has a smaller member epoch "
                                      f"({epoch}) than the one known by the group coordinator ({member.member_epoch}). "
                                      f"The member must abandon all its partitions and rejoin.")
         return member, False
@@ -410,18 +409,18 @@ class ConsumerGroupCoordinator(ClassicMemberHandling, GroupMigration):
     def _leave(self, request: ConsumerHeartbeat, records: list) -> ConsumerHeartbeatResult:
         group = self.groups.get(request.group_id)
         if group is None:
-            raise RequestFailure(E.unknown_member_id, f"Group {request.group_id} has no member {request.member_id}.")
+            raise RequestFailure(ErrorCode.unknown_member_id, f"Group {request.group_id} has no member {request.member_id}.")
         member_id = request.member_id
         if request.instance_id is not None:
             current_id = group.static_members.get(request.instance_id)
             if current_id is None:
-                raise RequestFailure(E.unknown_member_id, f"Instance id {request.instance_id} is unknown.")
+                raise RequestFailure(ErrorCode.unknown_member_id, f"Instance id {request.instance_id} is unknown.")
             if current_id != member_id:
-                raise RequestFailure(E.fenced_instance_id, f"Static member {member_id} with instance id "
+                raise RequestFailure(ErrorCode.fenced_instance_id, f"Static member {member_id} with instance id "
                                      f"{request.instance_id} was replaced by {current_id}.")
         member = group.members.get(member_id)
         if member is None:
-            raise RequestFailure(E.unknown_member_id, f"Member {member_id} is not a member of group {group.group_id}.")
+            raise RequestFailure(ErrorCode.unknown_member_id, f"Member {member_id} is not a member of group {group.group_id}.")
         interval = self.config.heartbeat_interval_ms
         if request.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
             # A static member leaving for a while (a restart): its partitions stay
@@ -430,9 +429,9 @@ class ConsumerGroupCoordinator(ClassicMemberHandling, GroupMigration):
             group.put_member(left)
             records.append(self._current_assignment_record(group.group_id, left))
             self._cancel_revocation(group.group_id, member_id)
-            return ConsumerHeartbeatResult(E.none, None, member_id, LEAVE_GROUP_STATIC_MEMBER_EPOCH, interval)
+            return ConsumerHeartbeatResult(ErrorCode.none, None, member_id, LEAVE_GROUP_STATIC_MEMBER_EPOCH, interval)
         self._remove_member(group, member_id, records, "the member left")
-        return ConsumerHeartbeatResult(E.none, None, member_id, LEAVE_GROUP_MEMBER_EPOCH, interval)
+        return ConsumerHeartbeatResult(ErrorCode.none, None, member_id, LEAVE_GROUP_MEMBER_EPOCH, interval)
 
     def _remove_member(self, group: ConsumerGroup, member_id: str, records: list, reason: str) -> None:
         """Kafka's consumerGroupFenceMember: the member goes, or, when it was the
@@ -521,7 +520,7 @@ class ConsumerGroupCoordinator(ClassicMemberHandling, GroupMigration):
 
     def _write(self, records: list, on_done: Callable[[ErrorCode], None]) -> None:
         if not records:
-            on_done(E.none)
+            on_done(ErrorCode.none)
             return
         # The classic manager's append: same ordering, same error mapping.
         self.classic.manager._append(records, on_done)
@@ -618,15 +617,15 @@ class ConsumerGroupCoordinator(ClassicMemberHandling, GroupMigration):
         if group is None or self.classic.status is not CoordinatorStatus.ACTIVE:
             return False
         error = self._validate_commit(group, member_id, member_epoch, api_version, producer is not None)
-        if error == E.stale_member_epoch and member_epoch < group.members[member_id].member_epoch \
+        if error == ErrorCode.stale_member_epoch and member_epoch < group.members[member_id].member_epoch \
                 and self._assigned_since(group, member_id, member_epoch, offsets):
             # KIP-1251 (Kafka 4.3): a commit that raced an epoch bump is accepted
             # when every partition in it is the member's since that epoch or
             # before (assignment epoch <= its epoch <= the member epoch):
             # nobody else can have owned them in between.
             error = None
-        if error == E.stale_member_epoch and producer is not None:
-            error = E.illegal_generation  # TxnOffsetCommit has no STALE_MEMBER_EPOCH (Kafka converts it)
+        if error == ErrorCode.stale_member_epoch and producer is not None:
+            error = ErrorCode.illegal_generation  # TxnOffsetCommit has no STALE_MEMBER_EPOCH (Kafka converts it)
         if error is not None:
             callback({TopicPartition(*tp): error for tp in offsets})
             return True
@@ -658,9 +657,9 @@ class ConsumerGroupCoordinator(ClassicMemberHandling, GroupMigration):
             return None  # TxnOffsetCommit v0-v2 carry no member
         member = group.members.get(member_id)
         if member is None:
-            return E.unknown_member_id
+            return ErrorCode.unknown_member_id
         if not transactional and not member.uses_classic_protocol and api_version < 9:
-            return E.unsupported_version
+            return ErrorCode.unsupported_version
         return _epoch_error(member, member_epoch)
 
     def validate_fetch(self, group_id: str, member_id: Optional[str], member_epoch: int) -> Optional[ErrorCode]:
@@ -672,7 +671,7 @@ class ConsumerGroupCoordinator(ClassicMemberHandling, GroupMigration):
             return None
         member = group.members.get(member_id or "")
         if member is None:
-            return E.unknown_member_id
+            return ErrorCode.unknown_member_id
         return _epoch_error(member, member_epoch)
 
     # ======================================================================
@@ -701,13 +700,13 @@ class ConsumerGroupCoordinator(ClassicMemberHandling, GroupMigration):
             classic = self.classic.group(group_id)
             message = (f"Group {group_id} is not a consumer group." if classic is not None
                        and not classic.is_(GroupState.DEAD) else f"Group {group_id} not found.")
-            return ConsumerGroupDescription(group_id, E.group_id_not_found, message)
+            return ConsumerGroupDescription(group_id, ErrorCode.group_id_not_found, message)
         members = tuple(DescribedConsumerMember(
             m.member_id, m.instance_id, m.rack_id, m.member_epoch, m.client_id, m.client_host,
             m.subscribed_topic_names, m.subscribed_topic_regex, self._assignment_described(m.assigned),
             self._assignment_described(group.target.get(m.member_id, {})), 0 if m.uses_classic_protocol else 1)
             for m in sorted(group.members.values(), key=lambda m: m.member_id))
-        return ConsumerGroupDescription(group_id, E.none, None, group.state.value, group.group_epoch,
+        return ConsumerGroupDescription(group_id, ErrorCode.none, None, group.state.value, group.group_epoch,
                                         group.assignment_epoch, group.preferred_assignor(self.config.assignors[0]),
                                         members)
 
@@ -727,13 +726,13 @@ class ConsumerGroupCoordinator(ClassicMemberHandling, GroupMigration):
             if group is None:
                 continue
             if group.members:
-                errors[group_id] = E.non_empty_group
+                errors[group_id] = ErrorCode.non_empty_group
                 continue
             records.append(R.record(R.TARGET_ASSIGNMENT_METADATA, group_id, None, None))
             records.append(R.record(R.PARTITION_METADATA, group_id, None, None))
             records.append(R.record(R.GROUP_METADATA, group_id, None, None))
             group.dead = True
             del self.groups[group_id]
-            errors[group_id] = E.none
+            errors[group_id] = ErrorCode.none
         self._write(records, lambda error: None)
         return errors

@@ -50,7 +50,6 @@ from cluster.groups.records import group_metadata_tombstone
 from core.error_codes import ErrorCode
 
 log = logging.getLogger("raykafka.consumer_groups")
-E = ErrorCode
 CONSUMER_PROTOCOL_TYPE = "consumer"
 POLICIES = ("bidirectional", "upgrade", "downgrade", "disabled")
 
@@ -71,7 +70,7 @@ class GroupMigration:
         """A Stable classic group of consumers becomes a consumer group (its
         offsets stay with its entry in the classic manager, now memberless)."""
         if not classic.is_(GroupState.STABLE):
-            raise RequestFailure(E.coordinator_not_available,
+            raise RequestFailure(ErrorCode.coordinator_not_available,
                                  f"Group {classic.group_id} is rebalancing with the classic protocol; retry.")
         group = ConsumerGroup(classic.group_id)
         generation = classic.generation_id
@@ -82,7 +81,7 @@ class GroupMigration:
             try:
                 subscription = decode_subscription(old.metadata(protocol))
             except (EmbeddedProtocolError, KeyError) as exc:
-                raise RequestFailure(E.group_id_not_found, f"Cannot upgrade the classic group {classic.group_id}: "
+                raise RequestFailure(ErrorCode.group_id_not_found, f"Cannot upgrade the classic group {classic.group_id}: "
                                      f"malformed embedded consumer protocol ({exc}).")
             assigned = self._ids_of(_decode_assignment(old.assignment))
             members.append(ConsumerMember(
@@ -96,8 +95,8 @@ class GroupMigration:
                 assigned=assigned))
         # The classic group is gone: waiting requests rejoin, its record goes.
         for old in list(classic.members.values()):
-            classic.maybe_invoke_join_callback(old, JoinGroupResult.failed(old.member_id, E.rebalance_in_progress))
-            classic.maybe_invoke_sync_callback(old, SyncGroupResult(E.rebalance_in_progress))
+            classic.maybe_invoke_join_callback(old, JoinGroupResult.failed(old.member_id, ErrorCode.rebalance_in_progress))
+            classic.maybe_invoke_sync_callback(old, SyncGroupResult(ErrorCode.rebalance_in_progress))
             classic.remove(old.member_id)
         classic.pending_sync_members.clear()
         classic.state = GroupState.EMPTY  # an offsets holder from now on (its timers find no members)

@@ -223,12 +223,12 @@ class EdgeActor:
         self._pool_sweeper = asyncio.ensure_future(pool.run(min(hibernate_ms / 1000 / 4, 5.0)))
 
     # ---- the replica pool: what the controller sends to pooled replicas (issue 30) --------------
-    async def pool_leader_and_isr(self, spec, request) -> int:
+    async def pool_leader_and_isr(self, spec, request) -> ErrorCode:
         pool = self.service.replicas.pool
         if pool is None:  # this node's edges keep no pool (raykafka.edge.processes > 1)
             log.error("LeaderAndIsr for pooled %s-%d, but broker %d keeps no replica pool", spec.topic,
                       spec.partition, self.broker_id)
-            return 13  # NETWORK_EXCEPTION: the controller retries
+            return ErrorCode.network_exception  # the controller retries
         return await pool.leader_and_isr((spec.topic, spec.partition), spec, request)
 
     async def pool_call(self, topic: str, partition: int, method: str, args: tuple, hibernated_ok: bool = False):
@@ -246,19 +246,19 @@ class EdgeActor:
         finally:
             pool.release(key)
 
-    async def pool_wake_leader(self, topic: str, partition: int, leader_epoch: int) -> int:
+    async def pool_wake_leader(self, topic: str, partition: int, leader_epoch: int) -> ErrorCode:
         """A follower on another node found this node's leader replica gone (the set hibernated
         while it was away): wake it; it wakes its followers (RF > 1 hibernation)."""
         pool = self.service.replicas.pool
         if pool is None:
-            return 6  # NOT_LEADER_OR_FOLLOWER
+            return ErrorCode.not_leader_or_follower
         return await pool.wake_leader((topic, partition), leader_epoch)
 
-    async def pool_wake_follower(self, topic: str, partition: int, leader_epoch: int) -> int:
+    async def pool_wake_follower(self, topic: str, partition: int, leader_epoch: int) -> ErrorCode:
         """The leader of a replicated set woke: wake (or re-point) this node's follower."""
         pool = self.service.replicas.pool
         if pool is None:
-            return 6  # NOT_LEADER_OR_FOLLOWER
+            return ErrorCode.not_leader_or_follower
         return await pool.wake_follower((topic, partition), leader_epoch)
 
     async def pool_hibernate_follower(self, topic: str, partition: int, leader_epoch: int, high_watermark: int,
@@ -384,23 +384,23 @@ class EdgeActor:
         return True
 
     async def update_metadata(self, snapshot: dict, leader_handles: dict, controller_handle,
-                              forward_seq: tuple[int, int] | None = None) -> int:
+                              forward_seq: tuple[int, int] | None = None) -> ErrorCode:
         """From the controller (forward_seq None), or forwarded by the primary
         edge of this node (numbered)."""
         if forward_seq is not None:
             forward_seq = tuple(forward_seq)
             if forward_seq <= self._applied_forward_seq:
-                return 0  # an older update overtaken by a newer one
+                return ErrorCode.none  # an older update overtaken by a newer one
             self._applied_forward_seq = forward_seq
         try:
             self.service.apply_update_metadata(snapshot, leader_handles, controller_handle)
         except StaleControllerEpoch as exc:
             log.warning("%s", exc)
-            return 11  # STALE_CONTROLLER_EPOCH
+            return ErrorCode.stale_controller_epoch
         self._last_update = (snapshot, leader_handles, controller_handle)
         if self.siblings:
             await self._forward(snapshot, leader_handles, controller_handle)
-        return 0
+        return ErrorCode.none
 
     async def listener_ports(self) -> dict[str, int]:
         """Listener name -> bound port (tests, tools)."""

@@ -249,7 +249,7 @@ class ReplicaActor:
             if remaining <= 0 or not p.is_leader:
                 return DeleteRecordsResult(ErrorCode.request_timed_out, p.low_watermark())
             await self._wait_for_change(remaining)
-        return DeleteRecordsResult(0, p.low_watermark())
+        return DeleteRecordsResult(ErrorCode.none, p.low_watermark())
 
     async def _write_checkpoints_off_loop(self) -> None:
         """The values as of now, written on the I/O thread (after any flush queued there)."""
@@ -278,7 +278,7 @@ class ReplicaActor:
             self._commit_timer.committed(p.high_watermark, self.clock.monotonic())
             self._commit_waiters.on_high_watermark(p.high_watermark, len(p.isr), p.min_insync_replicas)
 
-    async def wait_committed(self, offset: int, leader_epoch: int, timeout_ms: int) -> int:
+    async def wait_committed(self, offset: int, leader_epoch: int, timeout_ms: int) -> ErrorCode:
         """An acks=all produce's wait (Kafka's DelayedProduce, for this partition): 0 once the HW reaches
         ``offset`` with at least min.insync.replicas in the ISR, NOT_ENOUGH_REPLICAS_AFTER_APPEND if fewer,
         NOT_LEADER_OR_FOLLOWER if this replica does not lead ``leader_epoch`` (any more), REQUEST_TIMED_OUT

@@ -175,7 +175,7 @@ class Partition:
         if last_fetched_epoch >= 0:
             epoch, end = self.log.leader_epoch_cache.end_offset_for(last_fetched_epoch, leo)
             if epoch != last_fetched_epoch or end < fetch_offset:
-                return FollowerFetchResult(0, b"", self.high_watermark, self.log.log_start_offset, leo,
+                return FollowerFetchResult(ErrorCode.none, b"", self.high_watermark, self.log.log_start_offset, leo,
                                            DivergingEpoch(epoch, end))
         if fetch_offset > leo or fetch_offset < self.log.log_start_offset:
             return FollowerFetchResult(ErrorCode.offset_out_of_range, b"", self.high_watermark,
@@ -202,7 +202,7 @@ class Partition:
             records, slices = b"", tuple(self.file_slices(fetch_offset, max_bytes, leo)[0])
         else:
             records, slices = self.log.read_bytes(fetch_offset, max_bytes, None, min_one_batch=True), ()
-        return FollowerFetchResult(0, records, self.high_watermark, self.log.log_start_offset, leo, None,
+        return FollowerFetchResult(ErrorCode.none, records, self.high_watermark, self.log.log_start_offset, leo, None,
                                    expand_isr, hw_moved, slices)
 
     def low_watermark(self) -> int:
@@ -325,7 +325,7 @@ class Partition:
         if error:
             return EpochEndOffset(error, -1, -1)
         epoch, end = self.log.leader_epoch_cache.end_offset_for(leader_epoch, self.log.log_end_offset)
-        return EpochEndOffset(0, epoch, end)
+        return EpochEndOffset(ErrorCode.none, epoch, end)
 
     @property
     def last_stable_offset(self) -> int:
@@ -361,7 +361,7 @@ class Partition:
                 results.append(failed_append(append_error_code(exc), self.log.log_start_offset, str(exc),
                                               record_errors=exc.record_errors))
                 continue
-            results.append(AppendResult(0, info.first_offset, info.log_append_time, self.log.log_start_offset, None,
+            results.append(AppendResult(ErrorCode.none, info.first_offset, info.log_append_time, self.log.log_start_offset, None,
                                         info.last_offset, -1))
         self.maybe_increment_high_watermark()
         # The HW after this call rides along: acks=-1 needs no purgatory when it already passed.
@@ -389,7 +389,7 @@ class Partition:
                             marker.producer_id, exc)
                 results.append(TxnMarkerResult(append_error_code(exc), -1))
                 continue
-            results.append(TxnMarkerResult(0, info.last_offset))
+            results.append(TxnMarkerResult(ErrorCode.none, info.last_offset))
         self.maybe_increment_high_watermark()
         return results
 
@@ -398,7 +398,7 @@ class Partition:
         error = self.check_leader(-1)
         if error:
             return DescribeProducersResult(error, ())
-        return DescribeProducersResult(0, tuple(
+        return DescribeProducersResult(ErrorCode.none, tuple(
             ProducerStateInfo(e.producer_id, e.producer_epoch, e.last_seq, e.last_timestamp, e.coordinator_epoch,
                               e.current_txn_first_offset)
             for e in self.log.producer_state.producers.values()))
@@ -447,7 +447,7 @@ class Partition:
             if next_offset <= offset:
                 break
             offset = next_offset
-        return ReadResult(0, hw, lso, start, runs)
+        return ReadResult(ErrorCode.none, hw, lso, start, runs)
 
     def committed_tail(self, first: int) -> CommittedTail | None:
         """Where the data from ``first`` on lies, for the edge to answer tail
@@ -480,11 +480,11 @@ class Partition:
         epochs = self.log.leader_epoch_cache
         if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
             start = self.log.log_start_offset
-            return ListOffsetsResult(0, start, -1, self._epoch_for(start))
+            return ListOffsetsResult(ErrorCode.none, start, -1, self._epoch_for(start))
         if timestamp == LATEST_TIMESTAMP:
-            return ListOffsetsResult(0, end, -1, epochs.latest_epoch if epochs.latest_epoch is not None else -1)
+            return ListOffsetsResult(ErrorCode.none, end, -1, epochs.latest_epoch if epochs.latest_epoch is not None else -1)
         if timestamp == LATEST_TIERED_TIMESTAMP:
-            return ListOffsetsResult(0, -1, -1, -1)  # no tiered storage: nothing is tiered
+            return ListOffsetsResult(ErrorCode.none, -1, -1, -1)  # no tiered storage: nothing is tiered
         if timestamp == MAX_TIMESTAMP:
             found = self.log.offset_of_max_timestamp()
         elif timestamp >= 0:
@@ -492,9 +492,9 @@ class Partition:
         else:
             return ListOffsetsResult(ErrorCode.invalid_request, -1, -1, -1)
         if found is None or found[0] >= end:
-            return ListOffsetsResult(0, -1, -1, -1)
+            return ListOffsetsResult(ErrorCode.none, -1, -1, -1)
         offset, ts = found[0], found[1]
-        return ListOffsetsResult(0, offset, ts, self._epoch_for(offset))
+        return ListOffsetsResult(ErrorCode.none, offset, ts, self._epoch_for(offset))
 
     def _epoch_for(self, offset: int) -> int:
         epoch_of = getattr(self.log.leader_epoch_cache, "epoch_for_offset", None)

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from core.error_codes import ErrorCode
+
 
 class FileSlice(NamedTuple):
     """A region of a leader's segment file. ``inode`` and ``base_offset``
@@ -29,7 +31,7 @@ class AppendResult(NamedTuple):
     """One record set's append (Kafka's PartitionResponse, plus the
     high watermark after the call: acks=all needs no purgatory when it has
     already passed ``last_offset``)."""
-    error: int
+    error: ErrorCode
     base_offset: int
     log_append_time: int
     log_start_offset: int
@@ -41,7 +43,7 @@ class AppendResult(NamedTuple):
     record_errors: tuple = ()
 
 
-def failed_append(error: int, log_start_offset: int = -1, message: str | None = None,
+def failed_append(error: ErrorCode, log_start_offset: int = -1, message: str | None = None,
                   high_watermark: int = -1, record_errors: tuple = ()) -> AppendResult:
     return AppendResult(error, -1, -1, log_start_offset, message, -1, high_watermark, tuple(record_errors))
 
@@ -63,7 +65,7 @@ class CommittedReadRun(NamedTuple):
 class ReadResult(NamedTuple):
     """A read's answer: ``slices`` for a single read, or the runs of
     read_run (a list of ReadRun/CommittedReadRun)."""
-    error: int
+    error: ErrorCode
     high_watermark: int
     last_stable_offset: int
     log_start_offset: int
@@ -71,7 +73,7 @@ class ReadResult(NamedTuple):
 
 
 class ListOffsetsResult(NamedTuple):
-    error: int
+    error: ErrorCode
     offset: int
     timestamp: int
     leader_epoch: int
@@ -79,7 +81,7 @@ class ListOffsetsResult(NamedTuple):
 
 class EpochEndOffset(NamedTuple):
     """OffsetForLeaderEpoch's answer for one partition."""
-    error: int
+    error: ErrorCode
     leader_epoch: int
     end_offset: int
 
@@ -141,7 +143,7 @@ class FollowerFetchResult(NamedTuple):
     ``expand_isr`` is the ISR the leader is to commit with this follower in
     it, ``hw_moved`` whether the fetch moved the leader's high watermark:
     both for the leader itself."""
-    error: int
+    error: ErrorCode
     records: bytes
     high_watermark: int
     log_start_offset: int
@@ -169,5 +171,5 @@ class PartitionOffset(NamedTuple):
 class DeleteRecordsResult(NamedTuple):
     """DeleteRecords on the leader: the error, and the partition's low
     watermark (the smallest log start over the in-sync replicas) after it."""
-    error: int
+    error: ErrorCode
     low_watermark: int

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from core.error_codes import ErrorCode
+
 # Who appends: Kafka's AppendOrigin. Producers are checked for sequence and
 # epoch; coordinators (group offsets, transaction markers) write batches with
 # a producer id but no sequence; replication trusts the leader.
@@ -27,7 +29,7 @@ class TxnMarker(NamedTuple):
 
 
 class TxnMarkerResult(NamedTuple):
-    error: int  # Kafka error code, 0 when written and replicated (acks=all)
+    error: ErrorCode  # Kafka error code, none when written and replicated (acks=all)
     offset: int  # offset of the control batch, -1 on error
 
 
@@ -52,5 +54,5 @@ class ProducerStateInfo(NamedTuple):
 
 
 class DescribeProducersResult(NamedTuple):
-    error: int
+    error: ErrorCode
     producers: tuple[ProducerStateInfo, ...]

@@ -121,22 +121,22 @@ class GroupCoordinatorActor:
         return self.coordinator
 
     # ---- ownership: controller -> coordinator --------------------------------------------------
-    async def elect(self, leader_epoch: int, replica: Any) -> int:
+    async def elect(self, leader_epoch: int, replica: Any) -> ErrorCode:
         """This broker leads the offsets partition (at ``leader_epoch``): load and serve."""
         coordinator = self._ensure()
         if leader_epoch < self.state_log.leader_epoch:
-            return int(ErrorCode.fenced_leader_epoch)
+            return ErrorCode.fenced_leader_epoch
         if self.state_log.leading and coordinator.status is not CoordinatorStatus.NOT_LOADED:
             if leader_epoch == self.state_log.leader_epoch:
-                return 0  # a repeated LeaderAndIsr (e.g. a new controller): nothing changed
+                return ErrorCode.none  # a repeated LeaderAndIsr (e.g. a new controller): nothing changed
             if coordinator.status is CoordinatorStatus.ACTIVE and await self.state_log.still_own_log(replica):
                 # Same leader, new epoch (an ISR change): the log is ours as we know it.
                 self.state_log.keep_leading(leader_epoch, replica)
-                return 0
+                return ErrorCode.none
         self.state_log.lead(leader_epoch, replica)
         self._begin_loading()
         self.state_log.start_load(self._replay, self._begin_loading)
-        return 0
+        return ErrorCode.none
 
     def _begin_loading(self) -> None:
         self.coordinator.begin_loading()
@@ -156,17 +156,17 @@ class GroupCoordinatorActor:
         return f"{len(coordinator.groups) - len(self.consumer_groups.groups)} classic groups, " \
                f"{len(self.consumer_groups.groups)} consumer groups"
 
-    async def resign(self, leader_epoch: int) -> int:
+    async def resign(self, leader_epoch: int) -> ErrorCode:
         """Another broker leads the partition now (or nobody): unload."""
         coordinator = self._ensure()
         if 0 <= leader_epoch < self.state_log.leader_epoch:
-            return int(ErrorCode.fenced_leader_epoch)
+            return ErrorCode.fenced_leader_epoch
         was = coordinator.status
         self.state_log.resign(leader_epoch, unload=self._unload if was is not CoordinatorStatus.NOT_LOADED else None)
         if was is not CoordinatorStatus.NOT_LOADED:
             log.info("group coordinator for %s-%d unloaded (leader epoch %d)", OFFSETS_TOPIC, self.partition,
                      leader_epoch)
-        return 0
+        return ErrorCode.none
 
     # ---- appends: coordinator -> leader replica (acks=-1, in call order) ---------------------------
     def _append_records(self, records: list, producer: Optional[TxnProducer] = None) -> AppendCompletion:

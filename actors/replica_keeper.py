@@ -30,6 +30,7 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from core.error_codes import ErrorCode
 from core.naming import edge_actor_name, replica_actor_name
 from core.pooled_replica import HibernateAnswer
 
@@ -269,7 +270,7 @@ class RayReplicaStarter:
                                   self.call_timeout_s) for edge in edges if edge is not None]
         answers = await asyncio.gather(*calls, return_exceptions=True)
         for broker, answer in zip([b for b, e in zip(followers, edges) if e is not None], answers):
-            if isinstance(answer, BaseException) or (answer not in (0, None) and not getattr(answer, "ok", False)):
+            if isinstance(answer, BaseException) or (answer not in (ErrorCode.none, None) and not getattr(answer, "ok", False)):
                 log.info("%s-%d: follower %d answered %s to %s", spec.topic, spec.partition, broker,
                          repr(answer)[:200], method)
         return answers

@@ -154,18 +154,18 @@ class TransactionCoordinatorActor:
         await self.coordinator.state.remove_expired_transactional_ids()
 
     # ---- ownership: controller -> coordinator ------------------------------------------------------
-    async def elect(self, leader_epoch: int, replica: Any) -> int:
+    async def elect(self, leader_epoch: int, replica: Any) -> ErrorCode:
         coordinator = self._ensure()
         if leader_epoch < self.state_log.leader_epoch:
-            return int(ErrorCode.fenced_leader_epoch)
+            return ErrorCode.fenced_leader_epoch
         if self.state_log.leading and leader_epoch == self.state_log.leader_epoch:
-            return 0  # a repeated LeaderAndIsr
+            return ErrorCode.none  # a repeated LeaderAndIsr
         if self.state_log.leading and self._loaded() and await self.state_log.still_own_log(replica):
             # Same leader, new epoch (the controller took a dead follower out of the
             # ISR): the log is ours as we know it. The coordinator epoch stays (Kafka's
             # leader epoch does not move on ISR changes); appends use the new epoch.
             self.state_log.keep_leading(leader_epoch, replica)
-            return 0
+            return ErrorCode.none
         self.state_log.lead(leader_epoch, replica)
         # The coordinator epoch is the leader epoch: a new epoch reloads (a
         # leader's own ISR change costs one replay of a small compacted topic).
@@ -179,22 +179,22 @@ class TransactionCoordinatorActor:
                     f"{resent} transactions to complete")
 
         self.state_log.start_load(replay, lambda: coordinator.state.begin_loading(self.partition, leader_epoch))
-        return 0
+        return ErrorCode.none
 
     def _loaded(self) -> bool:
         state = self.coordinator.state
         return state.coordinator_epoch(self.partition) is not None and not state.is_loading(self.partition)
 
-    async def resign(self, leader_epoch: int) -> int:
+    async def resign(self, leader_epoch: int) -> ErrorCode:
         coordinator = self._ensure()
         if 0 <= leader_epoch < self.state_log.leader_epoch:
-            return int(ErrorCode.fenced_leader_epoch)
+            return ErrorCode.fenced_leader_epoch
         was_leading = self.state_log.leading
         self.state_log.resign(leader_epoch, unload=lambda: coordinator.on_resignation(self.partition))
         if was_leading:
             log.info("transaction coordinator for %s-%d unloaded (leader epoch %d)", TRANSACTION_STATE_TOPIC,
                      self.partition, leader_epoch)
-        return 0
+        return ErrorCode.none
 
     # ---- appends: coordinator -> leader replica (acks=-1, in call order) ---------------------------
     async def _append(self, partition: int, records: list) -> ErrorCode:
@@ -248,10 +248,10 @@ class TransactionCoordinatorActor:
         try:
             leader = await self._leader_of(topic, partition, refresh=False)
             if leader is None:
-                return [TxnMarkerResult(int(ErrorCode.unknown_topic_or_partition), -1)] * len(markers)
+                return [TxnMarkerResult(ErrorCode.unknown_topic_or_partition, -1)] * len(markers)
             if leader < 0:
                 self._leaders.pop(key, None)
-                return [TxnMarkerResult(int(ErrorCode.not_leader_or_follower), -1)] * len(markers)
+                return [TxnMarkerResult(ErrorCode.not_leader_or_follower, -1)] * len(markers)
             handle = await self._replica_handle(topic, partition, leader)
             self.counters["marker_calls"] += 1
             # Over the replica's direct channel when it is on this node (a Ray
@@ -265,7 +265,7 @@ class TransactionCoordinatorActor:
                      first_line(exc))
             self._leaders.pop(key, None)
             self._replicas = {k: v for k, v in self._replicas.items() if k[:2] != key}
-            return [TxnMarkerResult(int(ErrorCode.not_leader_or_follower), -1)] * len(markers)
+            return [TxnMarkerResult(ErrorCode.not_leader_or_follower, -1)] * len(markers)
         if any(r.error != ErrorCode.none for r in results):
             self._leaders.pop(key, None)
             self._replicas = {k: v for k, v in self._replicas.items() if k[:2] != key}

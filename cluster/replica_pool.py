@@ -187,7 +187,7 @@ class ReplicaPool:
         self.on_hibernated: Callable[[PoolKey, Any], None] | None = None  # the router drops the handle's channel
 
     # ---- what the controller sends -----------------------------------------------------------
-    async def leader_and_isr(self, key: PoolKey, spec: Any, request: Any) -> int:
+    async def leader_and_isr(self, key: PoolKey, spec: Any, request: Any) -> ErrorCode:
         """A pooled replica's LeaderAndIsr: kept for a hibernated one (no wake:
         creating 1,000 partitions starts no actor), forwarded to a live one."""
         key = PoolKey(*key)
@@ -196,15 +196,15 @@ class ReplicaPool:
             entry = self.entries[key] = Entry(spec, request, last_used=self.clock())
             await self._follow_if_leader_live(key, entry)
             self._tell_spares()
-            return 0
+            return ErrorCode.none
         if not _newer_or_same(request, entry.request):
-            return int(ErrorCode.stale_controller_epoch) if request.controller_epoch < entry.request.controller_epoch \
-                else int(ErrorCode.fenced_leader_epoch)
+            return ErrorCode.stale_controller_epoch if request.controller_epoch < entry.request.controller_epoch \
+                else ErrorCode.fenced_leader_epoch
         await self._settled(entry)
         entry.spec, entry.request = spec, request
         if entry.state is not State.LIVE:
             await self._follow_if_leader_live(key, entry)
-            return 0
+            return ErrorCode.none
         handle = await self.acquire(key)
         try:
             return await self.starter.leader_and_isr(handle, request, spec)
@@ -240,32 +240,32 @@ class ReplicaPool:
         self.release(key)
 
     # ---- replicated partitions: what the other replicas' pools ask -------------------------------
-    async def wake_leader(self, key: PoolKey, leader_epoch: int) -> int:
+    async def wake_leader(self, key: PoolKey, leader_epoch: int) -> ErrorCode:
         """A follower found this leader's actor gone (hibernated): wake it (it then
         wakes its followers). -> 0, or NOT_LEADER_OR_FOLLOWER / FENCED_LEADER_EPOCH."""
         entry = self.entries.get(PoolKey(*key))
         if entry is None or _is_follower(entry, self.broker_id):
-            return int(ErrorCode.not_leader_or_follower)
+            return ErrorCode.not_leader_or_follower
         if leader_epoch >= 0 and leader_epoch != entry.request.leader_epoch:
-            return int(ErrorCode.fenced_leader_epoch)
+            return ErrorCode.fenced_leader_epoch
         self._spawn(self._wake_and_release(PoolKey(*key)))
-        return 0
+        return ErrorCode.none
 
-    async def wake_follower(self, key: PoolKey, leader_epoch: int) -> int:
+    async def wake_follower(self, key: PoolKey, leader_epoch: int) -> ErrorCode:
         """The leader woke (a new actor): a hibernated follower wakes to follow it, a live
         one is given its LeaderAndIsr again (its fetcher still calls the old actor)."""
         key = PoolKey(*key)
         entry = self.entries.get(key)
         if entry is None or not _is_follower(entry, self.broker_id):
-            return int(ErrorCode.not_leader_or_follower)
+            return ErrorCode.not_leader_or_follower
         if leader_epoch != entry.request.leader_epoch:
-            return int(ErrorCode.fenced_leader_epoch)
+            return ErrorCode.fenced_leader_epoch
         await self._settled(entry)
         fresh = entry.state is not State.LIVE
         handle = await self.acquire(key)
         try:
             if fresh:
-                return 0  # started with the newest LeaderAndIsr, the woken leader's handle found by name
+                return ErrorCode.none  # started with the newest LeaderAndIsr, the woken leader's handle found by name
             return await self.starter.leader_and_isr(handle, entry.request, entry.spec)
         finally:
             self.release(key)

@@ -210,7 +210,7 @@ class CoordinatorRouter:
         except AttributeError:
             log.warning("the controller cannot create %s", topic)
             return ErrorCode.coordinator_not_available
-        if code not in (0, int(ErrorCode.topic_already_exists)):
+        if code not in (ErrorCode.none, ErrorCode.topic_already_exists):
             log.warning("creating %s failed: %s (%s)", topic, ErrorCode(code).name, message)
             return ErrorCode.coordinator_not_available
         return None

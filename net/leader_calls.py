@@ -15,10 +15,10 @@ async def call_leader(edge, topic: str, partition: int, method: str, *args: Any,
     """`failure(error_code)` builds the result when the call cannot be made or fails."""
     info = edge.metadata.partition(topic, partition)
     if info is None:
-        return failure(int(ErrorCode.unknown_topic_or_partition))
+        return failure(ErrorCode.unknown_topic_or_partition)
     handle = edge.leader_handle(topic, partition)
     if info.leader != edge.broker_id or handle is None:
-        return failure(int(ErrorCode.not_leader_or_follower))
+        return failure(ErrorCode.not_leader_or_follower)
     try:
         return await edge.node_call(handle, method, *args, timeout_s=timeout_s)
     except ActorCallFailed as exc:

@@ -102,7 +102,7 @@ class PartitionAppender:
             results = [failed_append(int(exc.error), message=str(exc))] * len(batch)
         except Exception as exc:  # never leave a producer without an answer
             log.exception("append to %s-%d failed", self.topic, self.partition)
-            results = [failed_append(int(ErrorCode.unknown_server_error), message=kafka_message(-1))] * len(batch)
+            results = [failed_append(ErrorCode.unknown_server_error, message=kafka_message(-1))] * len(batch)
         finally:
             self.inflight = False
         for item, result in zip(batch, results):
@@ -114,7 +114,7 @@ class PartitionAppender:
     async def _call(self, handle, batch: list, leader_epoch: int) -> list:
         router = self.router
         if handle is None:
-            return [failed_append(int(ErrorCode.not_leader_or_follower))] * len(batch)
+            return [failed_append(ErrorCode.not_leader_or_follower)] * len(batch)
         timeout_ms = max(item[2] for item in batch)
         timeout_s = timeout_ms / 1000 + router.call_timeout_s
         region = self._shared_region()
@@ -261,11 +261,11 @@ class ReplicaRouter:
             _add_remote_time(parked)
 
     async def _wait_committed(self, topic: str, partition: int, offset: int, leader_epoch: int,
-                              timeout_ms: int) -> int:
+                              timeout_ms: int) -> ErrorCode:
         try:
             async with self.pinned(self.leader_handle(topic, partition)) as handle:
                 if handle is None:
-                    return int(ErrorCode.not_leader_or_follower)
+                    return ErrorCode.not_leader_or_follower
                 return int(await self.node_call(handle, "wait_committed", offset, leader_epoch, timeout_ms,
                                                 timeout_s=timeout_ms / 1000 + self.call_timeout_s))
         except ActorCallFailed as exc:
@@ -274,7 +274,7 @@ class ReplicaRouter:
     async def delay_produce(self, required: list[tuple[str, int, int]], timeout_ms: int) -> dict:
         """Park a DelayedProduce; -> {(topic, partition): error code}."""
         if self.purgatory is None:
-            return {(t, p): int(ErrorCode.request_timed_out) for t, p, _ in required}
+            return {(t, p): ErrorCode.request_timed_out for t, p, _ in required}
         parked = time.perf_counter()
         try:
             return await self.node_call(self.purgatory, "delay_produce", required, timeout_ms,

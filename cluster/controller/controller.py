@@ -521,7 +521,7 @@ class Controller:
                 # A dead replica actor is recreated on the next LeaderAndIsr.
                 self.channel.forget_replica(target)
                 failed.append(target)
-            elif isinstance(result, int) and result != 0:
+            elif isinstance(result, int) and result != ErrorCode.none:
                 log.warning("%s to %s answered error %d", what, target, result)
         return failed
 

@@ -145,7 +145,7 @@ class TransactionMarkerChannelManager:
                 except Exception as exc:  # noqa: BLE001 - the leader is gone or moving: retry
                     log.info("writing %d markers to %s-%d failed (%s); retrying", len(batch), topic, partition,
                              str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__)
-                    results = [TxnMarkerResult(int(ErrorCode.request_timed_out), -1)] * len(batch)
+                    results = [TxnMarkerResult(ErrorCode.request_timed_out, -1)] * len(batch)
                 retry = []
                 for (marker, pending), result in zip(batch, results):
                     if pending.aborted:

@@ -169,7 +169,7 @@ async def handle_produce(ctx, request):
                 for i, (index, result) in enumerate(parts):
                     if (name, index) in waiting:
                         parts[i] = (index, result._replace(
-                            error=statuses.get((name, index), int(ErrorCode.request_timed_out))))
+                            error=statuses.get((name, index), ErrorCode.request_timed_out)))
 
     if acks == 0:
         # No response; Kafka signals a failed acks=0 produce by closing the connection.

@@ -23,7 +23,7 @@ async def handle_list_offsets(ctx, request):
     isolation = getattr(request, "isolation_level", 0)
     describable = await authorization.authorized(ctx, Operation.DESCRIBE, ResourceType.TOPIC,
                                                  {t.name for t in request.topics})
-    denied = (int(ErrorCode.topic_authorization_failed), -1, -1, -1)
+    denied = (ErrorCode.topic_authorization_failed, -1, -1, -1)
     jobs = []
     for topic in request.topics:
         for part in topic.partitions:

@@ -22,7 +22,7 @@ async def _auto_create(edge, names: list[str]) -> dict[str, tuple[int, str | Non
         if name in names:  # from its own spec, as Kafka's AutoTopicCreationManager does
             names = [n for n in names if n != name]
             failure = await edge.coordinators.ensure_topic(name, method)
-            answers[name] = (int(ErrorCode.leader_not_available), None) if failure is not None else (0, None)
+            answers[name] = (ErrorCode.leader_not_available, None) if failure is not None else (ErrorCode.none, None)
     if not names:
         return answers
     specs = [{"name": n, "num_partitions": config["num.partitions"],
@@ -31,7 +31,7 @@ async def _auto_create(edge, names: list[str]) -> dict[str, tuple[int, str | Non
     try:
         results = await edge.controller_call("create_topics", specs, False)
     except ActorCallFailed:
-        return {**answers, **{n: (int(ErrorCode.leader_not_available), None) for n in names}}
+        return {**answers, **{n: (ErrorCode.leader_not_available, None) for n in names}}
     return {**answers, **{r["name"]: (r["error_code"], r["error_message"]) for r in results}}
 
 
@@ -69,7 +69,7 @@ async def handle_metadata(ctx, request):
     if requested is None or (ctx.api_version == 0 and len(requested) == 0):
         names = [n for n in names if may(Operation.DESCRIBE, ResourceType.TOPIC, n)]
     else:
-        errors.update((n, (int(ErrorCode.topic_authorization_failed), None)) for n in names
+        errors.update((n, (ErrorCode.topic_authorization_failed, None)) for n in names
                       if not may(Operation.DESCRIBE, ResourceType.TOPIC, n))
     allow_auto = getattr(request, "allow_auto_topic_creation", True)
     to_create = []
@@ -78,28 +78,28 @@ async def handle_metadata(ctx, request):
             continue
         problem = topic_name_error(name)
         if problem:
-            errors[name] = (int(ErrorCode.invalid_topic_exception), problem)
+            errors[name] = (ErrorCode.invalid_topic_exception, problem)
         elif allow_auto and edge.config["auto.create.topics.enable"]:
             if may(Operation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME) or \
                     may(Operation.CREATE, ResourceType.TOPIC, name):
                 to_create.append(name)
             else:
-                errors[name] = (int(ErrorCode.topic_authorization_failed), None)
+                errors[name] = (ErrorCode.topic_authorization_failed, None)
         else:
-            errors[name] = (int(ErrorCode.unknown_topic_or_partition), None)
+            errors[name] = (ErrorCode.unknown_topic_or_partition, None)
     if to_create:
         created = await _auto_create(edge, to_create)
         for name, (code, message) in created.items():
-            if code not in (0, int(ErrorCode.topic_already_exists)):
+            if code not in (ErrorCode.none, ErrorCode.topic_already_exists):
                 errors[name] = (code, message)
             elif name not in cache.topics:
-                errors[name] = (int(ErrorCode.leader_not_available), None)
+                errors[name] = (ErrorCode.leader_not_available, None)
 
     topics = []
     for name in names:
         info = cache.topics.get(name)
         if info is None or name in errors:
-            code = errors.get(name, (int(ErrorCode.unknown_topic_or_partition), None))[0]
+            code = errors.get(name, (ErrorCode.unknown_topic_or_partition, None))[0]
             if name in by_id and code == ErrorCode.topic_authorization_failed:
                 # Kafka: a topic asked for by id that the principal may not describe
                 # keeps its name to itself (null name, the id echoed).

@@ -47,14 +47,14 @@ async def handle_create_topics(ctx, request):
                                              timeout_s=max(timeout_ms / 1000, 0) + edge.call_timeout_s)
     except ActorCallFailed as exc:
         results = [{"name": s["name"], "error_code": int(exc.error), "error_message": str(exc)} for s in specs]
-    results.extend({"name": name, "error_code": int(ErrorCode.topic_authorization_failed),
+    results.extend({"name": name, "error_code": ErrorCode.topic_authorization_failed,
                     "error_message": "Authorization failed."} for name in sorted(denied))
-    results.extend({"name": name, "error_code": int(ErrorCode.invalid_request),
+    results.extend({"name": name, "error_code": ErrorCode.invalid_request,
                     "error_message": f"{name} is an internal topic: it is created by its coordinator on first use"}
                    for name in sorted(internal))
     for name in sorted(duplicates):
         # Kafka: a topic named twice in one request is INVALID_REQUEST for that topic.
-        results.append({"name": name, "error_code": int(ErrorCode.invalid_request),
+        results.append({"name": name, "error_code": ErrorCode.invalid_request,
                         "error_message": f"Create topics request from client contains multiple "
                                          f"entries for the following topics: {name}"})
     topics = []

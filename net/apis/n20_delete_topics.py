@@ -44,11 +44,11 @@ async def handle_delete_topics(ctx, request):
     results = []
     for name, topic_id in entries:
         if name is None:
-            code, message = int(ErrorCode.unknown_topic_id), None
+            code, message = ErrorCode.unknown_topic_id, None
         elif name in denied:
-            code, message = int(ErrorCode.topic_authorization_failed), None
+            code, message = ErrorCode.topic_authorization_failed, None
         else:
-            code, message = outcome.get(name, (int(ErrorCode.unknown_topic_or_partition), None))
+            code, message = outcome.get(name, (ErrorCode.unknown_topic_or_partition, None))
         if name in denied and name in by_id:
             name = None  # Kafka: an unauthorized principal does not learn the name behind an id
         results.append(build(result_cls, name=name, topic_id=topic_id, error_code=ErrorCode(code),

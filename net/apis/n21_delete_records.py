@@ -27,8 +27,8 @@ async def handle_delete_records(ctx, request):
     timeout_ms = timedelta_ms(request.timeout)
     deletable = await authorization.authorized(ctx, Operation.DELETE, ResourceType.TOPIC,
                                                {t.name for t in request.topics})
-    denied = (int(ErrorCode.topic_authorization_failed), -1)
-    internal = (int(ErrorCode.invalid_topic_exception), -1)  # Kafka: never, even for a super user
+    denied = (ErrorCode.topic_authorization_failed, -1)
+    internal = (ErrorCode.invalid_topic_exception, -1)  # Kafka: never, even for a super user
     answers = iter(await asyncio.gather(*(
         authorization.answer(denied) if t.name not in deletable
         else authorization.answer(internal) if t.name in INTERNAL_TOPICS

@@ -24,7 +24,7 @@ async def handle_offset_for_leader_epoch(ctx, request):
     edge = ctx.edge
     describable = await authorization.authorized(ctx, Operation.DESCRIBE, ResourceType.TOPIC,
                                                  {t.topic for t in request.topics})
-    denied = (int(ErrorCode.topic_authorization_failed), -1, -1)
+    denied = (ErrorCode.topic_authorization_failed, -1, -1)
     answers = iter(await asyncio.gather(*(
         _one(edge, t.topic, p.partition, getattr(p, "current_leader_epoch", -1), p.leader_epoch)
         if t.topic in describable else authorization.answer(denied)

@@ -41,11 +41,11 @@ async def handle_create_partitions(ctx, request):
                                                  timeout_s=max(timeout_ms / 1000, 0) + edge.call_timeout_s)
         except ActorCallFailed as exc:
             results = [{"name": s["name"], "error_code": int(exc.error), "error_message": str(exc)} for s in specs]
-    results.extend({"name": name, "error_code": int(ErrorCode.topic_authorization_failed),
+    results.extend({"name": name, "error_code": ErrorCode.topic_authorization_failed,
                     "error_message": "Authorization failed."} for name in sorted(denied))
     for name in sorted(duplicates):
         # Kafka answers a duplicated topic once, with INVALID_REQUEST, and applies none of its entries.
-        results.append({"name": name, "error_code": int(ErrorCode.invalid_request),
+        results.append({"name": name, "error_code": ErrorCode.invalid_request,
                         "error_message": "Duplicate topic in request."})
     return build(schema, throttle_time=ZERO_THROTTLE, results=tuple(
         build(result_cls, name=r["name"], error_code=ErrorCode(r["error_code"]),

@@ -45,9 +45,9 @@ async def handle_elect_leaders(ctx, request):
     election_type = request.election_type if has_field(type(request), "election_type") else PREFERRED
     partitions = requested_partitions(request)
     if not await authorization.authorize_cluster(ctx, Operation.ALTER):
-        outcome = failed(partitions, int(ErrorCode.cluster_authorization_failed), "Cluster authorization failed.")
+        outcome = failed(partitions, ErrorCode.cluster_authorization_failed, "Cluster authorization failed.")
     elif election_type not in (PREFERRED, UNCLEAN):
-        outcome = failed(partitions, int(ErrorCode.invalid_request), f"Unknown election type {election_type}")
+        outcome = failed(partitions, ErrorCode.invalid_request, f"Unknown election type {election_type}")
     elif partitions == []:
         outcome = {"error_code": ErrorCode.none, "results": []}
     else:

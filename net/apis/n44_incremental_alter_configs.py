@@ -29,7 +29,7 @@ async def alter_via_controller(edge, changes, validate_only: bool, may=None):
             # refuses the rest with Kafka's "Cannot update these configs dynamically").
             by_method["alter_broker_configs"].append((i, change))
         else:
-            out[i] = (int(ErrorCode.invalid_request), f"unsupported resource type {resource.resource_type}")
+            out[i] = (ErrorCode.invalid_request, f"unsupported resource type {resource.resource_type}")
     for method, items in by_method.items():
         if not items:
             continue

@@ -32,7 +32,7 @@ async def handle_alter_partition_reassignments(ctx, request):
     top_code, top_message = 0, None
     outcome: dict[tuple[str, int], tuple[int, str | None]] = {}
     if not await authorization.authorize_cluster(ctx, Operation.ALTER):
-        top_code, top_message = int(ErrorCode.cluster_authorization_failed), "Cluster authorization failed."
+        top_code, top_message = ErrorCode.cluster_authorization_failed, "Cluster authorization failed."
     elif reassignments:
         timeout_ms = timedelta_ms(request.timeout)
         try:
@@ -45,7 +45,7 @@ async def handle_alter_partition_reassignments(ctx, request):
             # Kafka's error answer: the top-level code, repeated on every partition asked about.
             top_code, top_message = int(exc.error), str(exc)
     for key in duplicates:
-        outcome[key] = (int(ErrorCode.invalid_request), f"Duplicate partition {key[0]}-{key[1]} in request.")
+        outcome[key] = (ErrorCode.invalid_request, f"Duplicate partition {key[0]}-{key[1]} in request.")
     by_topic: dict[str, list] = {}
     answered: set[tuple[str, int]] = set()
     for t in request.topics:
@@ -56,7 +56,7 @@ async def handle_alter_partition_reassignments(ctx, request):
             answered.add(key)
             code, message = outcome.get(key) or (
                 (top_code, top_message) if top_code else
-                (int(ErrorCode.unknown_server_error), "the controller gave no answer for this partition"))
+                (ErrorCode.unknown_server_error, "the controller gave no answer for this partition"))
             by_topic.setdefault(t.name, []).append(build(
                 partition_cls, partition_index=p.partition_index, error_code=ErrorCode(code), error_message=message))
     return build(schema, throttle_time=ZERO_THROTTLE, error_code=ErrorCode(top_code), error_message=top_message,

@@ -32,7 +32,7 @@ async def handle_list_partition_reassignments(ctx, request):
             for t, p in partitions or ()]}
 
     if not await authorization.authorize_cluster(ctx, Operation.DESCRIBE):
-        answer = failed(int(ErrorCode.cluster_authorization_failed), "Cluster authorization failed.")
+        answer = failed(ErrorCode.cluster_authorization_failed, "Cluster authorization failed.")
     else:
         try:
             answer = await edge.controller_call("list_partition_reassignments", partitions, timeout_ms,

@@ -24,7 +24,7 @@ async def handle_describe_producers(ctx, request):
     edge = ctx.edge
     readable = await authorization.authorized(ctx, Operation.READ, ResourceType.TOPIC,
                                               {t.name for t in request.topics})  # Kafka: READ on each topic
-    denied = DescribeProducersResult(int(ErrorCode.topic_authorization_failed), ())
+    denied = DescribeProducersResult(ErrorCode.topic_authorization_failed, ())
     jobs = [_one(edge, topic.name, index) if topic.name in readable else authorization.answer(denied)
             for topic in request.topics for index in topic.partition_indexes]
     answers = iter(await asyncio.gather(*jobs))

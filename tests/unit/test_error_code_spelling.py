@@ -14,6 +14,7 @@ types) and the codec (where error codes are int16s on the wire), fails on:
   for a field typed ErrorCode, returned from a function annotated to return
   ErrorCode or that returns ErrorCode members elsewhere, or one branch of a
   conditional whose other branch is an ErrorCode member;
+- ``int(ErrorCode.<name>)``: members are ints already;
 - a field of a named type (NamedTuple/dataclass) called error/error_code and
   typed ``int`` rather than ``ErrorCode``, and a function that returns
   ErrorCode members under another return annotation.
@@ -181,6 +182,9 @@ class _Checker(ast.NodeVisitor):
 
     # int literals ------------------------------------------------------------
     def visit_Call(self, node: ast.Call) -> None:
+        if isinstance(node.func, ast.Name) and node.func.id == "int" and len(node.args) == 1 \
+                and _is_member(node.args[0]):
+            self.report(node, f"int({ast.unparse(node.args[0])}): spell the member itself")
         callee = node.func.id if isinstance(node.func, ast.Name) else \
             node.func.attr if isinstance(node.func, ast.Attribute) else None
         typed = self.typed_fields.get(callee or "")
@@ -203,6 +207,11 @@ class _Checker(ast.NodeVisitor):
 
     def visit_Compare(self, node: ast.Compare) -> None:
         operands = [node.left, *node.comparators]
+        for operand in operands:  # code in (0, ErrorCode.topic_already_exists)
+            if isinstance(operand, (ast.Tuple, ast.List, ast.Set)) and any(_is_member(e) for e in operand.elts):
+                for e in operand.elts:
+                    if _int_literal(e) is not None:
+                        self.report(node, f"int literal {_int_literal(e)} among ErrorCode members")
         for a, b in zip(operands, operands[1:]):
             for named, other in ((a, b), (b, a)):
                 if _is_error_name(_target_name(named)) and _int_literal(other) is not None:
@@ -210,9 +219,14 @@ class _Checker(ast.NodeVisitor):
         self.generic_visit(node)
 
     def visit_IfExp(self, node: ast.IfExp) -> None:
-        for member, other in ((node.body, node.orelse), (node.orelse, node.body)):
-            if _is_member(member) and _int_literal(other) is not None:
-                self.report(node, f"int literal {_int_literal(other)} beside {ast.unparse(member)}")
+        pairs = [(node.body, node.orelse)]
+        if isinstance(node.body, ast.Tuple) and isinstance(node.orelse, ast.Tuple) \
+                and len(node.body.elts) == len(node.orelse.elts):
+            pairs += list(zip(node.body.elts, node.orelse.elts))  # (code, message) if ... else (0, None)
+        for a, b in pairs:
+            for member, other in ((a, b), (b, a)):
+                if _is_member(member) and _int_literal(other) is not None:
+                    self.report(node, f"int literal {_int_literal(other)} beside {ast.unparse(member)}")
         self.generic_visit(node)
 
     def _visit_function(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
@@ -339,6 +353,9 @@ def _check(source: str) -> list[str]:
     "from core.error_codes import ErrorCode\ndef f() -> 'ErrorCode | None':\n    return 0\n",
     "from core.error_codes import ErrorCode\ndef f(x):\n    if x:\n        return ErrorCode.not_controller\n    return 0\n",
     "from core.error_codes import ErrorCode\nx = 0 if ok else ErrorCode.request_timed_out\n",
+    "from core.error_codes import ErrorCode\ndenied = (int(ErrorCode.topic_authorization_failed), -1)\n",
+    "from core.error_codes import ErrorCode\nok = code not in (0, ErrorCode.topic_already_exists)\n",
+    "from core.error_codes import ErrorCode\nx = (ErrorCode.leader_not_available, None) if failed else (0, None)\n",
     "def f(error_code=0): pass\n",
     "from core.error_codes import ErrorCode\ndef f() -> int:\n    return ErrorCode.not_controller\n",
     "from typing import NamedTuple\nclass R(NamedTuple):\n    offset: int\n    error: int\n",

@@ -31,6 +31,7 @@ from typing import Any, Callable
 from cluster.partition import Partition
 from cluster.replica_fetcher import FollowerFetch, ReplicaFetcher
 from cluster.replication_quota import ReplicaThrottle
+from core.error_codes import ErrorCode
 from core.local_channels import LocalChannels
 from core.pooled_replica import HibernateAnswer
 from storage.slice_reader import SliceReader
@@ -110,7 +111,7 @@ class Follower:
         return self._leader_channels
 
     def become_follower(self, controller_epoch: int, leader_id: int, leader_epoch: int, isr: list[int],
-                        replicas: list[int], leader_handle, throttle: ReplicaThrottle) -> int:
+                        replicas: list[int], leader_handle, throttle: ReplicaThrottle) -> ErrorCode:
         """LeaderAndIsr naming another replica the leader: follow it (``leader_handle``, its actor)
         under ``throttle`` (the replica's replication quotas)."""
         error = self.partition.make_follower(controller_epoch, leader_id, leader_epoch, isr, replicas)
@@ -129,7 +130,7 @@ class Follower:
                 hooks.traffic, self._leader_unreachable, hooks.closed)
             self._task = asyncio.get_running_loop().create_task(self._fetcher.run())
         log.info("%s-%d follows broker %d, epoch %d", self.topic, self.partition_index, leader_id, leader_epoch)
-        return 0
+        return ErrorCode.none
 
     def hibernate_answer(self, leader_epoch: int, high_watermark: int, log_end_offset: int) -> HibernateAnswer:
         """Whether this follower may close with its leader's set hibernating at ``log_end_offset``

@@ -363,7 +363,7 @@ class ReplicaActor:
 
     async def update_replication_throttle(self, leader_rate: int | None, follower_rate: int | None,
                                           leader_throttled_replicas: str | None = None,
-                                          follower_throttled_replicas: str | None = None) -> int:
+                                          follower_throttled_replicas: str | None = None) -> ErrorCode:
         """Replication quotas changed: the broker's leader/follower.replication.throttled.rate
         (None keeps one) and, when given, the topic's two throttled-replica lists
         (the keyword arguments cluster.log_config.throttled_replicas_for returns).
@@ -373,10 +373,10 @@ class ReplicaActor:
                                              follower_throttled_replicas)
         except ValueError as exc:
             log.warning("%s-%d: replication throttle not changed: %s", self.topic, self.partition_index, exc)
-            return error_codes.ErrorCode.invalid_config
-        return 0
+            return ErrorCode.invalid_config
+        return ErrorCode.none
 
-    async def stop_replica(self, controller_epoch: int, delete: bool) -> int:
+    async def stop_replica(self, controller_epoch: int, delete: bool) -> ErrorCode:
         error = self.partition.fence_controller(controller_epoch)
         if error:
             return error
@@ -390,7 +390,7 @@ class ReplicaActor:
             self.logs.delete()
         else:
             self.logs.close()
-        return 0
+        return ErrorCode.none
 
     async def close(self) -> None:
         """Clean shutdown: flush, checkpoint, close files."""

@@ -153,6 +153,9 @@ class _Checker(ast.NodeVisitor):
     def visit_Attribute(self, node: ast.Attribute) -> None:
         if isinstance(node.value, ast.Name) and node.value.id == "error_codes" and node.attr.isupper():
             self.report(node, f"upper-case error-code alias error_codes.{node.attr}")
+        if isinstance(node.value, ast.Attribute) and node.value.attr == "ErrorCode" \
+                and isinstance(node.value.value, ast.Name):
+            self.report(node, f"{ast.unparse(node)}: spell ErrorCode.{node.attr}")
         self.generic_visit(node)
 
     def _check_assignment(self, target: ast.AST, value: ast.AST, node: ast.AST) -> None:
@@ -236,7 +239,9 @@ class _Checker(ast.NodeVisitor):
             _is_member(r.value.body) or _is_member(r.value.orelse))) for r in returns)
         if returns_members and node.returns is not None and not annotated:
             self.report(node, f"{node.name} returns ErrorCode members but is annotated {ast.unparse(node.returns)}")
-        if annotated or returns_members:
+        # ``if error: return error`` ... ``return 0``: the 0 is an error code too.
+        returns_errors = any(isinstance(r.value, ast.Name) and _is_error_name(r.value.id) for r in returns)
+        if annotated or returns_members or returns_errors:
             for r in returns:
                 if _int_literal(r.value) is not None:
                     self.report(r, f"{node.name} returns int literal {_int_literal(r.value)} as an error code")
@@ -357,6 +362,8 @@ def _check(source: str) -> list[str]:
     "from core.error_codes import ErrorCode\nok = code not in (0, ErrorCode.topic_already_exists)\n",
     "from core.error_codes import ErrorCode\nx = (ErrorCode.leader_not_available, None) if failed else (0, None)\n",
     "def f(error_code=0): pass\n",
+    "def f(p):\n    error = p.fence()\n    if error:\n        return error\n    return 0\n",
+    "from core import error_codes\nx = error_codes.ErrorCode.invalid_config\n",
     "from core.error_codes import ErrorCode\ndef f() -> int:\n    return ErrorCode.not_controller\n",
     "from typing import NamedTuple\nclass R(NamedTuple):\n    offset: int\n    error: int\n",
     "from core.error_codes import ErrorCode\nfrom typing import NamedTuple\n"

@@ -50,7 +50,8 @@ from metadata.zk.payloads import (BROKER_REGISTRATION_KEYS, BROKER_REGISTRATION_
                                   encode_json, generate_kafka_uuid, validate_replica_assignment)
 from metadata.zk.producer_ids import ProducerIdsZk
 from metadata.zk.topics import TopicsZk
-from metadata.zk.session import DEFAULT_SESSION_TIMEOUT_MS, WatchHandle, ZkSession  # noqa: F401 (re-exported)
+from metadata.zk.events import WatchHandle  # noqa: F401 (re-exported)
+from metadata.zk.session import DEFAULT_SESSION_TIMEOUT_MS, ZkSession  # noqa: F401 (re-exported)
 
 
 class KafkaZkClient:

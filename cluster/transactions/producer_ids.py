@@ -22,7 +22,6 @@ from typing import Any, NamedTuple, Optional, Protocol
 
 log = logging.getLogger("raykafka.producer_ids")
 
-LATEST_PRODUCER_ID_BLOCK = "/latest_producer_id_block"  # metadata.zk_paths.LATEST_PRODUCER_ID_BLOCK
 PRODUCER_ID_BLOCK_SIZE = 1000
 BLOCK_ZNODE_VERSION = 1
 INT64_MAX = (1 << 63) - 1

@@ -13,7 +13,8 @@ from typing import Any, Callable
 
 from metadata import zk_paths
 from metadata.zk.errors import ZkNoNodeError
-from metadata.zk.session import WatchHandle, ZkSession
+from metadata.zk.events import WatchHandle
+from metadata.zk.session import ZkSession
 
 _ACL_ROOTS = (zk_paths.KAFKA_ACL, zk_paths.KAFKA_ACL_EXTENDED)
 _CHANGE_ROOTS = (zk_paths.KAFKA_ACL_CHANGES, zk_paths.KAFKA_ACL_EXTENDED_CHANGES)

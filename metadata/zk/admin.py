@@ -12,7 +12,8 @@ from metadata.zk.errors import (InvalidReplicaAssignmentError, PreferredReplicaE
                                 TopicNotFoundError, ZkNoNodeError, ZkNodeExistsError)
 from metadata.zk.payloads import (PREFERRED_REPLICA_ELECTION_VERSION, REASSIGN_PARTITIONS_VERSION,
                                   check_topic_partition, decode_json, encode_json)
-from metadata.zk.session import WatchHandle, ZkSession
+from metadata.zk.events import WatchHandle
+from metadata.zk.session import ZkSession
 
 
 class AdminZk:

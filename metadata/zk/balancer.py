@@ -7,7 +7,8 @@ from typing import Any, Callable, Mapping
 
 from metadata import zk_paths
 from metadata.zk.payloads import decode_json, encode_json
-from metadata.zk.session import WatchHandle, ZkSession
+from metadata.zk.events import WatchHandle
+from metadata.zk.session import ZkSession
 
 
 class BalancerZk:
@@ -22,7 +23,8 @@ class BalancerZk:
     def set_paused(self, paused: bool, reason: str = "") -> bool:
         """Pause (create /balancer/paused) or resume (delete it); True if it changed."""
         if paused:
-            return self._session.create_if_absent(zk_paths.BALANCER_PAUSED, encode_json({"version": 1, "reason": reason}))
+            return self._session.create_if_absent(zk_paths.BALANCER_PAUSED,
+                                                  encode_json({"version": 1, "reason": reason}))
         return self._session.delete(zk_paths.BALANCER_PAUSED)
 
     def watch_paused(self, callback: Callable[[bool], Any]) -> WatchHandle:

@@ -10,7 +10,8 @@ from typing import Any, Callable, Mapping
 from metadata import zk_paths
 from metadata.zk.errors import BadVersionError, BrokerIdInUseError, ZkError, ZkNoNodeError, ZkNodeExistsError
 from metadata.zk.payloads import DEFAULT_RESERVED_BROKER_MAX_ID, broker_registration_json, decode_json, encode_json
-from metadata.zk.session import WatchHandle, ZkSession
+from metadata.zk.events import WatchHandle
+from metadata.zk.session import ZkSession
 
 log = logging.getLogger(__name__)
 

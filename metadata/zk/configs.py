@@ -9,7 +9,8 @@ from typing import Any, Callable, Mapping
 from metadata import zk_paths
 from metadata.zk.errors import TopicNotFoundError
 from metadata.zk.payloads import CONFIG_CHANGE_NOTIFICATION_VERSION, CONFIG_ZNODE_VERSION, decode_json, encode_json
-from metadata.zk.session import WatchHandle, ZkSession
+from metadata.zk.events import WatchHandle
+from metadata.zk.session import ZkSession
 
 
 class ConfigsZk:

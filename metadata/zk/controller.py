@@ -11,7 +11,8 @@ from kazoo import exceptions as kazoo_errors
 from metadata import zk_paths
 from metadata.zk.errors import BadVersionError, ZkConnectionError, ZkError, translate
 from metadata.zk.payloads import CONTROLLER_ZNODE_VERSION, INITIAL_CONTROLLER_EPOCH, decode_json, encode_json, now_ms
-from metadata.zk.session import WatchHandle, ZkSession
+from metadata.zk.events import WatchHandle
+from metadata.zk.session import ZkSession
 
 log = logging.getLogger(__name__)
 

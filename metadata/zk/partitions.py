@@ -9,8 +9,10 @@ from typing import Any, Callable, Iterable, Sequence
 
 from metadata import zk_paths
 from metadata.zk.errors import PartitionStateExistsError, TopicNotFoundError, ZkNoNodeError, ZkNodeExistsError
-from metadata.zk.payloads import ISR_CHANGE_NOTIFICATION_VERSION, IsrChangeNotification, PartitionState, decode_json, encode_json
-from metadata.zk.session import WatchHandle, ZkSession
+from metadata.zk.payloads import (ISR_CHANGE_NOTIFICATION_VERSION, IsrChangeNotification, PartitionState,
+                                  decode_json, encode_json)
+from metadata.zk.events import WatchHandle
+from metadata.zk.session import ZkSession
 
 
 class PartitionStatesZk:

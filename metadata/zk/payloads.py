@@ -11,7 +11,6 @@ from typing import Any, Mapping, Sequence
 
 from metadata.zk.errors import InvalidReplicaAssignmentError
 
-DEFAULT_SESSION_TIMEOUT_MS = 18_000
 # reserved.broker.max.id: generated broker ids start above it.
 DEFAULT_RESERVED_BROKER_MAX_ID = 1000
 BROKER_REGISTRATION_VERSION = 5

@@ -19,7 +19,6 @@ Rules every request keeps:
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
 from typing import Any, Callable, Iterable, Sequence
@@ -30,6 +29,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from metadata import zk_paths, zk_security
+from metadata.zk.events import EventThread, WatchHandle
 from metadata.zk.errors import (BadVersionError, ControllerMovedError, ZkClientClosedError, ZkConnectionError,
                                 ZkError, ZkNoNodeError, ZkNodeExistsError, ZkNotEmptyError, ZkTimeoutError,
                                 translate)
@@ -39,61 +39,6 @@ log = logging.getLogger(__name__)
 # Kafka's defaults: zookeeper.session.timeout.ms, and the connection timeout
 # defaults to the session timeout.
 DEFAULT_SESSION_TIMEOUT_MS = 18_000
-
-
-class WatchHandle:
-    """Returned by the watch_* methods; cancel() stops further callbacks."""
-
-    def __init__(self, description: str):
-        self.description = description
-        self._cancelled = threading.Event()
-
-    def cancel(self) -> None:
-        self._cancelled.set()
-
-    @property
-    def cancelled(self) -> bool:
-        return self._cancelled.is_set()
-
-
-class EventThread:
-    """Runs callbacks one at a time, in submission order, off kazoo's threads."""
-
-    _STOP = object()
-
-    def __init__(self, name: str):
-        self._queue: queue.Queue = queue.Queue()
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
-
-    def submit(self, handle: WatchHandle | None, callback: Callable[..., Any], *args: Any) -> None:
-        self._queue.put((handle, callback, args))
-
-    def is_current(self) -> bool:
-        return threading.current_thread() is self._thread
-
-    def stop(self, timeout_s: float) -> None:
-        self._queue.put(self._STOP)
-        if not self.is_current():
-            self._thread.join(timeout_s)
-
-    def _run(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is self._STOP:
-                return
-            handle, callback, args = item
-            if handle is not None and handle.cancelled:
-                continue
-            try:
-                callback(*args)
-            except Exception:
-                log.exception("ZooKeeper callback %r failed", getattr(callback, "__name__", callback))
-
-
-
-
-# ------------------------------------------------------------------ session
 
 
 class ZkSession:
@@ -132,7 +77,7 @@ class ZkSession:
         self._kazoo_watches: list[Any] = []  # keep recipe objects alive with the client
         self.security = security if security is not None else zk_security.current()
 
-    # ------------------------------------------------------------ lifecycle
+    # ---- lifecycle -------------------------------------------------------------------------------------------
 
     def start(self, ensure_paths: bool = True) -> "ZkSession":
         """Connect (creating the chroot if any) and, by default, create Kafka's
@@ -281,7 +226,7 @@ class ZkSession:
             self._events.stop(timeout_s=1.0)
             self._events = None
 
-    # ------------------------------------------------------- request plumbing
+    # ---- requests: every one bounded by request_timeout_ms; reads retried across a reconnect -----------------
 
     def _client(self) -> KazooClient:
         kazoo_client = self._kazoo
@@ -321,11 +266,47 @@ class ZkSession:
     def stat(self, path: str, watch: Callable | None = None) -> Any:
         return self._await(f"exists {path}", lambda zk: zk.exists_async(path, watch), retry=True)
 
+    def exists(self, path: str) -> bool:
+        return self.stat(path) is not None
+
     def children(self, path: str) -> list[str] | None:
         try:
             return self._await(f"children of {path}", lambda zk: zk.get_children_async(path), retry=True)
         except ZkNoNodeError:
             return None
+
+    def get_many(self, paths: Iterable[str]) -> dict[str, tuple[bytes, Any]]:
+        """Read many znodes with pipelined requests; absent ones are left out."""
+        paths = list(paths)
+        client = self._client()
+        pending = [(path, client.get_async(path)) for path in paths]
+        deadline = time.monotonic() + self.request_timeout_ms / 1000.0
+        found: dict[str, tuple[bytes, Any]] = {}
+        for path, request in pending:
+            try:
+                found[path] = request.get(timeout=max(0.0, deadline - time.monotonic()))
+            except kazoo_errors.NoNodeError:
+                continue
+            except Exception as error:
+                translated = translate(error, f"get {path}")
+                if type(translated) is ZkConnectionError:
+                    # Fall back to one-by-one reads, which wait for the reconnect.
+                    again = self.get(path)
+                    if again is not None:
+                        found[path] = again
+                    continue
+                raise translated from error
+        return found
+
+    def get_data_and_version(self, path: str) -> tuple[bytes | None, int]:
+        """(data, znode version); (None, -1) when the znode does not exist. Empty data reads as None."""
+        found = self.get(path)
+        if found is None:
+            return None, -1
+        data, stat = found
+        return (data or None), stat.version
+
+    # ---- writes ----------------------------------------------------------------------------------------------
 
     def create(self, path: str, data: bytes = b"", *, ephemeral: bool = False, sequence: bool = False,
                makepath: bool = False) -> str:
@@ -344,6 +325,34 @@ class ZkSession:
 
     def set(self, path: str, data: bytes, version: int = -1) -> Any:
         return self._await(f"set {path}", lambda zk: zk.set_async(path, data, version))
+
+    def set_or_create(self, path: str, data: bytes) -> None:
+        for _ in range(5):
+            try:
+                self.set(path, data)
+                return
+            except ZkNoNodeError:
+                pass
+            try:
+                self.create(path, data, makepath=True)
+                return
+            except ZkNodeExistsError:
+                pass  # created by someone else in between: set it
+        raise ZkError(f"set or create {path}: raced with concurrent deletes")
+
+    def conditional_update_path(self, path: str, data: bytes, expected_version: int) -> tuple[bool, int]:
+        """Kafka's conditionalUpdatePath: write only if the znode is still at
+        ``expected_version`` (-1: create it, only if absent); -> (written, new version)."""
+        if expected_version < 0:
+            try:
+                self.create(path, data, makepath=True)
+                return True, 0
+            except ZkNodeExistsError:
+                return False, -1
+        try:
+            return True, self.set(path, data, expected_version).version
+        except (BadVersionError, ZkNoNodeError):
+            return False, -1
 
     def delete(self, path: str, version: int = -1) -> bool:
         try:
@@ -367,19 +376,7 @@ class ZkSession:
                 pass  # a child appeared while we deleted the others; walk again
         raise ZkError(f"delete {path}: children keep appearing")
 
-    def set_or_create(self, path: str, data: bytes) -> None:
-        for _ in range(5):
-            try:
-                self.set(path, data)
-                return
-            except ZkNoNodeError:
-                pass
-            try:
-                self.create(path, data, makepath=True)
-                return
-            except ZkNodeExistsError:
-                pass  # created by someone else in between: set it
-        raise ZkError(f"set or create {path}: raced with concurrent deletes")
+    # ---- multi-op transactions, and writes fenced on /controller_epoch ---------------------------------------
 
     def commit(self, what: str, build: Callable[[Any], None]) -> list[Any]:
         """Run a multi-op transaction; returns kazoo's per-op results (exception
@@ -401,6 +398,55 @@ class ZkSession:
                 return index, result
         return None
 
+    def fenced(self, what: str, expected_controller_epoch_zk_version: int,
+               add_operation: Callable[[Any], None]) -> list[Any]:
+        """One write guarded by a check on /controller_epoch's version, in a single
+        transaction, as Kafka's controller does to fence a deposed controller."""
+
+        def build(transaction: Any) -> None:
+            transaction.check(zk_paths.CONTROLLER_EPOCH, expected_controller_epoch_zk_version)
+            add_operation(transaction)
+
+        results = self.commit(what, build)
+        failure = self.first_failure(results)
+        if failure is None:
+            return results
+        index, error = failure
+        if index == 0:
+            raise ControllerMovedError(
+                f"{what}: /controller_epoch is no longer at version {expected_controller_epoch_zk_version}"
+            )
+        raise translate(error, what)
+
+    def conditional_set(self, path: str, data: bytes, expected_zk_version: int,
+                        expected_controller_epoch_zk_version: int | None) -> int:
+        if expected_controller_epoch_zk_version is None:
+            return self.set(path, data, expected_zk_version).version
+        results = self.fenced(f"set {path}", expected_controller_epoch_zk_version,
+                              lambda transaction: transaction.set_data(path, data, expected_zk_version))
+        return results[1].version
+
+    def fenced_set_or_create(self, parent: str, path: str, data: bytes,
+                             expected_controller_epoch_zk_version: int) -> None:
+        """Set or create `path` in a transaction fenced on the controller epoch (ControllerMovedError)."""
+        self.create_if_absent(parent)
+        for _ in range(5):
+            try:
+                self.fenced(f"set {path}", expected_controller_epoch_zk_version,
+                            lambda transaction: transaction.set_data(path, data))
+                return
+            except ZkNoNodeError:
+                pass
+            try:
+                self.fenced(f"create {path}", expected_controller_epoch_zk_version,
+                            lambda transaction: transaction.create(path, data))
+                return
+            except ZkNodeExistsError:
+                pass  # created by someone else in between: set it
+        raise ZkError(f"set or create {path}: raced with concurrent deletes")
+
+    # ---- watches: callbacks on the event thread --------------------------------------------------------------
+
     def watch_children(self, path: str, handle: WatchHandle, convert: Callable[[list[str]], Any],
                        callback: Callable[[Any], Any]) -> WatchHandle:
         self.create_if_absent(path)
@@ -418,7 +464,52 @@ class ZkSession:
         return self._install_watch(handle, f"watch children of {path}",
                                    lambda: ChildrenWatch(self._client(), path, on_children))
 
-    # ------------------------------------------------------------ structure
+    def watch_data(self, path: str, handle: WatchHandle, convert: Callable[[bytes | None], Any],
+                   callback: Callable[[Any], Any]) -> WatchHandle:
+        events = self._events
+        if events is None:
+            raise ZkClientClosedError("the ZooKeeper client is not started")
+
+        def on_data(data: bytes | None, _stat: Any) -> bool | None:
+            # On a kazoo thread: hand the callback to our event thread.
+            if handle.cancelled:
+                return False
+            try:
+                value = convert(data)
+            except Exception:
+                log.exception("undecodable data at %s", path)
+                return None
+            events.submit(handle, callback, value)
+            return None
+
+        return self._install_watch(handle, f"watch {path}", lambda: DataWatch(self._client(), path, on_data))
+
+    def _install_watch(self, handle: WatchHandle, what: str, make_watch: Callable[[], Any]) -> WatchHandle:
+        # kazoo's watch recipes make their first read inline and retry it without
+        # limit while disconnected. Run that on a helper thread so the caller waits
+        # at most the request timeout; if it is still retrying then, the watch gets
+        # established (and fires) once the connection is back.
+        outcome: dict[str, Any] = {}
+        done = threading.Event()
+
+        def install() -> None:
+            try:
+                outcome["watch"] = make_watch()
+            except BaseException as error:  # handed to the caller below
+                outcome["error"] = error
+            finally:
+                done.set()
+
+        threading.Thread(target=install, name=f"install {handle.description} watch", daemon=True).start()
+        if not done.wait(self.request_timeout_ms / 1000.0):
+            log.warning("%s: still waiting for ZooKeeper; the watch will start once it answers", what)
+            return handle
+        if "error" in outcome:
+            raise translate(outcome["error"], what) from outcome["error"]
+        self._kazoo_watches.append(outcome["watch"])
+        return handle
+
+    # ---- Kafka's persistent paths and their znode ACLs -------------------------------------------------------
 
     def ensure_persistent_paths(self) -> None:
         """Create Kafka's persistent top-level znodes (ZkData.PersistentZkPaths)."""
@@ -469,143 +560,3 @@ class ZkSession:
             limit -= 1
             if self._secure(path):
                 todo.extend(f"{path.rstrip('/')}/{child}" for child in (self.children(path) or ()))
-
-    def exists(self, path: str) -> bool:
-        return self.stat(path) is not None
-
-    def get_data_and_version(self, path: str) -> tuple[bytes | None, int]:
-        """(data, znode version); (None, -1) when the znode does not exist. Empty data reads as None."""
-        found = self.get(path)
-        if found is None:
-            return None, -1
-        data, stat = found
-        return (data or None), stat.version
-
-    def conditional_update_path(self, path: str, data: bytes, expected_version: int) -> tuple[bool, int]:
-        """Kafka's conditionalUpdatePath: write only if the znode is still at
-        ``expected_version`` (-1: create it, only if absent); -> (written, new version)."""
-        if expected_version < 0:
-            try:
-                self.create(path, data, makepath=True)
-                return True, 0
-            except ZkNodeExistsError:
-                return False, -1
-        try:
-            return True, self.set(path, data, expected_version).version
-        except (BadVersionError, ZkNoNodeError):
-            return False, -1
-
-    def get_many(self, paths: Iterable[str]) -> dict[str, tuple[bytes, Any]]:
-        """Read many znodes with pipelined requests; absent ones are left out."""
-        paths = list(paths)
-        client = self._client()
-        pending = [(path, client.get_async(path)) for path in paths]
-        deadline = time.monotonic() + self.request_timeout_ms / 1000.0
-        found: dict[str, tuple[bytes, Any]] = {}
-        for path, request in pending:
-            try:
-                found[path] = request.get(timeout=max(0.0, deadline - time.monotonic()))
-            except kazoo_errors.NoNodeError:
-                continue
-            except Exception as error:
-                translated = translate(error, f"get {path}")
-                if type(translated) is ZkConnectionError:
-                    # Fall back to one-by-one reads, which wait for the reconnect.
-                    again = self.get(path)
-                    if again is not None:
-                        found[path] = again
-                    continue
-                raise translated from error
-        return found
-
-    def conditional_set(self, path: str, data: bytes, expected_zk_version: int,
-                        expected_controller_epoch_zk_version: int | None) -> int:
-        if expected_controller_epoch_zk_version is None:
-            return self.set(path, data, expected_zk_version).version
-        results = self.fenced(f"set {path}", expected_controller_epoch_zk_version,
-                              lambda transaction: transaction.set_data(path, data, expected_zk_version))
-        return results[1].version
-
-    def fenced(self, what: str, expected_controller_epoch_zk_version: int,
-               add_operation: Callable[[Any], None]) -> list[Any]:
-        """One write guarded by a check on /controller_epoch's version, in a single
-        transaction, as Kafka's controller does to fence a deposed controller."""
-
-        def build(transaction: Any) -> None:
-            transaction.check(zk_paths.CONTROLLER_EPOCH, expected_controller_epoch_zk_version)
-            add_operation(transaction)
-
-        results = self.commit(what, build)
-        failure = self.first_failure(results)
-        if failure is None:
-            return results
-        index, error = failure
-        if index == 0:
-            raise ControllerMovedError(
-                f"{what}: /controller_epoch is no longer at version {expected_controller_epoch_zk_version}"
-            )
-        raise translate(error, what)
-
-    def watch_data(self, path: str, handle: WatchHandle, convert: Callable[[bytes | None], Any],
-                   callback: Callable[[Any], Any]) -> WatchHandle:
-        events = self._events
-        if events is None:
-            raise ZkClientClosedError("the ZooKeeper client is not started")
-
-        def on_data(data: bytes | None, _stat: Any) -> bool | None:
-            # On a kazoo thread: hand the callback to our event thread.
-            if handle.cancelled:
-                return False
-            try:
-                value = convert(data)
-            except Exception:
-                log.exception("undecodable data at %s", path)
-                return None
-            events.submit(handle, callback, value)
-            return None
-
-        return self._install_watch(handle, f"watch {path}", lambda: DataWatch(self._client(), path, on_data))
-
-    def _install_watch(self, handle: WatchHandle, what: str, make_watch: Callable[[], Any]) -> WatchHandle:
-        # kazoo's watch recipes make their first read inline and retry it without
-        # limit while disconnected. Run that on a helper thread so the caller waits
-        # at most the request timeout; if it is still retrying then, the watch gets
-        # established (and fires) once the connection is back.
-        outcome: dict[str, Any] = {}
-        done = threading.Event()
-
-        def install() -> None:
-            try:
-                outcome["watch"] = make_watch()
-            except BaseException as error:  # handed to the caller below
-                outcome["error"] = error
-            finally:
-                done.set()
-
-        threading.Thread(target=install, name=f"install {handle.description} watch", daemon=True).start()
-        if not done.wait(self.request_timeout_ms / 1000.0):
-            log.warning("%s: still waiting for ZooKeeper; the watch will start once it answers", what)
-            return handle
-        if "error" in outcome:
-            raise translate(outcome["error"], what) from outcome["error"]
-        self._kazoo_watches.append(outcome["watch"])
-        return handle
-
-    def fenced_set_or_create(self, parent: str, path: str, data: bytes,
-                             expected_controller_epoch_zk_version: int) -> None:
-        """Set or create `path` in a transaction fenced on the controller epoch (ControllerMovedError)."""
-        self.create_if_absent(parent)
-        for _ in range(5):
-            try:
-                self.fenced(f"set {path}", expected_controller_epoch_zk_version,
-                            lambda transaction: transaction.set_data(path, data))
-                return
-            except ZkNoNodeError:
-                pass
-            try:
-                self.fenced(f"create {path}", expected_controller_epoch_zk_version,
-                            lambda transaction: transaction.create(path, data))
-                return
-            except ZkNodeExistsError:
-                pass  # created by someone else in between: set it
-        raise ZkError(f"set or create {path}: raced with concurrent deletes")

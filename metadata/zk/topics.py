@@ -13,7 +13,8 @@ from metadata.zk.errors import (InvalidReplicaAssignmentError, InvalidTopicError
                                 TopicNotFoundError, ZkNodeExistsError)
 from metadata.zk.payloads import (CONFIG_ZNODE_VERSION, TopicAssignment, decode_json, encode_json,
                                   generate_kafka_uuid, validate_replica_assignment)
-from metadata.zk.session import WatchHandle, ZkSession
+from metadata.zk.events import WatchHandle
+from metadata.zk.session import ZkSession
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from cluster.transactions.producer_ids import (LATEST_PRODUCER_ID_BLOCK, ProducerIdBlock, ProducerIdManager,
+from cluster.transactions.producer_ids import (ProducerIdBlock, ProducerIdManager,
                                                ProducerIdsExhausted, allocate_block, decode_block, encode_block)
 
 

@@ -55,10 +55,17 @@ def pytest_collection_modifyitems(config, items):
                 continue
             starts, several = _starts(source_of(func))
             own, multinode = own or starts, multinode or several
-        if own or item.get_closest_marker("multinode"):
+        if "three_nodes" in getattr(item, "fixturenames", ()):
+            multinode = True  # the shared cluster below: not the session broker
+        if own or multinode or item.get_closest_marker("multinode"):
             item.add_marker(pytest.mark.own_broker)
         if multinode:
             item.add_marker(pytest.mark.multinode)
+    # The tests on the shared 3-node cluster run last, one after the other: it
+    # starts once, and no other test's broker shares the two cores with it.
+    shared = [item for item in items if "three_nodes" in getattr(item, "fixturenames", ())]
+    if shared:
+        items[:] = [item for item in items if item not in shared] + shared
 
 
 @pytest.fixture(scope="session")
@@ -92,6 +99,25 @@ def broker(session_dir):
     yield process
     code = process.stop()
     assert code == 0, f"broker did not stop cleanly (exit {code}):\n{process.log_tail()}"
+
+
+@pytest.fixture(scope="session")
+def _three_node_cluster(session_dir):
+    from tests import three_nodes
+
+    cluster = three_nodes.start(session_dir / "three-nodes" / "data")
+    yield cluster
+    cluster.stop()  # its tests kill nodes: the exit status says nothing about them
+
+
+@pytest.fixture
+def three_nodes(_three_node_cluster):
+    """The session's 3-node cluster (tests/three_nodes.py), whole again: a test
+    may kill its nodes; the next one gets them revived, in sync, leaders preferred."""
+    from tests import three_nodes
+
+    three_nodes.restore(_three_node_cluster)
+    return _three_node_cluster
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import time
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from cli.admin_client import AdminClient
-from tests.broker_process import RAYKAFKA, REPO, BrokerProcess, broker_env
+from tests.broker_process import RAYKAFKA, REPO, broker_env
 from tests.cli_runner import CliResult, run_cli, wait_for
 
 
@@ -143,86 +143,82 @@ def consume_values(bootstrap: str, topic: str, partition: int, count: int) -> li
     return values
 
 
-def test_reassign_and_elect_leaders_on_three_brokers(tmp_path):
+def test_reassign_and_elect_leaders_on_three_brokers(three_nodes, tmp_path):
     """Needs AlterPartitionReassignments (45), ListPartitionReassignments (46)
-    and ElectLeaders (43). One cluster start for every multi-broker check."""
-    cluster = BrokerProcess(tmp_path / "data", extra_args=["--nodes", "3"], log_name="cli-admin-cluster.log",
-                            overrides={"replica.lag.time.max.ms": "5000"}).start(timeout_s=240)
-    try:
-        bootstrap = cluster.bootstrap_all
-        nodes = cluster.nodes()
-        # a: the head node (it hosts the active controller), so b can be killed at the end.
-        a, b, c = (n["broker_id"] for n in nodes)
-        assert broker_ids(bootstrap) == sorted((a, b, c))
-        topic = "moving"
-        cli(bootstrap, "topics", "--create", "--topic", topic, "--replica-assignment", f"{a}:{b},{b}:{c}")
-        wait_for(lambda: all(len(p["Isr"].split(",")) == 2 for p in described(bootstrap, topic)[1].values()), 60,
-                 "both replicas in sync")
-        produce(bootstrap, topic, 2, 200)
+    and ElectLeaders (43), on the session's shared 3-node cluster (whole again)."""
+    cluster = three_nodes
+    bootstrap = cluster.bootstrap_all
+    nodes = cluster.nodes()
+    # a: the head node (it hosts the active controller), so b can be killed at the end.
+    a, b, c = (n["broker_id"] for n in nodes)
+    assert broker_ids(bootstrap) == sorted((a, b, c))
+    topic = "moving"
+    cli(bootstrap, "topics", "--create", "--topic", topic, "--replica-assignment", f"{a}:{b},{b}:{c}")
+    wait_for(lambda: all(len(p["Isr"].split(",")) == 2 for p in described(bootstrap, topic)[1].values()), 60,
+             "both replicas in sync")
+    produce(bootstrap, topic, 2, 200)
 
-        to_move = tmp_path / "topics.json"
-        to_move.write_text(json.dumps({"version": 1, "topics": [{"topic": topic}]}))
-        generated = cli(bootstrap, "reassign", "--generate", "--topics-to-move-json-file", str(to_move),
-                        "--broker-list", f"{a},{b},{c}").stdout.splitlines()
-        assert generated[0] == "Current partition replica assignment"
-        assert json.loads(generated[1]) == {"version": 1, "partitions": [
-            {"topic": topic, "partition": 0, "replicas": [a, b], "log_dirs": ["any", "any"]},
-            {"topic": topic, "partition": 1, "replicas": [b, c], "log_dirs": ["any", "any"]}]}
-        assert generated[3] == "Proposed partition reassignment configuration"
-        proposal = json.loads(generated[4])["partitions"]
-        assert [p["partition"] for p in proposal] == [0, 1]
-        assert all(len(set(p["replicas"])) == 2 and set(p["replicas"]) <= {a, b, c} for p in proposal)
+    to_move = tmp_path / "topics.json"
+    to_move.write_text(json.dumps({"version": 1, "topics": [{"topic": topic}]}))
+    generated = cli(bootstrap, "reassign", "--generate", "--topics-to-move-json-file", str(to_move),
+                    "--broker-list", f"{a},{b},{c}").stdout.splitlines()
+    assert generated[0] == "Current partition replica assignment"
+    assert json.loads(generated[1]) == {"version": 1, "partitions": [
+        {"topic": topic, "partition": 0, "replicas": [a, b], "log_dirs": ["any", "any"]},
+        {"topic": topic, "partition": 1, "replicas": [b, c], "log_dirs": ["any", "any"]}]}
+    assert generated[3] == "Proposed partition reassignment configuration"
+    proposal = json.loads(generated[4])["partitions"]
+    assert [p["partition"] for p in proposal] == [0, 1]
+    assert all(len(set(p["replicas"])) == 2 and set(p["replicas"]) <= {a, b, c} for p in proposal)
 
-        # Partition 0 leaves broker a for c (c must copy the log); partition 1 only changes its preferred leader.
-        plan = tmp_path / "plan.json"
-        plan.write_text(json.dumps({"version": 1, "partitions": [
-            {"topic": topic, "partition": 0, "replicas": [c, b]},
-            {"topic": topic, "partition": 1, "replicas": [c, b]}]}))
-        unknown = tmp_path / "unknown.json"
-        unknown.write_text(json.dumps({"partitions": [{"topic": topic, "partition": 0, "replicas": [99]}]}))
-        assert "Unknown broker id 99" in cli(bootstrap, "reassign", "--execute", "--reassignment-json-file",
-                                             str(unknown), expect=1).stderr
-        executed = cli(bootstrap, "reassign", "--execute", "--reassignment-json-file", str(plan)).stdout
-        lines = executed.splitlines()
-        assert lines[0] == "Current partition replica assignment"
-        assert json.loads(lines[2])["partitions"][0]["replicas"] == [a, b]  # what a rollback needs
-        assert lines[4] == "Save this to use as the --reassignment-json-file option during rollback"
-        assert lines[5] == f"Successfully started partition reassignments for {topic}-0,{topic}-1"
+    # Partition 0 leaves broker a for c (c must copy the log); partition 1 only changes its preferred leader.
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": topic, "partition": 0, "replicas": [c, b]},
+        {"topic": topic, "partition": 1, "replicas": [c, b]}]}))
+    unknown = tmp_path / "unknown.json"
+    unknown.write_text(json.dumps({"partitions": [{"topic": topic, "partition": 0, "replicas": [99]}]}))
+    assert "Unknown broker id 99" in cli(bootstrap, "reassign", "--execute", "--reassignment-json-file",
+                                         str(unknown), expect=1).stderr
+    executed = cli(bootstrap, "reassign", "--execute", "--reassignment-json-file", str(plan)).stdout
+    lines = executed.splitlines()
+    assert lines[0] == "Current partition replica assignment"
+    assert json.loads(lines[2])["partitions"][0]["replicas"] == [a, b]  # what a rollback needs
+    assert lines[4] == "Save this to use as the --reassignment-json-file option during rollback"
+    assert lines[5] == f"Successfully started partition reassignments for {topic}-0,{topic}-1"
 
-        def verified():
-            result = cli(bootstrap, "reassign", "--verify", "--reassignment-json-file", str(plan), expect=None)
-            assert result.returncode in (0, 3), result.stderr + result.stdout
-            return result.returncode == 0 and result
+    def verified():
+        result = cli(bootstrap, "reassign", "--verify", "--reassignment-json-file", str(plan), expect=None)
+        assert result.returncode in (0, 3), result.stderr + result.stdout
+        return result.returncode == 0 and result
 
-        done = wait_for(verified, 120, "the reassignment to complete")
-        assert done.stdout.splitlines() == ["Status of partition reassignment:",
-                                            f"Reassignment of partition {topic}-0 is completed.",
-                                            f"Reassignment of partition {topic}-1 is completed."]
-        assert cli(bootstrap, "reassign", "--list").stdout == "No partition reassignments found.\n"
-        assert cli(bootstrap, "reassign", "--cancel", "--reassignment-json-file", str(plan)).stdout == \
-            "None of the specified partition reassignments are active.\n"
-        partitions = wait_for(lambda: (d := described(bootstrap, topic)[1]) and
-                              all(len(p["Isr"].split(",")) == 2 for p in d.values()) and d, 60, "ISRs of two")
-        assert partitions[0]["Replicas"] == partitions[1]["Replicas"] == f"{c},{b}"
-        assert partitions[0]["Leader"] == str(c)  # a left: the first new replica in sync leads
-        assert consume_values(bootstrap, topic, 0, 200) == [f"0-{i}".encode() for i in range(200)]
+    done = wait_for(verified, 120, "the reassignment to complete")
+    assert done.stdout.splitlines() == ["Status of partition reassignment:",
+                                        f"Reassignment of partition {topic}-0 is completed.",
+                                        f"Reassignment of partition {topic}-1 is completed."]
+    assert cli(bootstrap, "reassign", "--list").stdout == "No partition reassignments found.\n"
+    assert cli(bootstrap, "reassign", "--cancel", "--reassignment-json-file", str(plan)).stdout == \
+        "None of the specified partition reassignments are active.\n"
+    partitions = wait_for(lambda: (d := described(bootstrap, topic)[1]) and
+                          all(len(p["Isr"].split(",")) == 2 for p in d.values()) and d, 60, "ISRs of two")
+    assert partitions[0]["Replicas"] == partitions[1]["Replicas"] == f"{c},{b}"
+    assert partitions[0]["Leader"] == str(c)  # a left: the first new replica in sync leads
+    assert consume_values(bootstrap, topic, 0, 200) == [f"0-{i}".encode() for i in range(200)]
 
-        # Partition 1's preferred leader is now c; an election puts it there (or finds it there).
-        elected = cli(bootstrap, "elect-leaders", "--election-type", "PREFERRED", "--topic", topic,
-                      "--partition", "1").stdout
-        assert elected in (f"Successfully completed leader election (PREFERRED) for partitions {topic}-1\n",
-                           f"Valid replica already elected for partitions {topic}-1\n")
-        assert wait_for(lambda: described(bootstrap, topic)[1][1]["Leader"] == str(c), 30, "c to lead")
-        cli(bootstrap, "elect-leaders", "--election-type", "PREFERRED", "--all-topic-partitions")
+    # Partition 1's preferred leader is now c; an election puts it there (or finds it there).
+    elected = cli(bootstrap, "elect-leaders", "--election-type", "PREFERRED", "--topic", topic,
+                  "--partition", "1").stdout
+    assert elected in (f"Successfully completed leader election (PREFERRED) for partitions {topic}-1\n",
+                       f"Valid replica already elected for partitions {topic}-1\n")
+    assert wait_for(lambda: described(bootstrap, topic)[1][1]["Leader"] == str(c), 30, "c to lead")
+    cli(bootstrap, "elect-leaders", "--election-type", "PREFERRED", "--all-topic-partitions")
 
-        # Broker b dies: both partitions lose a replica, neither its leader.
-        cluster.kill_node(b)
-        live = ",".join(f"{n['host']}:{n['port']}" for n in cluster.nodes() if n["broker_id"] != b)
-        under = wait_for(lambda: described(live, topic, "--under-replicated-partitions")[1], 60,
-                         "under-replicated partitions")
-        assert sorted(under) == [0, 1] and all(p["Isr"] == str(c) for p in under.values())
-        assert described(live, topic, "--unavailable-partitions")[1] == {}
-        unclean = cli(live, "elect-leaders", "--election-type", "UNCLEAN", "--all-topic-partitions")
-        assert unclean.returncode == 0
-    finally:
-        cluster.stop()
+    # Broker b dies: both partitions lose a replica, neither its leader.
+    cluster.kill_node(b)
+    live = ",".join(f"{n['host']}:{n['port']}" for n in cluster.nodes() if n["broker_id"] != b)
+    under = wait_for(lambda: described(live, topic, "--under-replicated-partitions")[1], 60,
+                     "under-replicated partitions")
+    assert sorted(under) == [0, 1] and all(p["Isr"] == str(c) for p in under.values())
+    assert described(live, topic, "--unavailable-partitions")[1] == {}
+    unclean = cli(live, "elect-leaders", "--election-type", "UNCLEAN", "--all-topic-partitions")
+    assert unclean.returncode == 0

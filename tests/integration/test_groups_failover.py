@@ -14,10 +14,10 @@ from confluent_kafka.admin import AdminClient
 from cluster.groups import partition_for_group
 from tests.broker_process import BrokerProcess
 from tests.kafka_admin import create_topic
+from tests.three_nodes import OFFSETS_PARTITIONS  # the shared cluster's offsets.topic.num.partitions
 from tests.wire_client import WireClient
 
 OFFSETS = "__consumer_offsets"
-OFFSETS_PARTITIONS = 2
 
 
 def wait_for(condition, timeout_s: float, what: str, interval: float = 0.5):
@@ -48,75 +48,70 @@ def offsets_metadata(bootstrap: str):
     return admin.list_topics(OFFSETS, timeout=10).topics[OFFSETS].partitions
 
 
-def test_coordinator_moves_when_its_node_dies(tmp_path):
-    cluster = BrokerProcess(tmp_path / "data", extra_args=["--nodes", "3"], log_name="groups-failover.log",
-                            overrides={"replica.lag.time.max.ms": "10000", "group.initial.rebalance.delay.ms": "500",
-                                       "offsets.topic.num.partitions": str(OFFSETS_PARTITIONS)}).start(timeout_s=300)
-    try:
-        nodes = cluster.nodes()
-        head = nodes[0]["broker_id"]  # the head node hosts Ray's GCS and the active controller: not the victim
-        bootstrap = cluster.bootstrap_all
-        topic = "moving"
-        create_topic(bootstrap, topic, 1, replication_factor=3)
-        wait_for(lambda: coordinator_of(bootstrap, "probe") is not None, 120, "__consumer_offsets")
-        md = wait_for(lambda: (m := offsets_metadata(bootstrap)) and all(len(p.isrs) == 3 for p in m.values()) and m,
-                      90, "full ISRs of __consumer_offsets")
-        assert all(len(p.replicas) == 3 for p in md.values())
-        victim_partition = next(p for p, info in md.items() if info.leader != head)
-        victim = md[victim_partition].leader
-        group = next(f"moving-{i}" for i in range(1000)
-                     if partition_for_group(f"moving-{i}", OFFSETS_PARTITIONS) == victim_partition)
-        assert coordinator_of(bootstrap, group) == victim
+def test_coordinator_moves_when_its_node_dies(three_nodes):
+    cluster = three_nodes  # the session's shared cluster (tests/three_nodes.py), whole again
+    nodes = cluster.nodes()
+    head = nodes[0]["broker_id"]  # the head node hosts Ray's GCS and the active controller: not the victim
+    bootstrap = cluster.bootstrap_all
+    topic = "coordinator-moving"
+    create_topic(bootstrap, topic, 1, replication_factor=3)
+    wait_for(lambda: coordinator_of(bootstrap, "probe") is not None, 120, "__consumer_offsets")
+    md = wait_for(lambda: (m := offsets_metadata(bootstrap)) and all(len(p.isrs) == 3 for p in m.values()) and m,
+                  90, "full ISRs of __consumer_offsets")
+    assert all(len(p.replicas) == 3 for p in md.values())
+    victim_partition = next(p for p, info in md.items() if info.leader != head)
+    victim = md[victim_partition].leader
+    group = next(f"moving-{i}" for i in range(1000)
+                 if partition_for_group(f"moving-{i}", OFFSETS_PARTITIONS) == victim_partition)
+    assert coordinator_of(bootstrap, group) == victim
 
-        producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
-        for i in range(300):
-            producer.produce(topic, key=str(i).encode(), value=str(i).encode())
-        assert producer.flush(60) == 0
-        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
-                             "enable.auto.commit": False, "session.timeout.ms": 6000, "heartbeat.interval.ms": 500})
-        consumer.subscribe([topic])
-        seen: list[int] = []
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    for i in range(300):
+        producer.produce(topic, key=str(i).encode(), value=str(i).encode())
+    assert producer.flush(60) == 0
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                         "enable.auto.commit": False, "session.timeout.ms": 6000, "heartbeat.interval.ms": 500})
+    consumer.subscribe([topic])
+    seen: list[int] = []
 
-        def consume_until(count: int, timeout_s: float) -> None:
-            deadline = time.monotonic() + timeout_s
-            while len(set(seen)) < count and time.monotonic() < deadline:
-                msg = consumer.poll(0.2)
-                if msg is None or msg.error():
-                    continue
-                seen.append(msg.offset())
-                if len(seen) % 50 == 0 or len(set(seen)) == count:
-                    consumer.commit(asynchronous=False)
+    def consume_until(count: int, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while len(set(seen)) < count and time.monotonic() < deadline:
+            msg = consumer.poll(0.2)
+            if msg is None or msg.error():
+                continue
+            seen.append(msg.offset())
+            if len(seen) % 50 == 0 or len(set(seen)) == count:
+                consumer.commit(asynchronous=False)
 
-        consume_until(150, 90)
-        assert len(set(seen)) == 150
-        committed = consumer.committed([TopicPartition(topic, 0)], timeout=10)[0].offset
-        assert committed == 150
+    consume_until(150, 90)
+    assert len(set(seen)) == 150
+    committed = consumer.committed([TopicPartition(topic, 0)], timeout=10)[0].offset
+    assert committed == 150
 
-        killed_at = time.monotonic()
-        cluster.kill_node(victim)
-        live = ",".join(f"{n['host']}:{n['port']}" for n in nodes if n["broker_id"] != victim)
-        moved_to = wait_for(lambda: (c := coordinator_of(live, group)) not in (None, victim) and c, 90,
-                            "a new coordinator")
-        # The member finds the new coordinator and goes on from its committed offset.
-        producer = Producer({"bootstrap.servers": live, "acks": "all"})
-        for i in range(300, 400):
-            producer.produce(topic, key=str(i).encode(), value=str(i).encode())
-        assert producer.flush(60) == 0
-        consume_until(400, 120)
-        moved_s = time.monotonic() - killed_at
-        final = consumer.committed([TopicPartition(topic, 0)], timeout=10)[0].offset
-        consumer.close()
-        assert final == 400
-        # Everything read once, or again only past the last commit before the kill.
-        assert sorted(set(seen)) == list(range(400))
-        assert all(o >= committed for o in seen[150:] if seen.count(o) > 1)
-        # A fresh member of the group sees the same offsets through the new coordinator.
-        check = Consumer({"bootstrap.servers": live, "group.id": group, "enable.auto.commit": False})
-        assert check.committed([TopicPartition(topic, 0)], timeout=30)[0].offset == 400
-        check.close()
-        print(f"coordinator moved from broker {victim} to {moved_to}; member caught up {moved_s:.1f}s after kill -9")
-    finally:
-        cluster.stop()
+    killed_at = time.monotonic()
+    cluster.kill_node(victim)
+    live = ",".join(f"{n['host']}:{n['port']}" for n in nodes if n["broker_id"] != victim)
+    moved_to = wait_for(lambda: (c := coordinator_of(live, group)) not in (None, victim) and c, 90,
+                        "a new coordinator")
+    # The member finds the new coordinator and goes on from its committed offset.
+    producer = Producer({"bootstrap.servers": live, "acks": "all"})
+    for i in range(300, 400):
+        producer.produce(topic, key=str(i).encode(), value=str(i).encode())
+    assert producer.flush(60) == 0
+    consume_until(400, 120)
+    moved_s = time.monotonic() - killed_at
+    final = consumer.committed([TopicPartition(topic, 0)], timeout=10)[0].offset
+    consumer.close()
+    assert final == 400
+    # Everything read once, or again only past the last commit before the kill.
+    assert sorted(set(seen)) == list(range(400))
+    assert all(o >= committed for o in seen[150:] if seen.count(o) > 1)
+    # A fresh member of the group sees the same offsets through the new coordinator.
+    check = Consumer({"bootstrap.servers": live, "group.id": group, "enable.auto.commit": False})
+    assert check.committed([TopicPartition(topic, 0)], timeout=30)[0].offset == 400
+    check.close()
+    print(f"coordinator moved from broker {victim} to {moved_to}; member caught up {moved_s:.1f}s after kill -9")
 
 
 def test_committed_offsets_survive_a_broker_restart(tmp_path):

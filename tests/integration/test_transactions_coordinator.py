@@ -11,6 +11,7 @@ import uuid
 import pytest
 
 from tests.broker_process import BrokerProcess
+from tests.three_nodes import TXN_STATE_PARTITIONS
 from tests.wire_client import WireClient
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -389,7 +390,7 @@ def test_open_transaction_aborted_after_kill9_and_restart(txn_broker):
     assert states[-1][1] == states[0][1] and states[-1][2] == 1
 
 
-def test_coordinator_node_killed_mid_transaction(tmp_path):
+def test_coordinator_node_killed_mid_transaction(three_nodes):
     """3 Ray nodes, __transaction_state with RF=3 and min.insync.replicas=2: the
     node hosting a transaction's coordinator is killed (-9) between the
     producer's records and its commit. A replica on another node becomes the
@@ -399,62 +400,53 @@ def test_coordinator_node_killed_mid_transaction(tmp_path):
     a Prepare state."""
     from confluent_kafka.admin import NewTopic
 
-    cluster = BrokerProcess(tmp_path / "data", extra_args=["--nodes", "3"], log_name="txn-failover.log",
-                            overrides={"offsets.topic.num.partitions": "1",
-                                       "transaction.state.log.num.partitions": "3",
-                                       "transaction.state.log.replication.factor": "3",
-                                       "transaction.state.log.min.isr": "2",
-                                       "raykafka.replicas.per.node.max": "200"})
-    cluster.start(timeout_s=300)
+    cluster = three_nodes  # the session's shared cluster: __transaction_state with 3 partitions, RF=3, min ISR 2
+    nodes = cluster.nodes()
+    head = nodes[0]["broker_id"]  # the controller: not the victim
+    bootstrap = cluster.bootstrap_all
+    topic = f"fo-{uuid.uuid4().hex[:6]}"
+    admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 3)])[topic].result(120)
+    client = WireClient(nodes[0]["host"] + ":" + str(nodes[0]["port"]))
     try:
-        nodes = cluster.nodes()
-        head = nodes[0]["broker_id"]  # the controller: not the victim
-        bootstrap = cluster.bootstrap_all
-        topic = f"fo-{uuid.uuid4().hex[:6]}"
-        admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": bootstrap})
-        admin.create_topics([NewTopic(topic, 1, 3)])[topic].result(120)
-        client = WireClient(nodes[0]["host"] + ":" + str(nodes[0]["port"]))
-        try:
-            tid, coordinator = None, None
-            for i in range(200):  # a transactional id whose coordinator is not on the controller's node
-                candidate = f"fo-{i}-{uuid.uuid4().hex[:4]}"
-                for _ in range(120):
-                    found = client.request(10, 3, key=candidate, key_type=1)
-                    if found.error_code == 0:
-                        break
-                    time.sleep(0.5)
-                assert found.error_code == 0, found
-                if found.node_id != head:
-                    tid, coordinator = candidate, found.node_id
+        tid, coordinator = None, None
+        for i in range(200):  # a transactional id whose coordinator is not on the controller's node
+            candidate = f"fo-{i}-{uuid.uuid4().hex[:4]}"
+            for _ in range(120):
+                found = client.request(10, 3, key=candidate, key_type=1)
+                if found.error_code == 0:
                     break
-        finally:
-            client.close()
-        assert tid is not None
-        producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "transactional.id": tid,
-                                             "message.timeout.ms": 60000, "transaction.timeout.ms": 60000})
-        producer.init_transactions(120)
-        producer.begin_transaction()
-        for i in range(10):
-            producer.produce(topic, value=b"fo-%d" % i, partition=0)
-        assert producer.flush(60) == 0
-        cluster.kill_node(coordinator)
-        live = ",".join(f"{n['host']}:{n['port']}" for n in nodes if n["broker_id"] != coordinator)
-        try:
-            producer.commit_transaction(120)
-            committed = True
-        except confluent_kafka.KafkaException as exc:
-            committed = False
-            print(f"commit after the coordinator's node died failed: {exc.args[0]}")
-        deadline = time.monotonic() + 120
-        while True:
-            states = [s for s in _txn_states(cluster, tid, partitions=3, bootstrap=live) if s]
-            if states and states[-1][0] in ("CompleteCommit", "CompleteAbort") and \
-                    (not committed or states[-1][0] == "CompleteCommit"):
+                time.sleep(0.5)
+            assert found.error_code == 0, found
+            if found.node_id != head:
+                tid, coordinator = candidate, found.node_id
                 break
-            assert time.monotonic() < deadline, (committed, states)
-            time.sleep(1)
-        print(f"transaction of {tid} after the failover: committed={committed}, states={states}")
-        if committed:
-            assert states[-1][0] == "CompleteCommit"
     finally:
-        cluster.stop()
+        client.close()
+    assert tid is not None
+    producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "transactional.id": tid,
+                                         "message.timeout.ms": 60000, "transaction.timeout.ms": 60000})
+    producer.init_transactions(120)
+    producer.begin_transaction()
+    for i in range(10):
+        producer.produce(topic, value=b"fo-%d" % i, partition=0)
+    assert producer.flush(60) == 0
+    cluster.kill_node(coordinator)
+    live = ",".join(f"{n['host']}:{n['port']}" for n in nodes if n["broker_id"] != coordinator)
+    try:
+        producer.commit_transaction(120)
+        committed = True
+    except confluent_kafka.KafkaException as exc:
+        committed = False
+        print(f"commit after the coordinator's node died failed: {exc.args[0]}")
+    deadline = time.monotonic() + 120
+    while True:
+        states = [s for s in _txn_states(cluster, tid, partitions=TXN_STATE_PARTITIONS, bootstrap=live) if s]
+        if states and states[-1][0] in ("CompleteCommit", "CompleteAbort") and \
+                (not committed or states[-1][0] == "CompleteCommit"):
+            break
+        assert time.monotonic() < deadline, (committed, states)
+        time.sleep(1)
+    print(f"transaction of {tid} after the failover: committed={committed}, states={states}")
+    if committed:
+        assert states[-1][0] == "CompleteCommit"

@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from confluent_kafka import ElectionType
+from confluent_kafka import ElectionType, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from tests.broker_process import BrokerProcess, _pid_alive
@@ -62,14 +62,20 @@ def restore(cluster: BrokerProcess, timeout_s: float = 240) -> None:
     _wait(lambda: len(_metadata(cluster).brokers) == NODES, left(), f"{NODES} brokers registered")
     _wait(lambda: all(sorted(p.isrs) == sorted(p.replicas) for p in _partitions(cluster)), left(),
           "every partition's ISR full")
-    if any(p.leader != p.replicas[0] for p in _partitions(cluster)):
+    _wait(lambda: _preferred_leaders(cluster), left(), "every partition led by its preferred replica")
+
+
+def _preferred_leaders(cluster: BrokerProcess) -> bool:
+    """Whether every partition is led by its preferred replica; if not, ask for that election."""
+    metadata = _metadata(cluster)
+    off = [TopicPartition(topic, p.id) for topic, t in metadata.topics.items() for p in t.partitions.values()
+           if p.leader != p.replicas[0]]
+    if off:
+        # The client is kept until the answer: a destroyed client never completes its futures.
+        # (No keyword arguments: confluent-kafka 2.16's elect_leaders rejects its own timeouts.)
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap_all})
-        try:  # ELECTION_NOT_NEEDED for partitions already led by their preferred replica
-            admin.elect_leaders(ElectionType.PREFERRED, None, request_timeout=30).result(timeout=60)
-        except Exception:  # noqa: BLE001 - the wait below says whether it worked
-            pass
-        _wait(lambda: all(p.leader == p.replicas[0] for p in _partitions(cluster)), left(),
-              "every partition led by its preferred replica")
+        admin.elect_leaders(ElectionType.PREFERRED, off).result(timeout=60)
+    return not off
 
 
 def _metadata(cluster: BrokerProcess):

@@ -6,10 +6,11 @@ import os
 import time
 from pathlib import Path
 
+import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
-from tests.kafka_admin import create_topic
 
 from tests.broker_process import BrokerProcess
+from tests.kafka_admin import create_topic
 
 
 def produce(bootstrap: str, topic: str, count: int, start: int = 0) -> dict[int, list[int]]:
@@ -44,9 +45,35 @@ def consume_all(bootstrap: str, topic: str, partitions: int, timeout_s: float = 
     return out
 
 
-def test_acked_records_survive_kill9_and_offsets_continue(tmp_path):
-    data = tmp_path / "data"
-    broker = BrokerProcess(data).start()
+class CrashedBroker:
+    """One data directory whose broker the module's tests kill -9 (the whole
+    tree) and restart: each test finds a broker running on it and leaves the
+    restarted one running, so the module starts a broker once per crash, not
+    twice."""
+
+    def __init__(self, data: Path):
+        self.data = data
+        self.restarts = 0
+        self.broker = BrokerProcess(data).start()
+
+    def kill9(self) -> None:
+        self.broker.kill9()
+
+    def restart(self) -> BrokerProcess:
+        self.restarts += 1
+        self.broker = BrokerProcess(self.data, log_name=f"broker-restart-{self.restarts}.log").start()
+        return self.broker
+
+
+@pytest.fixture(scope="module")
+def crashed(tmp_path_factory):
+    crashed = CrashedBroker(tmp_path_factory.mktemp("durability") / "data")
+    yield crashed
+    assert crashed.broker.stop() == 0, crashed.broker.log_tail()
+
+
+def test_acked_records_survive_kill9_and_offsets_continue(crashed):
+    broker = crashed.broker
     topic = "durable"
     try:
         create_topic(broker.bootstrap, topic, 2)
@@ -55,23 +82,19 @@ def test_acked_records_survive_kill9_and_offsets_continue(tmp_path):
         tree = broker.tree()
         assert len(tree) > 3, "expected Ray and ZooKeeper processes under the broker"
     finally:
-        broker.kill9()
-    broker = BrokerProcess(data, log_name="broker-restarted.log").start()
-    try:
-        records = consume_all(broker.bootstrap, topic, 2)
-        for partition, offsets in acked.items():
-            present = {o for o, _ in records.get(partition, [])}
-            assert set(offsets) <= present, f"partition {partition}: acknowledged records lost"
-        more = produce(broker.bootstrap, topic, 100, start=5000)
-        for partition, offsets in more.items():
-            assert min(offsets) == max(acked[partition]) + 1, "new offsets must continue the log"
-    finally:
-        assert broker.stop() == 0
+        crashed.kill9()
+    broker = crashed.restart()
+    records = consume_all(broker.bootstrap, topic, 2)
+    for partition, offsets in acked.items():
+        present = {o for o, _ in records.get(partition, [])}
+        assert set(offsets) <= present, f"partition {partition}: acknowledged records lost"
+    more = produce(broker.bootstrap, topic, 100, start=5000)
+    for partition, offsets in more.items():
+        assert min(offsets) == max(acked[partition]) + 1, "new offsets must continue the log"
 
 
-def test_torn_last_batch_is_dropped_at_recovery(tmp_path):
-    data = tmp_path / "data"
-    broker = BrokerProcess(data).start()
+def test_torn_last_batch_is_dropped_at_recovery(crashed):
+    broker = crashed.broker
     topic = "torn"
     try:
         create_topic(broker.bootstrap, topic, 1)
@@ -80,17 +103,14 @@ def test_torn_last_batch_is_dropped_at_recovery(tmp_path):
             producer.produce(topic, value=f"batch-{i}".encode() * 20, partition=0)
             producer.flush(10)  # one batch per record
     finally:
-        broker.kill9()
-    segment = sorted((data / "logs" / f"{topic}-0").glob("*.log"))[-1]
+        crashed.kill9()
+    segment = sorted((crashed.data / "logs" / f"{topic}-0").glob("*.log"))[-1]
     size = segment.stat().st_size
     with open(segment, "r+b") as f:
         f.truncate(size - 40)  # cut the last batch in half, as a crash mid-write would
-    broker = BrokerProcess(data, log_name="broker-torn.log").start()
-    try:
-        records = consume_all(broker.bootstrap, topic, 1)[0]
-        assert [o for o, _ in records] == list(range(9)), "the torn batch must not be served"
-        assert all(v == f"batch-{o}".encode() * 20 for o, v in records)
-        more = produce(broker.bootstrap, topic, 1)
-        assert more[0] == [9], "the next offset reuses the cut one"
-    finally:
-        assert broker.stop() == 0
+    broker = crashed.restart()
+    records = consume_all(broker.bootstrap, topic, 1)[0]
+    assert [o for o, _ in records] == list(range(9)), "the torn batch must not be served"
+    assert all(v == f"batch-{o}".encode() * 20 for o, v in records)
+    more = produce(broker.bootstrap, topic, 1)
+    assert more[0] == [9], "the next offset reuses the cut one"

@@ -178,16 +178,13 @@ def test_a_consumer_group_resumes_on_hibernated_partitions_from_its_committed_of
     assert len(rest) == 4 and not set(rest) & {m.value() for m in got}, (rest, [m.value() for m in got])
 
 
-def test_acked_records_survive_kill9_while_replicas_hibernate(tmp_path):
+def test_acked_records_survive_kill9_while_replicas_hibernate(broker):
     """Some partitions hibernated, some woken and live, then kill -9 of the
     whole broker tree: after a restart on the same data every acknowledged
-    record is there and new offsets continue the logs."""
+    record is there and new offsets continue the logs. It crashes the module's
+    broker (one start saved), so it stays the module's last test."""
     from tests.integration.test_durability import consume_all, produce
 
-    data = tmp_path / "data"
-    overrides = {"raykafka.replica.hibernate.ms": "1500", "raykafka.replicas.per.node.max": str(LIVE_MAX),
-                 "raykafka.replica.spares": str(SPARES)}
-    broker = BrokerProcess(data, overrides).start()
     topic = "hibernating"
     try:
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})  # kept: a destroyed client fails its futures
@@ -199,7 +196,7 @@ def test_acked_records_survive_kill9_while_replicas_hibernate(tmp_path):
         assert replica_processes(broker) >= 1
     finally:
         broker.kill9()
-    broker = BrokerProcess(data, overrides, log_name="broker-restarted.log").start()
+    broker = BrokerProcess(broker.data_dir, broker.overrides, log_name="broker-restarted.log").start()
     try:
         records = consume_all(broker.bootstrap, topic, 6)
         for partition, offsets in acked.items():

@@ -18,6 +18,10 @@ from cluster.controller.controller import Controller
 from cluster.controller.internal_topics import InternalTopic
 from cluster.transactions.state_manager import TRANSACTION_STATE_TOPIC
 from core.config import BrokerConfig
+from core.controller_messages import (AlterReassignmentsResult, ConfigChange, ConfigResource, ControlledShutdownResult,
+                                      CreatePartitionsSpec, CreateTopicResult, CreateTopicSpec, DescribedConfigs,
+                                      ElectLeadersResult, InternalTopicOutcome, ListReassignmentsResult,
+                                      PartitionReassignment, TopicOutcome)
 from metadata.kafka_zk import KafkaZkClient
 
 
@@ -72,43 +76,47 @@ class ControllerActor:
     async def is_active(self) -> bool:
         return self.service is not None and self.service.is_active
 
-    async def create_topics(self, specs: list[dict], validate_only: bool, timeout_ms: int | None = None) -> list[dict]:
+    async def create_topics(self, specs: list[CreateTopicSpec], validate_only: bool,
+                            timeout_ms: int | None = None) -> list[CreateTopicResult]:
         return await self.service.create_topics(specs, validate_only, timeout_ms)
 
-    async def delete_topics(self, names: list[str]) -> dict:
+    async def delete_topics(self, names: list[str]) -> list[TopicOutcome]:
         return await self.service.delete_topics(names)
 
-    async def ensure_offsets_topic(self) -> tuple[int, str | None]:
+    async def ensure_offsets_topic(self) -> InternalTopicOutcome:
         return await self.service.ensure_offsets_topic()
 
-    async def ensure_transaction_state_topic(self) -> tuple[int, str | None]:
+    async def ensure_transaction_state_topic(self) -> InternalTopicOutcome:
         return await self.service.ensure_transaction_state_topic()
 
     async def close_local_replicas(self, broker_id: int) -> int:
         return await self.service.close_local_replicas(broker_id)
 
-    async def alter_topic_configs(self, changes: list[dict], validate_only: bool) -> list[dict]:
+    async def alter_topic_configs(self, changes: list[ConfigChange], validate_only: bool) -> list[TopicOutcome]:
         return await self.service.alter_topic_configs(changes, validate_only)
 
-    async def describe_configs(self, resources: list) -> list[dict]:
+    async def describe_configs(self, resources: list[ConfigResource]) -> list[DescribedConfigs]:
         return await self.service.describe_configs(resources)
 
-    async def create_partitions(self, specs: list[dict], validate_only: bool) -> list[dict]:
+    async def create_partitions(self, specs: list[CreatePartitionsSpec], validate_only: bool) -> list[TopicOutcome]:
         return await self.service.create_partitions(specs, validate_only)
 
-    async def elect_leaders(self, election_type: int, partitions: list | None, timeout_ms: int = 0) -> dict:
+    async def elect_leaders(self, election_type: int, partitions: list[tuple[str, int]] | None,
+                            timeout_ms: int = 0) -> ElectLeadersResult:
         return await self.service.elect_leaders(election_type, partitions, timeout_ms)
 
-    async def alter_partition_reassignments(self, reassignments: list, timeout_ms: int = 0) -> dict:
+    async def alter_partition_reassignments(self, reassignments: list[PartitionReassignment],
+                                            timeout_ms: int = 0) -> AlterReassignmentsResult:
         return await self.service.alter_partition_reassignments(reassignments, timeout_ms)
 
-    async def list_partition_reassignments(self, partitions: list | None, timeout_ms: int = 0) -> dict:
+    async def list_partition_reassignments(self, partitions: list[tuple[str, int]] | None,
+                                           timeout_ms: int = 0) -> ListReassignmentsResult:
         return await self.service.list_partition_reassignments(partitions, timeout_ms)
 
-    async def controlled_shutdown(self, broker_id: int) -> dict:
+    async def controlled_shutdown(self, broker_id: int) -> ControlledShutdownResult:
         return await self.service.controlled_shutdown(broker_id)
 
-    async def alter_broker_configs(self, changes: list[dict], validate_only: bool) -> list[dict]:
+    async def alter_broker_configs(self, changes: list[ConfigChange], validate_only: bool) -> list[TopicOutcome]:
         return await self.service.alter_broker_configs(changes, validate_only)
 
     async def status(self) -> dict:

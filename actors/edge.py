@@ -440,6 +440,7 @@ class EdgeActor:
         broker's leaders and take it out of the ISRs, retried while it still leads
         partitions or the controller cannot be reached, at most max_retries + 1 times.
         -> {"attempts", "remaining": [(topic, p)], "error": str | None}"""
+        from core.error_codes import ErrorCode
         from net.actor_calls import ActorCallFailed
 
         attempt, remaining, error = 0, [], None
@@ -447,8 +448,8 @@ class EdgeActor:
             attempt += 1
             try:
                 answer = await self.service.controller_call("controlled_shutdown", self.broker_id)
-                error = None if answer["error_code"] == ErrorCode.none else f"controller answered {answer['error_code']}"
-                remaining = [tuple(tp) for tp in answer["remaining"]]
+                error = None if answer.error == ErrorCode.none else f"controller answered {answer.error.name}"
+                remaining = [tuple(tp) for tp in answer.remaining]
             except ActorCallFailed as exc:
                 error = str(exc)
             if error is None and not remaining:

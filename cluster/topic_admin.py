@@ -8,6 +8,7 @@ import dataclasses
 import random
 from typing import Any
 
+from core.controller_messages import CreateTopicSpec
 from core.error_codes import ErrorCode
 
 from cluster.capacity import NodeCapacity, place_with_room
@@ -115,7 +116,7 @@ def assign_replicas_rack_aware(num_partitions: int, replication_factor: int, rac
     return assignment
 
 
-def plan_topic(spec: dict[str, Any], config: BrokerConfig, live_brokers: list[int],
+def plan_topic(spec: CreateTopicSpec, config: BrokerConfig, live_brokers: list[int],
                existing_topics: set[str], racks: dict[int, str | None] | None = None,
                capacity: NodeCapacity | None = None, internal: bool = False) -> TopicPlan:
     """Validate one CreateTopics entry; raise TopicSpecError with Kafka's code.
@@ -124,19 +125,19 @@ def plan_topic(spec: dict[str, Any], config: BrokerConfig, live_brokers: list[in
     topic that would still put a broker past raykafka.replicas.per.node.max is
     refused whole with POLICY_VIOLATION (Kafka's answer for a topic a broker
     policy rejects), manual assignments included."""
-    name = spec["name"]
+    name = spec.name
     problem = topic_name_error(name)
     if problem:
         raise TopicSpecError(ErrorCode.invalid_topic_exception, problem)
     if name in existing_topics:
         raise TopicSpecError(ErrorCode.topic_already_exists, f"Topic '{name}' already exists.")
     try:
-        validate_topic_configs(spec.get("configs") or {})
+        validate_topic_configs(spec.configs or {})
     except ConfigError as exc:
         raise TopicSpecError(ErrorCode.invalid_config, str(exc)) from None
-    num_partitions = spec["num_partitions"]
-    replication_factor = spec["replication_factor"]
-    manual = spec.get("assignments") or {}
+    num_partitions = spec.num_partitions
+    replication_factor = spec.replication_factor
+    manual = spec.assignments or {}
     if manual:
         if num_partitions != -1 or replication_factor != -1:
             raise TopicSpecError(ErrorCode.invalid_request,
@@ -179,7 +180,7 @@ def plan_topic(spec: dict[str, Any], config: BrokerConfig, live_brokers: list[in
         assignment = assign_within_capacity(num_partitions, replication_factor, live_brokers, known, capacity,
                                             internal)
     check_capacity(assignment, capacity, internal)
-    configs = {k: str(v) for k, v in (spec.get("configs") or {}).items()}
+    configs = {k: str(v) for k, v in (spec.configs or {}).items()}
     return TopicPlan(name, assignment, configs)
 
 

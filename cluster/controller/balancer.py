@@ -341,8 +341,8 @@ class Balancer:
             return False
         target = move.target(replicas)
         [result] = await self.c.reassignment._alter_reassignments([(move.topic, move.partition, target)])
-        if result["error_code"] != ErrorCode.none:
-            log.warning("balancer: %s refused: %s", move.describe(), result["error_message"])
+        if result.error != ErrorCode.none:
+            log.warning("balancer: %s refused: %s", move.describe(), result.message)
             return False
         self.moves_started += 1
         log.info("balancer: started %s", move.describe())
@@ -363,7 +363,7 @@ class Balancer:
                 continue
             [result] = await self.c.reassignment._alter_reassignments(
                 [(move.topic, move.partition, move.target(replicas))])
-            if result["error_code"] == ErrorCode.none:
+            if result.error == ErrorCode.none:
                 moved.append(move.tp)
                 log.info("balancer: %s", move.describe())
         if moved:
@@ -385,7 +385,7 @@ class Balancer:
         if due:
             results = await self.c.elections._elect_leaders(ElectionType.PREFERRED, due)
             self._preferred_due.difference_update(
-                (r["topic"], r["partition"]) for r in results if r["error_code"] == ErrorCode.none)
+                (r.topic, r.partition) for r in results if r.error == ErrorCode.none)
 
     async def _reap(self) -> None:
         ctx = self.c.ctx

@@ -13,6 +13,8 @@ from cluster.log_config import log_config_for, throttled_replicas_for
 from cluster.topic_admin import (TopicSpecError, apply_config_ops, describe_broker_config_entries,
                                  describe_topic_config_entries)
 from core.config import BROKER_CONFIGS, ConfigError, TOPIC_CONFIGS
+from core.controller_messages import (NOT_CONTROLLER_MESSAGE, ConfigChange, ConfigResource, DescribedConfigs,
+                                      TopicOutcome)
 from core.error_codes import ErrorCode
 
 log = logging.getLogger("raykafka.controller")
@@ -31,33 +33,31 @@ class ConfigManager:
         self.last_config_change: str | None = None
 
     # ---- topic configs: AlterConfigs / IncrementalAlterConfigs / DescribeConfigs ------------------
-    async def alter_topic_configs(self, changes: list[dict], validate_only: bool) -> list[dict]:
-        """changes: {"name", "replace": {k: v}} (AlterConfigs: the new full override set) or
-        {"name", "ops": [(key, op, value)]} (IncrementalAlterConfigs). -> [{"name", "error_code", "error_message"}]"""
+    async def alter_topic_configs(self, changes: list[ConfigChange], validate_only: bool) -> list[TopicOutcome]:
+        """AlterConfigs (``replace``: the new full override set) or
+        IncrementalAlterConfigs (``ops``) of topics."""
         async def event():
             if not self.c.is_active:
-                return [_error(c["name"], ErrorCode.not_controller, "This is not the active controller")
-                        for c in changes]
+                return [TopicOutcome(c.name, ErrorCode.not_controller, NOT_CONTROLLER_MESSAGE) for c in changes]
             results = []
             for change in changes:
-                name = change["name"]
+                name = change.name
                 topic = self.c.ctx.topics.get(name)
                 if topic is None or name in self.c.ctx.topics_being_deleted:
-                    results.append(_error(name, ErrorCode.unknown_topic_or_partition, f"Topic {name} does not exist."))
+                    results.append(TopicOutcome(name, ErrorCode.unknown_topic_or_partition,
+                                                f"Topic {name} does not exist."))
                     continue
                 try:
-                    if "replace" in change:
-                        new = apply_config_ops({}, [(k, 0, v) for k, v in change["replace"].items()])
-                    else:
-                        new = apply_config_ops(topic.configs, change["ops"])
+                    new = apply_config_ops({} if change.replace is not None else topic.configs,
+                                           change.operations())
                 except TopicSpecError as exc:
-                    results.append(_error(name, int(exc.error), str(exc)))
+                    results.append(TopicOutcome(name, ErrorCode(exc.error), str(exc)))
                     continue
                 if not validate_only and new != topic.configs:
                     await self.c.azk.configs.set_topic(name, new)  # also writes /config/changes
                     topic.configs = new
                     await self.push_topic_config(name)
-                results.append({"name": name, "error_code": ErrorCode.none, "error_message": None})
+                results.append(TopicOutcome(name))
             return results
 
         event.__name__ = "alter_topic_configs"
@@ -108,24 +108,23 @@ class ConfigManager:
                 calls.append((key, self.c.channel.update_replication_throttle(key, leader_rate, follower_rate)))
         await self.c._await_all(calls, "UpdateReplicationThrottle")
 
-    async def alter_broker_configs(self, changes: list[dict], validate_only: bool) -> list[dict]:
-        """Dynamic broker configs (only the replication throttle rates are dynamic here).
-        changes: {"name": "" (cluster default) or a broker id, "replace": {..}} or {"name", "ops": [..]}."""
+    async def alter_broker_configs(self, changes: list[ConfigChange], validate_only: bool) -> list[TopicOutcome]:
+        """Dynamic broker configs (only the replication throttle rates are dynamic here);
+        a change's name is "" (cluster default) or a broker id."""
         async def event():
             if not self.c.is_active:
-                return [_error(c["name"], ErrorCode.not_controller, "This is not the active controller")
-                        for c in changes]
+                return [TopicOutcome(c.name, ErrorCode.not_controller, NOT_CONTROLLER_MESSAGE) for c in changes]
             results, touched = [], False
             for change in changes:
-                name = change["name"]
+                name = change.name
                 try:
                     entity = "<default>" if name in ("", "<default>") else int(name)
                 except ValueError:
-                    results.append(_error(name, ErrorCode.invalid_request, f"Invalid broker id {name!r}"))
+                    results.append(TopicOutcome(name, ErrorCode.invalid_request, f"Invalid broker id {name!r}"))
                     continue
                 current = dict(self.broker_overrides.get(str(entity), {}))
-                new = {} if "replace" in change else dict(current)
-                ops = [(k, 0, v) for k, v in change["replace"].items()] if "replace" in change else change["ops"]
+                new = {} if change.replace is not None else dict(current)
+                ops = change.operations()
                 problem = None
                 for key, op, value in ops:
                     if key not in DYNAMIC_BROKER_CONFIGS:
@@ -144,13 +143,13 @@ class ConfigManager:
                         problem = (ErrorCode.invalid_config, f"{key}: APPEND/SUBTRACT apply to list configs only")
                         break
                 if problem is not None:
-                    results.append(_error(name, *problem))
+                    results.append(TopicOutcome(name, *problem))
                     continue
                 if not validate_only and new != current:
                     await self.c.azk.configs.set_broker(entity, new)
                     self.broker_overrides[str(entity)] = new
                     touched = True
-                results.append({"name": name, "error_code": ErrorCode.none, "error_message": None})
+                results.append(TopicOutcome(name))
             if touched:
                 await self.push_throttle_rates()
             return results
@@ -178,29 +177,27 @@ class ConfigManager:
                         self.c.ctx.topics[topic].configs = fresh
                         await self.push_topic_config(topic)
 
-    async def describe_configs(self, resources: list[tuple[int, str]]) -> list[dict]:
-        """resources: (resource type 2=topic / 4=broker, name) -> entries or an error."""
+    async def describe_configs(self, resources: list[ConfigResource]) -> list[DescribedConfigs]:
+        """Topics (type 2) and brokers (4; 8 broker loggers, none here): entries or an error."""
         async def event():
             out = []
             for resource_type, name in resources:
                 if resource_type == 2:
                     topic = self.c.ctx.topics.get(name) if self.c.ctx else None
                     if topic is None:
-                        out.append(_error(name, ErrorCode.unknown_topic_or_partition, f"Topic {name} does not exist."))
+                        out.append(DescribedConfigs(name, ErrorCode.unknown_topic_or_partition,
+                                                    f"Topic {name} does not exist."))
                         continue
-                    out.append({"name": name, "error_code": ErrorCode.none, "error_message": None,
-                                "entries": describe_topic_config_entries(topic.configs, self.c.config)})
+                    out.append(DescribedConfigs(name, entries=describe_topic_config_entries(topic.configs,
+                                                                                            self.c.config)))
                 elif resource_type in (4, 8):  # BROKER, BROKER_LOGGER
-                    out.append({"name": name, "error_code": ErrorCode.none, "error_message": None,
-                                "entries": describe_broker_config_entries(self.c._described_broker_config(name))
-                                if resource_type == 4 else []})
+                    out.append(DescribedConfigs(name, entries=describe_broker_config_entries(
+                        self.c._described_broker_config(name)) if resource_type == 4 else ()))
                 else:
-                    out.append(_error(name, 42, f"Unsupported resource type {resource_type}"))  # INVALID_REQUEST
+                    out.append(DescribedConfigs(name, ErrorCode.invalid_request,
+                                                f"Unsupported resource type {resource_type}"))
             return out
 
         event.__name__ = "describe_configs"
         return await self.c.submit(event)
 
-
-def _error(name: str, code: int, message: str) -> dict:
-    return {"name": name, "error_code": code, "error_message": message}

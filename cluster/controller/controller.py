@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from typing import Any, Awaitable, Callable
 
 from cluster.controller.balancer import Balancer
@@ -33,6 +34,11 @@ from cluster.controller.reassignment import ReplicaAssignment
 from cluster.controller.replica_state_machine import ReplicaState as RS
 from cluster.topic_admin import TopicSpecError, described_configs, plan_topic
 from core.config import BrokerConfig, TOPIC_CONFIGS
+from core.controller_messages import (NOT_CONTROLLER_MESSAGE, AlterReassignmentsResult, ConfigChange,
+                                      ConfigResource, ControlledShutdownResult, CreatePartitionsSpec,
+                                      CreateTopicResult, CreateTopicSpec, DescribedConfigs, ElectLeadersResult,
+                                      InternalTopicOutcome, ListReassignmentsResult, PartitionReassignment,
+                                      TopicOutcome)
 from metadata.kafka_zk import BadVersionError, KafkaZkClient
 from metadata.kafka_zk import PartitionState as ZkPartitionState
 from core.error_codes import ErrorCode
@@ -678,7 +684,8 @@ class Controller:
         await self._send_update_metadata()
 
     # ---- admin requests from edges ---------------------------------------------------------------
-    async def create_topics(self, specs: list[dict], validate_only: bool, timeout_ms: int | None = None) -> list[dict]:
+    async def create_topics(self, specs: list[CreateTopicSpec], validate_only: bool,
+                            timeout_ms: int | None = None) -> list[CreateTopicResult]:
         """CreateTopics. With the request's ``timeout_ms``: answered within it
         whatever the partition count (see _create_topics' ``answer``)."""
         budget_s = _answer_budget_s(timeout_ms, self.call_timeout_s)
@@ -688,8 +695,7 @@ class Controller:
 
         async def event():
             if not self.is_active:
-                return [_error(s["name"], ErrorCode.not_controller, "This is not the active controller")
-                        for s in specs]
+                return [CreateTopicResult(s.name, ErrorCode.not_controller, NOT_CONTROLLER_MESSAGE) for s in specs]
             return await self._create_topics(specs, validate_only, answer, answer_by)
 
         event.__name__ = "create_topics"
@@ -703,8 +709,9 @@ class Controller:
             return answer.result()
         return done.result()
 
-    async def _create_topics(self, specs: list[dict], validate_only: bool, answer: asyncio.Future | None = None,
-                             answer_by: float | None = None) -> list[dict]:
+    async def _create_topics(self, specs: list[CreateTopicSpec], validate_only: bool,
+                             answer: asyncio.Future | None = None,
+                             answer_by: float | None = None) -> list[CreateTopicResult]:
         """``answer`` (CreateTopics from a client): set with the results before
         this returns when the new replicas are not all up by ``answer_by``
         (the loop's time: half the request's timeout after it came). A
@@ -725,12 +732,12 @@ class Controller:
             try:
                 plan = plan_topic(spec, self.config, ctx.live_broker_ids, existing,
                                   racks={b: info.rack for b, info in ctx.brokers.items()},
-                                  capacity=capacity, internal=spec["name"].startswith("__"))
+                                  capacity=capacity, internal=spec.name.startswith("__"))
             except TopicSpecError as exc:
-                results.append(_error(spec["name"], exc.error, str(exc)))
+                results.append(CreateTopicResult(spec.name, ErrorCode(exc.error), str(exc)))
                 continue
             # later topics of this request (validate_only too) count it
-            capacity.add(plan.assignment, spec["name"].startswith("__"))
+            capacity.add(plan.assignment, spec.name.startswith("__"))
             topic_id = new_zk_topic_id()
             if not validate_only:
                 try:
@@ -739,18 +746,17 @@ class Controller:
                 except Exception as exc:  # TopicExistsError from a racing writer, or ZooKeeper trouble
                     code = (ErrorCode.topic_already_exists if type(exc).__name__ == "TopicExistsError"
                             else ErrorCode.unknown_server_error)
-                    results.append(_error(plan.name, code, str(exc)))
+                    results.append(CreateTopicResult(plan.name, code, str(exc)))
                     continue
                 ctx.topics[plan.name] = TopicState(plan.name, topic_id, plan.assignment, plan.configs,
                                                    internal=plan.name.startswith("__"))
                 existing.add(plan.name)
                 created.append(plan.name)
-            results.append({
-                "name": plan.name, "error_code": ErrorCode.none, "error_message": None,
-                "topic_id": __import__("uuid").UUID(zk_topic_id_to_uuid(topic_id)) if not validate_only else None,
-                "num_partitions": plan.num_partitions, "replication_factor": plan.replication_factor,
-                "configs": described_configs(plan.configs, self.config),
-            })
+            results.append(CreateTopicResult(
+                plan.name, ErrorCode.none, None,
+                topic_id=uuid.UUID(zk_topic_id_to_uuid(topic_id)) if not validate_only else None,
+                num_partitions=plan.num_partitions, replication_factor=plan.replication_factor,
+                configs=described_configs(plan.configs, self.config)))
         if created:
             partitions = [item for name in created for item in ctx.partitions_of(name)]
             await self._elect_offline_partitions(partitions)
@@ -768,63 +774,63 @@ class Controller:
             await self._send_update_metadata()
         return results
 
-    async def ensure_offsets_topic(self) -> tuple[int, str | None]:
+    async def ensure_offsets_topic(self) -> InternalTopicOutcome:
         """Create __consumer_offsets unless it exists (the first FindCoordinator
-        asks for it, as in Kafka); -> (error code, message)."""
+        asks for it, as in Kafka)."""
         async def event():
             if not self.is_active:
-                return ErrorCode.not_controller, "This is not the active controller"
+                return InternalTopicOutcome(ErrorCode.not_controller, NOT_CONTROLLER_MESSAGE)
             if self.offsets_topic.name in self.ctx.topics:
-                return ErrorCode.none, None
+                return InternalTopicOutcome()
             if not self.ctx.brokers:
-                return ErrorCode.coordinator_not_available, "no live brokers"
+                return InternalTopicOutcome(ErrorCode.coordinator_not_available, "no live brokers")
             [result] = await self._create_topics([self.offsets_topic.spec(self.config, len(self.ctx.brokers))],
                                                  False)
-            return result["error_code"], result["error_message"]
+            return InternalTopicOutcome(result.error, result.message)
 
         event.__name__ = "ensure_offsets_topic"
         return await self.submit(event)
 
-    async def ensure_transaction_state_topic(self) -> tuple[int, str | None]:
+    async def ensure_transaction_state_topic(self) -> InternalTopicOutcome:
         """Create __transaction_state unless it exists (the first
-        FindCoordinator(TRANSACTION) asks for it); -> (error code, message)."""
+        FindCoordinator(TRANSACTION) asks for it)."""
         async def event():
             if not self.is_active:
-                return ErrorCode.not_controller, "This is not the active controller"
+                return InternalTopicOutcome(ErrorCode.not_controller, NOT_CONTROLLER_MESSAGE)
             if self.transaction_state_topic.name in self.ctx.topics:
-                return ErrorCode.none, None
+                return InternalTopicOutcome()
             if not self.ctx.brokers:
-                return ErrorCode.coordinator_not_available, "no live brokers"
+                return InternalTopicOutcome(ErrorCode.coordinator_not_available, "no live brokers")
             spec = self.transaction_state_topic.spec(self.config, len(self.ctx.brokers))
             [result] = await self._create_topics([spec], False)
-            return result["error_code"], result["error_message"]
+            return InternalTopicOutcome(result.error, result.message)
 
         event.__name__ = "ensure_transaction_state_topic"
         return await self.submit(event)
 
-    async def delete_topics(self, names: list[str]) -> dict[str, tuple[int, str | None]]:
+    async def delete_topics(self, names: list[str]) -> list[TopicOutcome]:
         return await self.deletion.delete_topics(names)
 
     # ---- the parts' entry points (edge requests through the actor, calls between parts) ----------------
-    async def create_partitions(self, specs: list[dict], validate_only: bool) -> list[dict]:
+    async def create_partitions(self, specs: list[CreatePartitionsSpec], validate_only: bool) -> list[TopicOutcome]:
         return await self.growth.create_partitions(specs, validate_only)
 
     def _described_broker_config(self, name: str):
         return self.growth._described_broker_config(name)
 
     async def elect_leaders(self, election_type: int, partitions: list[tuple[str, int]] | None,
-                            timeout_ms: int = 0) -> dict:
+                            timeout_ms: int = 0) -> ElectLeadersResult:
         return await self.elections.elect_leaders(election_type, partitions, timeout_ms)
 
-    async def controlled_shutdown(self, broker_id: int, broker_epoch: int = -1) -> dict:
+    async def controlled_shutdown(self, broker_id: int, broker_epoch: int = -1) -> ControlledShutdownResult:
         return await self.elections.controlled_shutdown(broker_id, broker_epoch)
 
-    async def alter_partition_reassignments(self, reassignments: list[tuple[str, int, list[int] | None]],
-                                            timeout_ms: int = 0) -> dict:
+    async def alter_partition_reassignments(self, reassignments: list[PartitionReassignment],
+                                            timeout_ms: int = 0) -> AlterReassignmentsResult:
         return await self.reassignment.alter_partition_reassignments(reassignments, timeout_ms)
 
     async def list_partition_reassignments(self, partitions: list[tuple[str, int]] | None,
-                                           timeout_ms: int = 0) -> dict:
+                                           timeout_ms: int = 0) -> ListReassignmentsResult:
         return await self.reassignment.list_partition_reassignments(partitions, timeout_ms)
 
     def _target_replicas(self, topic: str, p: int) -> list[int]:
@@ -833,13 +839,13 @@ class Controller:
     async def _await_calls(self, calls: list) -> dict:
         return await self.reassignment._await_calls(calls)
 
-    async def alter_topic_configs(self, changes: list[dict], validate_only: bool) -> list[dict]:
+    async def alter_topic_configs(self, changes: list[ConfigChange], validate_only: bool) -> list[TopicOutcome]:
         return await self.configs.alter_topic_configs(changes, validate_only)
 
-    async def alter_broker_configs(self, changes: list[dict], validate_only: bool) -> list[dict]:
+    async def alter_broker_configs(self, changes: list[ConfigChange], validate_only: bool) -> list[TopicOutcome]:
         return await self.configs.alter_broker_configs(changes, validate_only)
 
-    async def describe_configs(self, resources: list[tuple[int, str]]) -> list[dict]:
+    async def describe_configs(self, resources: list[ConfigResource]) -> list[DescribedConfigs]:
         return await self.configs.describe_configs(resources)
 
     def _throttle_rates(self, broker_id: int) -> tuple[int, int]:
@@ -871,6 +877,3 @@ def _answer_budget_s(timeout_ms: int | None, call_timeout_s: float) -> float | N
         return None
     return max(0.0, min(timeout_ms / 1000 * ANSWER_WITHIN_SHARE, call_timeout_s))
 
-
-def _error(name: str, code: int, message: str) -> dict:
-    return {"name": name, "error_code": code, "error_message": message}

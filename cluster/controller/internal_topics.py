@@ -9,6 +9,7 @@ import logging
 from typing import Callable, NamedTuple, Optional
 
 from core.config import BrokerConfig
+from core.controller_messages import CreateTopicSpec
 from core.naming import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 
 __all__ = ["OFFSETS_TOPIC", "TRANSACTION_STATE_TOPIC", "InternalTopic", "InternalTopicConfigs", "internal_topic_spec",
@@ -19,7 +20,7 @@ log = logging.getLogger("raykafka.controller")
 class InternalTopic(NamedTuple):
     name: str
     # (broker config, live brokers) -> a CreateTopics entry (replication capped at the live brokers)
-    spec: Callable[[BrokerConfig, int], dict]
+    spec: Callable[[BrokerConfig, int], CreateTopicSpec]
 
 
 class InternalTopicConfigs(NamedTuple):
@@ -44,7 +45,7 @@ TRANSACTION_STATE_TOPIC_CONFIGS = InternalTopicConfigs(
     (("compression.type", "uncompressed"), ("unclean.leader.election.enable", "false")))
 
 
-def internal_topic_spec(topic: InternalTopicConfigs, config: BrokerConfig, live_brokers: int) -> dict:
+def internal_topic_spec(topic: InternalTopicConfigs, config: BrokerConfig, live_brokers: int) -> CreateTopicSpec:
     """CreateTopics entry for ``topic``. The replication factor is capped at
     the live brokers (see offsets.topic.replication.factor in core/config.py),
     and min.insync.replicas at the replication factor."""
@@ -57,8 +58,7 @@ def internal_topic_spec(topic: InternalTopicConfigs, config: BrokerConfig, live_
     if topic.min_insync_replicas is not None:
         configs["min.insync.replicas"] = str(min(config[topic.min_insync_replicas], replication))
     configs.update(topic.configs)
-    return {"name": topic.name, "num_partitions": config[topic.num_partitions], "replication_factor": replication,
-            "assignments": {}, "configs": configs}
+    return CreateTopicSpec(topic.name, config[topic.num_partitions], replication, configs=configs)
 
 
 offsets_topic_spec = functools.partial(internal_topic_spec, OFFSETS_TOPIC_CONFIGS)

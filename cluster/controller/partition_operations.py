@@ -19,6 +19,9 @@ import asyncio
 import logging
 from typing import Any
 
+from core.controller_messages import (NOT_CONTROLLER_MESSAGE, AlterReassignmentsResult, ControlledShutdownResult,
+                                      CreatePartitionsSpec, ElectLeadersResult, ListReassignmentsResult,
+                                      OngoingReassignment, PartitionOutcome, PartitionReassignment, TopicOutcome)
 from core.error_codes import ErrorCode
 
 from cluster.controller.channel import ReplicaKey
@@ -38,8 +41,7 @@ log = logging.getLogger("raykafka.controller")
 
 
 
-def _result(topic: str, partition: int, code: ErrorCode = ErrorCode.none, message: str | None = None) -> dict:
-    return {"topic": topic, "partition": partition, "error_code": code, "error_message": message}
+_result = PartitionOutcome
 
 
 class PartitionOperations:
@@ -47,19 +49,18 @@ class PartitionOperations:
     nothing else); create_partitions also `c`, the controller."""
 
     # ---- CreatePartitions (37) -------------------------------------------------------------------
-    async def create_partitions(self, specs: list[dict], validate_only: bool) -> list[dict]:
+    async def create_partitions(self, specs: list[CreatePartitionsSpec], validate_only: bool) -> list[TopicOutcome]:
         async def event():
             if not self.c.is_active:
-                return [{"name": s["name"], "error_code": ErrorCode.not_controller,
-                         "error_message": "This is not the active controller"} for s in specs]
+                return [TopicOutcome(s.name, ErrorCode.not_controller, NOT_CONTROLLER_MESSAGE) for s in specs]
             results, grown = [], []
             capacity = self._node_capacity()
             for spec in specs:
-                name = spec["name"]
+                name = spec.name
                 try:
                     added = self._plan_new_partitions(spec, capacity)
                 except TopicSpecError as exc:
-                    results.append({"name": name, "error_code": int(exc.error), "error_message": str(exc)})
+                    results.append(TopicOutcome(name, ErrorCode(exc.error), str(exc)))
                     continue
                 # Later topics of the same request see these replicas (validate_only too:
                 # it must answer what the real request would).
@@ -68,13 +69,12 @@ class PartitionOperations:
                     try:
                         merged = await self.c.azk.topics.add_partitions(name, added)
                     except Exception as exc:  # a concurrent writer, or ZooKeeper trouble
-                        results.append({"name": name, "error_code": ErrorCode.unknown_server_error,
-                                        "error_message": str(exc)})
+                        results.append(TopicOutcome(name, ErrorCode.unknown_server_error, str(exc)))
                         continue
                     self.ctx.topics[name].assignment = {int(p): list(r) for p, r in merged.items()}
                     grown.extend(((name, p), replicas) for p, replicas in added.items())
                     log.info("topic %s grows to %d partitions: %s", name, len(merged), added)
-                results.append({"name": name, "error_code": ErrorCode.none, "error_message": None})
+                results.append(TopicOutcome(name))
             if grown:
                 await self.c._elect_offline_partitions(grown)  # NewPartition -> OnlinePartition
                 await self.c._send_leader_and_isr([tp for tp, _ in grown])
@@ -84,11 +84,11 @@ class PartitionOperations:
         event.__name__ = "create_partitions"
         return await self.c.submit(event)
 
-    def _plan_new_partitions(self, spec: dict, capacity: NodeCapacity | None = None) -> dict[int, list[int]]:
+    def _plan_new_partitions(self, spec: CreatePartitionsSpec, capacity: NodeCapacity | None = None) -> dict[int, list[int]]:
         """Kafka's AdminZkClient.createPartitions checks, with its messages; then
         raykafka.replicas.per.node.max (POLICY_VIOLATION, the whole topic's growth)."""
         ctx = self.ctx
-        name, count = spec["name"], spec["count"]
+        name, count = spec.name, spec.count
         topic = ctx.topics.get(name)
         if topic is None:
             raise TopicSpecError(ErrorCode.unknown_topic_or_partition, f"The topic '{name}' does not exist.")
@@ -105,7 +105,7 @@ class PartitionOperations:
             raise TopicSpecError(ErrorCode.invalid_partitions,
                                  f"Number of partitions {count} exceeds the limit of 100000")
         rf = len(topic.assignment[0])
-        manual = spec.get("assignments")
+        manual = spec.assignments
         if manual:
             if len(manual) != count - current:
                 raise TopicSpecError(ErrorCode.invalid_replica_assignment,
@@ -206,18 +206,18 @@ class Elections:
 
     # ---- leader elections: ElectLeaders (43), /admin/preferred_replica_election, auto rebalance -----------
     async def elect_leaders(self, election_type: int, partitions: list[tuple[str, int]] | None,
-                            timeout_ms: int = 0) -> dict:
+                            timeout_ms: int = 0) -> ElectLeadersResult:
         async def event():
             if not self.c.is_active:
-                return {"error_code": ErrorCode.not_controller, "results": []}
+                return ElectLeadersResult(ErrorCode.not_controller)
             results = await self._elect_leaders(ElectionType(election_type), partitions)
-            return {"error_code": ErrorCode.none, "results": results}
+            return ElectLeadersResult(ErrorCode.none, results)
 
         event.__name__ = "elect_leaders"
         return await self.c.submit(event)
 
     async def _elect_leaders(self, election_type: ElectionType,
-                             partitions: list[tuple[str, int]] | None) -> list[dict]:
+                             partitions: list[tuple[str, int]] | None) -> list[PartitionOutcome]:
         ctx = self.c.ctx
         requested_all = partitions is None
         if requested_all:
@@ -270,7 +270,7 @@ class Elections:
             await self.c._send_update_metadata()
         if requested_all:
             # Kafka answers a null-topics request only for partitions where something happened.
-            results = [r for r in results if r["error_code"] != ErrorCode.election_not_needed]
+            results = [r for r in results if r.error != ErrorCode.election_not_needed]
         return results
 
     async def _on_preferred_replica_election(self) -> None:
@@ -285,7 +285,7 @@ class Elections:
         if partitions is None or partitions == []:
             return
         results = await self._elect_leaders(ElectionType.PREFERRED, list(partitions))
-        failed = [r for r in results if r["error_code"] not in (ErrorCode.none, ErrorCode.election_not_needed)]
+        failed = [r for r in results if r.error not in (ErrorCode.none, ErrorCode.election_not_needed)]
         if failed:
             log.warning("preferred replica election: %d partitions failed: %s", len(failed), failed[:10])
         await self.c.azk.admin.delete_preferred_replica_election()
@@ -332,15 +332,15 @@ class Elections:
         self._rebalance_task = self.c.loop.create_task(loop())
 
     # ---- controlled shutdown ---------------------------------------------------------------------------
-    async def controlled_shutdown(self, broker_id: int, broker_epoch: int = -1) -> dict:
-        """Kafka's ControlledShutdown for one broker: lead elsewhere, leave the ISRs.
-        -> {"error_code", "remaining": [(topic, p)] partitions it still leads}."""
+    async def controlled_shutdown(self, broker_id: int, broker_epoch: int = -1) -> ControlledShutdownResult:
+        """Kafka's ControlledShutdown for one broker: lead elsewhere, leave the ISRs;
+        answers the partitions it still leads."""
         async def event():
             if not self.c.is_active:
-                return {"error_code": ErrorCode.not_controller, "remaining": []}
+                return ControlledShutdownResult(ErrorCode.not_controller)
             ctx = self.c.ctx
             if broker_id not in ctx.brokers:
-                return {"error_code": ErrorCode.broker_not_available, "remaining": []}
+                return ControlledShutdownResult(ErrorCode.broker_not_available)
             ctx.shutting_down.add(broker_id)
             log.info("controlled shutdown of broker %d (shutting down: %s)", broker_id, sorted(ctx.shutting_down))
             moved, followers = [], []
@@ -383,7 +383,7 @@ class Elections:
                          if state.leader == broker_id and tp[0] not in ctx.topics_being_deleted]
             log.info("controlled shutdown of broker %d: %d leaders moved, left %d ISRs, %d partitions remain "
                      "led by it", broker_id, len(moved), len(followers), len(remaining))
-            return {"error_code": ErrorCode.none, "remaining": remaining}
+            return ControlledShutdownResult(ErrorCode.none, remaining)
 
         event.__name__ = f"controlled_shutdown({broker_id})"
         return await self.c.submit(event)
@@ -403,37 +403,35 @@ class Reassignments:
             return reassignment.target_replicas
         return list(self.c.ctx.topics[topic].assignment[p])
 
-    async def alter_partition_reassignments(self, reassignments: list[tuple[str, int, list[int] | None]],
-                                            timeout_ms: int = 0) -> dict:
+    async def alter_partition_reassignments(self, reassignments: list[PartitionReassignment],
+                                            timeout_ms: int = 0) -> AlterReassignmentsResult:
         async def event():
             if not self.c.is_active:
-                return {"error_code": ErrorCode.not_controller, "error_message": "This is not the active controller",
-                        "results": []}
+                return AlterReassignmentsResult(ErrorCode.not_controller, NOT_CONTROLLER_MESSAGE)
             results = await self._alter_reassignments([(t, p, None if r is None else list(r))
                                                        for t, p, r in reassignments])
-            return {"error_code": ErrorCode.none, "error_message": None, "results": results}
+            return AlterReassignmentsResult(ErrorCode.none, None, results)
 
         event.__name__ = "alter_partition_reassignments"
         return await self.c.submit(event)
 
     async def list_partition_reassignments(self, partitions: list[tuple[str, int]] | None,
-                                           timeout_ms: int = 0) -> dict:
+                                           timeout_ms: int = 0) -> ListReassignmentsResult:
         async def event():
             if not self.c.is_active:
-                return {"error_code": ErrorCode.not_controller, "error_message": "This is not the active controller",
-                        "results": []}
+                return ListReassignmentsResult(ErrorCode.not_controller, NOT_CONTROLLER_MESSAGE)
             wanted = set(map(tuple, partitions)) if partitions is not None else None
             results = []
             for (topic, p), r in sorted(self.c.ctx.reassignments.items()):
                 if wanted is None or (topic, p) in wanted:
-                    results.append({"topic": topic, "partition": p, "replicas": list(r.replicas),
-                                    "adding_replicas": list(r.adding), "removing_replicas": list(r.removing)})
-            return {"error_code": ErrorCode.none, "error_message": None, "results": results}
+                    results.append(OngoingReassignment(topic, p, list(r.replicas), list(r.adding), list(r.removing)))
+            return ListReassignmentsResult(ErrorCode.none, None, results)
 
         event.__name__ = "list_partition_reassignments"
         return await self.c.submit(event)
 
-    async def _alter_reassignments(self, requests: list[tuple[str, int, list[int] | None]]) -> list[dict]:
+    async def _alter_reassignments(self, requests: list[tuple[str, int, list[int] | None]]
+                                   ) -> list[PartitionOutcome]:
         ctx = self.c.ctx
         results, started = [], []
         for topic, p, target in requests:
@@ -446,7 +444,7 @@ class Reassignments:
             try:
                 new = build_reassignment(current, target, ctx.brokers.keys())
             except ReassignmentError as exc:
-                results.append(_result(topic, p, exc.code, str(exc)))
+                results.append(_result(topic, p, exc.error, str(exc)))
                 continue
             if new == current:
                 results.append(_result(topic, p))
@@ -628,7 +626,7 @@ class Reassignments:
         if not fresh:
             return
         results = await self._alter_reassignments(fresh)
-        failed = {(r["topic"], r["partition"]) for r in results if r["error_code"]}
+        failed = {(r.topic, r.partition) for r in results if r.error != ErrorCode.none}
         if failed:
             log.warning("/admin/reassign_partitions: refused %s", sorted(failed))
         # Kafka removes entries it cannot act on; finished ones leave as they complete.

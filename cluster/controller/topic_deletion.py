@@ -10,6 +10,7 @@ from typing import Any
 from cluster.controller.channel import ReplicaKey
 from cluster.controller.partition_state_machine import PartitionStateName as PS
 from cluster.controller.replica_state_machine import ReplicaState as RS
+from core.controller_messages import NOT_CONTROLLER_MESSAGE, TopicOutcome
 from core.error_codes import ErrorCode
 
 log = logging.getLogger("raykafka.controller")
@@ -24,21 +25,24 @@ class TopicDeletionManager:
     def __init__(self, controller: Any):
         self.c = controller
 
-    async def delete_topics(self, names: list[str]) -> dict[str, tuple[ErrorCode, str | None]]:
+    async def delete_topics(self, names: list[str]) -> list[TopicOutcome]:
+        """DeleteTopics: one outcome per name, in order."""
         async def event():
             if not self.c.is_active:
-                return {n: (ErrorCode.not_controller, "This is not the active controller") for n in names}
-            outcome = {}
+                return [TopicOutcome(n, ErrorCode.not_controller, NOT_CONTROLLER_MESSAGE) for n in names]
+            outcome = []
             to_delete = []
             for name in names:
                 if name not in self.c.ctx.topics:
-                    outcome[name] = (ErrorCode.unknown_topic_or_partition,
-                                     "This server does not host this topic-partition.")
+                    outcome.append(TopicOutcome(name, ErrorCode.unknown_topic_or_partition,
+                                                "This server does not host this topic-partition."))
                 elif not self.c.config["delete.topic.enable"]:
-                    outcome[name] = (ErrorCode.topic_deletion_disabled, "Topic deletion is disabled.")
+                    outcome.append(TopicOutcome(name, ErrorCode.topic_deletion_disabled,
+                                                "Topic deletion is disabled."))
                 else:
-                    to_delete.append(name)
-                    outcome[name] = (ErrorCode.none, None)
+                    if name not in to_delete:
+                        to_delete.append(name)
+                    outcome.append(TopicOutcome(name))
             for name in to_delete:
                 await self.c.azk.admin.mark_topic_for_deletion(name)
             if to_delete:

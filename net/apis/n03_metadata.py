@@ -1,5 +1,6 @@
 """Metadata (3): brokers, controller and topics from the cache; unknown topics
 are auto-created through the controller when the client and the broker allow it."""
+from core.controller_messages import CreateTopicSpec
 from core.error_codes import ErrorCode
 
 from core.naming import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, topic_name_error
@@ -25,14 +26,12 @@ async def _auto_create(edge, names: list[str]) -> dict[str, tuple[int, str | Non
             answers[name] = (ErrorCode.leader_not_available, None) if failure is not None else (ErrorCode.none, None)
     if not names:
         return answers
-    specs = [{"name": n, "num_partitions": config["num.partitions"],
-              "replication_factor": config["default.replication.factor"],
-              "assignments": {}, "configs": {}} for n in names]
+    specs = [CreateTopicSpec(n, config["num.partitions"], config["default.replication.factor"]) for n in names]
     try:
         results = await edge.controller_call("create_topics", specs, False)
     except ActorCallFailed:
         return {**answers, **{n: (ErrorCode.leader_not_available, None) for n in names}}
-    return {**answers, **{r["name"]: (r["error_code"], r["error_message"]) for r in results}}
+    return {**answers, **{r.name: (r.error, r.message) for r in results}}
 
 
 @api(3, 0, 13, tests=("tests/integration/test_clients.py::test_metadata_and_auto_create",))

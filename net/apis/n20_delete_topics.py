@@ -1,5 +1,6 @@
 """DeleteTopics (20): the controller stops and deletes every replica, removes
 the topic's znodes and pushes the new metadata before answering."""
+from core.controller_messages import TopicOutcome
 from core.error_codes import ErrorCode
 
 from net.actor_calls import ActorCallFailed
@@ -34,13 +35,14 @@ async def handle_delete_topics(ctx, request):
     denied = {n for n in names if n not in deletable}  # Kafka: DELETE on each topic
     names = [n for n in names if n in deletable]
     timeout_ms = timedelta_ms(request.timeout)
-    outcome: dict[str, tuple[int, str | None]] = {}
+    outcome: dict[str, TopicOutcome] = {}
     if names:
         try:
-            outcome = await edge.controller_call("delete_topics", names,
-                                                 timeout_s=max(timeout_ms / 1000, 0) + edge.call_timeout_s)
+            answered = await edge.controller_call("delete_topics", names,
+                                                  timeout_s=max(timeout_ms / 1000, 0) + edge.call_timeout_s)
+            outcome = {o.name: o for o in answered}
         except ActorCallFailed as exc:
-            outcome = {n: (int(exc.error), str(exc)) for n in names}  # Kafka's message (net/actor_calls.py)
+            outcome = {n: TopicOutcome(n, exc.error, str(exc)) for n in names}  # Kafka's message (net/actor_calls.py)
     results = []
     for name, topic_id in entries:
         if name is None:
@@ -48,7 +50,7 @@ async def handle_delete_topics(ctx, request):
         elif name in denied:
             code, message = ErrorCode.topic_authorization_failed, None
         else:
-            code, message = outcome.get(name, (ErrorCode.unknown_topic_or_partition, None))
+            _, code, message = outcome.get(name, TopicOutcome(name, ErrorCode.unknown_topic_or_partition))
         if name in denied and name in by_id:
             name = None  # Kafka: an unauthorized principal does not learn the name behind an id
         results.append(build(result_cls, name=name, topic_id=topic_id, error_code=ErrorCode(code),

@@ -2,6 +2,7 @@
 override > static broker config > default), and the broker's static configs.
 A sensitive config (Kafka's isSensitive: a password, or a key of unknown
 type) answers null for its value and for every synonym's value, to everyone."""
+from core.controller_messages import ConfigResource, DescribedConfigs
 from core.error_codes import ErrorCode
 
 from net.actor_calls import ActorCallFailed
@@ -43,14 +44,15 @@ async def handle_describe_configs(ctx, request):
     for r, denial in zip(request.resources, denials):
         name = str(edge.broker_id) if r.resource_type == BROKER and r.resource_name == "" else r.resource_name
         if denial is None:
-            resources.append((r.resource_type, name))
+            resources.append(ConfigResource(r.resource_type, name))
     try:
         described = await edge.controller_call("describe_configs", resources) if resources else []
     except ActorCallFailed as exc:
-        described = [{"name": n, "error_code": int(exc.error), "error_message": str(exc)} for _, n in resources]
+        described = [DescribedConfigs(r.name, exc.error, str(exc)) for r in resources]
     answered = iter(described)
     described = [next(answered) if denial is None else
-                 {"error_code": int(denial), "error_message": "Authorization failed."} for denial in denials]
+                 DescribedConfigs(r.resource_name, ErrorCode(int(denial)), "Authorization failed.")
+                 for r, denial in zip(request.resources, denials)]
     with_synonyms = getattr(request, "include_synonyms", False)
     with_docs = getattr(request, "include_documentation", False)
     results = []
@@ -64,9 +66,9 @@ async def handle_describe_configs(ctx, request):
                                        source=s["source"])
                                  for s in e["synonyms"]) if with_synonyms else (),
                   config_type=e["type"], documentation=e["doc"] if with_docs else None)
-            for e in d.get("entries", ()) if wanted is None or e["name"] in wanted)
-        if wanted and POOL_STATS_KEY in wanted and r.resource_type == BROKER and d["error_code"] == ErrorCode.none:
+            for e in d.entries if wanted is None or e["name"] in wanted)
+        if wanted and POOL_STATS_KEY in wanted and r.resource_type == BROKER and d.error == ErrorCode.none:
             entries += _pool_stats_entry(edge, r.resource_name, entry_cls)
-        results.append(build(result_cls, error_code=ErrorCode(d["error_code"]), error_message=d.get("error_message"),
+        results.append(build(result_cls, error_code=d.error, error_message=d.message,
                              resource_type=r.resource_type, resource_name=r.resource_name, configs=entries))
     return build(schema, throttle_time=ZERO_THROTTLE, results=tuple(results))

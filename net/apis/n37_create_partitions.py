@@ -2,6 +2,7 @@
 must grow: INVALID_PARTITIONS otherwise) and any manual assignment, writes
 the new partitions and answers once they have leaders. The edge only refuses
 what Kafka refuses before the controller sees it: a topic named twice."""
+from core.controller_messages import CreatePartitionsSpec, TopicOutcome
 from core.error_codes import ErrorCode
 
 from net.actor_calls import ActorCallFailed
@@ -27,26 +28,23 @@ async def handle_create_partitions(ctx, request):
     duplicates = {name for name, count in counts.items() if count > 1}
     alterable = await authorization.authorized(ctx, Operation.ALTER, ResourceType.TOPIC, counts)
     denied = {name for name in counts if name not in alterable and name not in duplicates}  # Kafka: ALTER topic
-    specs = [{
-        "name": t.name,
-        "count": t.count,
+    specs = [CreatePartitionsSpec(
+        t.name, t.count,
         # One broker list per new partition, in partition order; null = the controller places them.
-        "assignments": None if t.assignments is None else [list(a.broker_ids) for a in t.assignments],
-    } for t in request.topics if t.name not in duplicates and t.name not in denied]
-    results: list[dict] = []
+        None if t.assignments is None else [list(a.broker_ids) for a in t.assignments],
+    ) for t in request.topics if t.name not in duplicates and t.name not in denied]
+    results: list[TopicOutcome] = []
     if specs:
         timeout_ms = timedelta_ms(request.timeout)
         try:
             results = await edge.controller_call("create_partitions", specs, bool(request.validate_only),
                                                  timeout_s=max(timeout_ms / 1000, 0) + edge.call_timeout_s)
         except ActorCallFailed as exc:
-            results = [{"name": s["name"], "error_code": int(exc.error), "error_message": str(exc)} for s in specs]
-    results.extend({"name": name, "error_code": ErrorCode.topic_authorization_failed,
-                    "error_message": "Authorization failed."} for name in sorted(denied))
+            results = [TopicOutcome(s.name, exc.error, str(exc)) for s in specs]
+    results.extend(TopicOutcome(name, ErrorCode.topic_authorization_failed, "Authorization failed.")
+                   for name in sorted(denied))
     for name in sorted(duplicates):
         # Kafka answers a duplicated topic once, with INVALID_REQUEST, and applies none of its entries.
-        results.append({"name": name, "error_code": ErrorCode.invalid_request,
-                        "error_message": "Duplicate topic in request."})
+        results.append(TopicOutcome(name, ErrorCode.invalid_request, "Duplicate topic in request."))
     return build(schema, throttle_time=ZERO_THROTTLE, results=tuple(
-        build(result_cls, name=r["name"], error_code=ErrorCode(r["error_code"]),
-              error_message=r.get("error_message")) for r in results))
+        build(result_cls, name=r.name, error_code=r.error, error_message=r.message) for r in results))

@@ -1,6 +1,7 @@
 """ElectLeaders (43): the controller runs a preferred (0) or unclean (1)
 election per partition and answers per partition, ELECTION_NOT_NEEDED where
 the wanted leader already leads. v0 has no election type: it means preferred."""
+from core.controller_messages import ElectLeadersResult, PartitionOutcome
 from core.error_codes import ErrorCode
 
 from net.actor_calls import ActorCallFailed
@@ -24,10 +25,9 @@ def requested_partitions(request) -> list[tuple[str, int]] | None:
     return list(seen)
 
 
-def failed(partitions: list[tuple[str, int]] | None, code: int, message: str) -> dict:
+def failed(partitions: list[tuple[str, int]] | None, code: ErrorCode, message: str) -> ElectLeadersResult:
     """Kafka's error answer: the top-level code, repeated on every requested partition."""
-    return {"error_code": code, "results": [
-        {"topic": t, "partition": p, "error_code": code, "error_message": message} for t, p in partitions or ()]}
+    return ElectLeadersResult(code, [PartitionOutcome(t, p, code, message) for t, p in partitions or ()])
 
 
 @api(43, 0, 2, tests=(
@@ -49,23 +49,22 @@ async def handle_elect_leaders(ctx, request):
     elif election_type not in (PREFERRED, UNCLEAN):
         outcome = failed(partitions, ErrorCode.invalid_request, f"Unknown election type {election_type}")
     elif partitions == []:
-        outcome = {"error_code": ErrorCode.none, "results": []}
+        outcome = ElectLeadersResult()
     else:
         timeout_ms = timedelta_ms(request.timeout)
         try:
             outcome = await edge.controller_call("elect_leaders", election_type, partitions, timeout_ms,
                                                  timeout_s=max(timeout_ms / 1000, 0) + edge.call_timeout_s)
         except ActorCallFailed as exc:
-            outcome = failed(partitions, int(exc.error), str(exc))
-    results = outcome["results"]
+            outcome = failed(partitions, exc.error, str(exc))
+    results = outcome.results
     if partitions is None:
         # An election over every partition lists only the partitions that moved or failed.
-        results = [r for r in results if r["error_code"] != ErrorCode.election_not_needed]
+        results = [r for r in results if r.error != ErrorCode.election_not_needed]
     by_topic: dict[str, list] = {}
     for r in results:
-        by_topic.setdefault(r["topic"], []).append(build(
-            partition_cls, partition_id=r["partition"], error_code=ErrorCode(r["error_code"]),
-            error_message=r.get("error_message")))
-    return build(schema, throttle_time=ZERO_THROTTLE, error_code=ErrorCode(outcome["error_code"]),
+        by_topic.setdefault(r.topic, []).append(build(
+            partition_cls, partition_id=r.partition, error_code=r.error, error_message=r.message))
+    return build(schema, throttle_time=ZERO_THROTTLE, error_code=outcome.error,
                  replica_election_results=tuple(
                      build(topic_cls, topic=topic, partition_result=tuple(ps)) for topic, ps in by_topic.items()))

@@ -2,6 +2,7 @@
 or cancels (replicas null) a move per partition and answers per partition;
 the copying itself goes on after the answer. A partition named twice in one
 request is refused here with INVALID_REQUEST and never reaches the controller."""
+from core.controller_messages import PartitionReassignment
 from core.error_codes import ErrorCode
 
 from net.actor_calls import ActorCallFailed
@@ -27,10 +28,10 @@ async def handle_alter_partition_reassignments(ctx, request):
         for p in t.partitions:
             counts[(t.name, p.partition_index)] = counts.get((t.name, p.partition_index), 0) + 1
     duplicates = {key for key, count in counts.items() if count > 1}
-    reassignments = [(t.name, p.partition_index, None if p.replicas is None else list(p.replicas))
+    reassignments = [PartitionReassignment(t.name, p.partition_index, None if p.replicas is None else list(p.replicas))
                      for t in request.topics for p in t.partitions if (t.name, p.partition_index) not in duplicates]
-    top_code, top_message = 0, None
-    outcome: dict[tuple[str, int], tuple[int, str | None]] = {}
+    top_code, top_message = ErrorCode.none, None
+    outcome: dict[tuple[str, int], tuple[ErrorCode, str | None]] = {}
     if not await authorization.authorize_cluster(ctx, Operation.ALTER):
         top_code, top_message = ErrorCode.cluster_authorization_failed, "Cluster authorization failed."
     elif reassignments:
@@ -38,12 +39,11 @@ async def handle_alter_partition_reassignments(ctx, request):
         try:
             answer = await edge.controller_call("alter_partition_reassignments", reassignments, timeout_ms,
                                                 timeout_s=max(timeout_ms / 1000, 0) + edge.call_timeout_s)
-            top_code, top_message = answer["error_code"], answer.get("error_message")
-            outcome = {(r["topic"], r["partition"]): (r["error_code"], r.get("error_message"))
-                       for r in answer["results"]}
+            top_code, top_message = answer.error, answer.message
+            outcome = {(r.topic, r.partition): (r.error, r.message) for r in answer.results}
         except ActorCallFailed as exc:
             # Kafka's error answer: the top-level code, repeated on every partition asked about.
-            top_code, top_message = int(exc.error), str(exc)
+            top_code, top_message = exc.error, str(exc)
     for key in duplicates:
         outcome[key] = (ErrorCode.invalid_request, f"Duplicate partition {key[0]}-{key[1]} in request.")
     by_topic: dict[str, list] = {}

@@ -2,6 +2,7 @@
 progress (current replicas, adding, removing) for the partitions asked about,
 or for every partition when the topic list is null; partitions not being
 moved, and unknown topics, are left out of the answer."""
+from core.controller_messages import ListReassignmentsResult, OngoingReassignment
 from core.error_codes import ErrorCode
 
 from net.actor_calls import ActorCallFailed
@@ -25,11 +26,10 @@ async def handle_list_partition_reassignments(ctx, request):
         (t.name, p) for t in request.topics for p in t.partition_indexes]
     timeout_ms = timedelta_ms(request.timeout)
 
-    def failed(code: int, message: str) -> dict:
+    def failed(code: ErrorCode, message: str) -> ListReassignmentsResult:
         # Kafka's error answer echoes every partition asked about, with no replicas, beside the top-level code.
-        return {"error_code": code, "error_message": message, "results": [
-            {"topic": t, "partition": p, "replicas": [], "adding_replicas": [], "removing_replicas": []}
-            for t, p in partitions or ()]}
+        return ListReassignmentsResult(code, message, [OngoingReassignment(t, p, [], [], [])
+                                                       for t, p in partitions or ()])
 
     if not await authorization.authorize_cluster(ctx, Operation.DESCRIBE):
         answer = failed(ErrorCode.cluster_authorization_failed, "Cluster authorization failed.")
@@ -38,12 +38,12 @@ async def handle_list_partition_reassignments(ctx, request):
             answer = await edge.controller_call("list_partition_reassignments", partitions, timeout_ms,
                                                 timeout_s=max(timeout_ms / 1000, 0) + edge.call_timeout_s)
         except ActorCallFailed as exc:
-            answer = failed(int(exc.error), str(exc))
+            answer = failed(exc.error, str(exc))
     by_topic: dict[str, list] = {}
-    for r in answer["results"]:
-        by_topic.setdefault(r["topic"], []).append(build(
-            partition_cls, partition_index=r["partition"], replicas=tuple(r["replicas"]),
-            adding_replicas=tuple(r["adding_replicas"]), removing_replicas=tuple(r["removing_replicas"])))
-    return build(schema, throttle_time=ZERO_THROTTLE, error_code=ErrorCode(answer["error_code"]),
-                 error_message=answer.get("error_message"),
+    for r in answer.results:
+        by_topic.setdefault(r.topic, []).append(build(
+            partition_cls, partition_index=r.partition, replicas=tuple(r.replicas),
+            adding_replicas=tuple(r.adding_replicas), removing_replicas=tuple(r.removing_replicas)))
+    return build(schema, throttle_time=ZERO_THROTTLE, error_code=answer.error,
+                 error_message=answer.message,
                  topics=tuple(build(topic_cls, name=name, partitions=tuple(ps)) for name, ps in by_topic.items()))

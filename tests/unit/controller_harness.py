@@ -13,6 +13,7 @@ from cluster.controller.channel import ControllerChannel, LeaderAndIsr, ReplicaK
 from cluster.controller.controller import Controller
 from cluster.controller.internal_topics import OFFSETS_TOPIC, InternalTopic
 from core.config import BrokerConfig
+from core.controller_messages import CreateTopicSpec
 from metadata.kafka_zk import KafkaZkClient
 
 
@@ -183,9 +184,8 @@ def register(admin: KafkaZkClient, broker_id: int, **extra: Any) -> None:
     admin.brokers.register(broker_id, "127.0.0.1", 9000 + broker_id, extra={"log_dirs": ["/tmp/none"], **extra})
 
 
-def topic_spec(name: str, assignments: dict[int, list[int]], **configs: str) -> dict:
-    return {"name": name, "num_partitions": -1, "replication_factor": -1, "assignments": assignments,
-            "configs": dict(configs)}
+def topic_spec(name: str, assignments: dict[int, list[int]], **configs: str) -> CreateTopicSpec:
+    return CreateTopicSpec(name, -1, -1, assignments, dict(configs))
 
 
 def ControllerService(broker_id: int, config: BrokerConfig, zk: KafkaZkClient, namespace: str, zk_connect: str,
@@ -197,8 +197,7 @@ def ControllerService(broker_id: int, config: BrokerConfig, zk: KafkaZkClient, n
 
 
 def _internal_spec(name: str):
-    def spec(config: BrokerConfig, live_brokers: int) -> dict:
-        return {"name": name, "num_partitions": 1, "replication_factor": 1, "assignments": {},
-                "configs": {"cleanup.policy": "compact"}}
+    def spec(config: BrokerConfig, live_brokers: int) -> CreateTopicSpec:
+        return CreateTopicSpec(name, 1, 1, configs={"cleanup.policy": "compact"})
 
     return spec

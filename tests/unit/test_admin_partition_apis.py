@@ -12,6 +12,8 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from core.config import BrokerConfig
+from core.controller_messages import (AlterReassignmentsResult, CreatePartitionsSpec, ElectLeadersResult,
+                                      ListReassignmentsResult, OngoingReassignment, PartitionOutcome, TopicOutcome)
 from net.codec import decode_response, encode_request, request_schema
 from net.actor_calls import ActorCallFailed
 from net.edge_service import EdgeService
@@ -88,14 +90,14 @@ def partitions_topic(name, count, assignments=None):
 
 @pytest.mark.parametrize("version", [0, 1, 2, 3])
 def test_create_partitions_forwards_specs_every_version(edge, version):
-    answer = [{"name": "a", "error_code": 0, "error_message": None},
-              {"name": "b", "error_code": int(ErrorCode.invalid_partitions),
-               "error_message": "Topic currently has 3 partitions, which is higher than the requested 2."}]
+    answer = [TopicOutcome("a"),
+              TopicOutcome("b", ErrorCode.invalid_partitions,
+                           "Topic currently has 3 partitions, which is higher than the requested 2.")]
     response, calls = exchange(edge, answer, CREATE_PARTITIONS, version, timeout=ms(1500), validate_only=True,
                                topics=(partitions_topic("a", 4, [[1, 2], [2, 3]]), partitions_topic("b", 2)))
     assert calls == [("create_partitions",
-                      ([{"name": "a", "count": 4, "assignments": [[1, 2], [2, 3]]},
-                        {"name": "b", "count": 2, "assignments": None}], True),
+                      ([CreatePartitionsSpec("a", 4, [[1, 2], [2, 3]]), CreatePartitionsSpec("b", 2, None)],
+                       True),
                       pytest.approx(1.5 + edge.call_timeout_s))]
     assert [(r.name, r.error_code, r.error_message) for r in response.results] == [
         ("a", ErrorCode.none, None),
@@ -103,11 +105,11 @@ def test_create_partitions_forwards_specs_every_version(edge, version):
 
 
 def test_create_partitions_duplicate_topic_is_invalid_request(edge):
-    answer = [{"name": "b", "error_code": 0, "error_message": None}]
+    answer = [TopicOutcome("b")]
     response, calls = exchange(edge, answer, CREATE_PARTITIONS, 3, timeout=ms(0), validate_only=False,
                                topics=(partitions_topic("a", 4), partitions_topic("b", 5), partitions_topic("a", 6)))
     # Neither entry for "a" reaches the controller; "a" is answered once.
-    assert calls == [("create_partitions", ([{"name": "b", "count": 5, "assignments": None}], False),
+    assert calls == [("create_partitions", ([CreatePartitionsSpec("b", 5, None)], False),
                       pytest.approx(edge.call_timeout_s))]
     assert [(r.name, r.error_code) for r in response.results] == [
         ("b", ErrorCode.none), ("a", ErrorCode.invalid_request)]
@@ -138,16 +140,15 @@ def elect_request(version, election_type, topic_partitions, timeout_ms=2000):
     return fields
 
 
-def election_result(topic, partition, code, message=None):
-    return {"topic": topic, "partition": partition, "error_code": int(code), "error_message": message}
+election_result = PartitionOutcome
 
 
 @pytest.mark.parametrize("version,election_type", [(0, None), (1, 0), (1, 1), (2, 0), (2, 1)])
 def test_elect_leaders_groups_results_per_topic_every_version(edge, version, election_type):
-    answer = {"error_code": 0, "results": [
+    answer = ElectLeadersResult(ErrorCode.none, [
         election_result("t", 0, ErrorCode.none),
         election_result("u", 3, ErrorCode.election_not_needed, "Leader is already the preferred replica."),
-        election_result("t", 1, ErrorCode.preferred_leader_not_available, "no live preferred replica")]}
+        election_result("t", 1, ErrorCode.preferred_leader_not_available, "no live preferred replica")])
     response, calls = exchange(edge, answer, ELECT_LEADERS, version,
                                **elect_request(version, election_type, [("t", [0, 1, 0]), ("u", [3])]))
     # v0 carries no election type: it is a preferred election. A repeated partition is asked once.
@@ -165,11 +166,11 @@ def test_elect_leaders_groups_results_per_topic_every_version(edge, version, ele
 
 @pytest.mark.parametrize("version", [0, 2])
 def test_elect_leaders_all_partitions_hides_election_not_needed(edge, version):
-    answer = {"error_code": 0, "results": [
+    answer = ElectLeadersResult(ErrorCode.none, [
         election_result("t", 0, ErrorCode.election_not_needed),
         election_result("t", 1, ErrorCode.none),
         election_result("u", 0, ErrorCode.election_not_needed),
-        election_result("v", 2, ErrorCode.eligible_leaders_not_available, "no eligible leader")]}
+        election_result("v", 2, ErrorCode.eligible_leaders_not_available, "no eligible leader")])
     response, calls = exchange(edge, answer, ELECT_LEADERS, version, **elect_request(version, 0, None))
     assert calls == [("elect_leaders", (0, None, 2000), pytest.approx(2 + edge.call_timeout_s))]
     assert codes(response.replica_election_results, "topic", "partition_result", "partition_id") == {
@@ -180,7 +181,7 @@ def test_elect_leaders_all_partitions_hides_election_not_needed(edge, version):
 @pytest.mark.parametrize("version", [1, 2])
 @pytest.mark.parametrize("election_type", [2, -1])
 def test_elect_leaders_unknown_election_type_is_invalid_request(edge, version, election_type):
-    response, calls = exchange(edge, {"error_code": 0, "results": []}, ELECT_LEADERS, version,
+    response, calls = exchange(edge, ElectLeadersResult(), ELECT_LEADERS, version,
                                **elect_request(version, election_type, [("t", [0, 1])]))
     assert calls == []
     assert response.error_code == ErrorCode.invalid_request
@@ -218,13 +219,11 @@ def reassign_request(topics, timeout_ms=30000):
 
 
 def test_alter_reassignments_forwards_moves_and_cancels(edge):
-    answer = {"error_code": 0, "error_message": None, "results": [
+    answer = AlterReassignmentsResult(ErrorCode.none, None, [
         # Answered out of request order on purpose: the response follows the request.
-        {"topic": "u", "partition": 0, "error_code": int(ErrorCode.no_reassignment_in_progress),
-         "error_message": "No reassignment in progress for u-0"},
-        {"topic": "t", "partition": 1, "error_code": 0, "error_message": None},
-        {"topic": "t", "partition": 0, "error_code": int(ErrorCode.invalid_replica_assignment),
-         "error_message": "broker 9 does not exist"}]}
+        PartitionOutcome("u", 0, ErrorCode.no_reassignment_in_progress, "No reassignment in progress for u-0"),
+        PartitionOutcome("t", 1),
+        PartitionOutcome("t", 0, ErrorCode.invalid_replica_assignment, "broker 9 does not exist")])
     response, calls = exchange(edge, answer, ALTER_REASSIGNMENTS, 0,
                                **reassign_request([("t", [(0, [9, 1]), (1, [2, 3, 1])]), ("u", [(0, None)])]))
     assert calls == [("alter_partition_reassignments",
@@ -239,8 +238,7 @@ def test_alter_reassignments_forwards_moves_and_cancels(edge):
 
 
 def test_alter_reassignments_duplicate_partition_is_invalid_request(edge):
-    answer = {"error_code": 0, "error_message": None,
-              "results": [{"topic": "t", "partition": 1, "error_code": 0, "error_message": None}]}
+    answer = AlterReassignmentsResult(ErrorCode.none, None, [PartitionOutcome("t", 1)])
     # t-0 twice, once under a repeated topic entry: neither move is forwarded.
     response, calls = exchange(edge, answer, ALTER_REASSIGNMENTS, 0, **reassign_request(
         [("t", [(0, [1, 2]), (1, [2, 3])]), ("t", [(0, None)])]))
@@ -268,8 +266,7 @@ def test_alter_reassignments_controller_unreachable(edge, error):
 
 
 def test_alter_reassignments_top_level_controller_error_reaches_every_partition(edge):
-    answer = {"error_code": int(ErrorCode.not_controller), "error_message": "not the active controller",
-              "results": []}
+    answer = AlterReassignmentsResult(ErrorCode.not_controller, "not the active controller")
     response, _ = exchange(edge, answer, ALTER_REASSIGNMENTS, 0, **reassign_request([("t", [(0, [1]), (1, [1])])]))
     assert (response.error_code, response.error_message) == (ErrorCode.not_controller, "not the active controller")
     assert codes(response.responses, "name", "partitions", "partition_index") == {
@@ -288,9 +285,7 @@ def test_alter_reassignments_newer_versions_are_not_served(edge):
 
 # ---- ListPartitionReassignments --------------------------------------------------------------
 
-def ongoing(topic, partition, replicas, adding, removing):
-    return {"topic": topic, "partition": partition, "replicas": replicas, "adding_replicas": adding,
-            "removing_replicas": removing}
+ongoing = OngoingReassignment
 
 
 def list_request(topics, timeout_ms=5000):
@@ -300,8 +295,8 @@ def list_request(topics, timeout_ms=5000):
 
 
 def test_list_reassignments_groups_ongoing_moves_per_topic(edge):
-    answer = {"error_code": 0, "error_message": None, "results": [
-        ongoing("t", 0, [1, 2, 3], [3], [1]), ongoing("u", 2, [4, 5], [5], []), ongoing("t", 2, [2, 1], [1], [])]}
+    answer = ListReassignmentsResult(ErrorCode.none, None, [
+        ongoing("t", 0, [1, 2, 3], [3], [1]), ongoing("u", 2, [4, 5], [5], []), ongoing("t", 2, [2, 1], [1], [])])
     response, calls = exchange(edge, answer, LIST_REASSIGNMENTS, 0, **list_request(None))
     assert calls == [("list_partition_reassignments", (None, 5000), pytest.approx(5 + edge.call_timeout_s))]
     assert (response.error_code, response.error_message) == (ErrorCode.none, None)
@@ -310,7 +305,7 @@ def test_list_reassignments_groups_ongoing_moves_per_topic(edge):
         "t": [(0, (1, 2, 3), (3,), (1,)), (2, (2, 1), (1,), ())],
         "u": [(2, (4, 5), (5,), ())]}
 
-    response, calls = exchange(edge, {"error_code": 0, "error_message": None, "results": []},
+    response, calls = exchange(edge, ListReassignmentsResult(),
                                LIST_REASSIGNMENTS, 0, **list_request([("t", [0, 1]), ("gone", [0])]))
     assert calls[0][1] == ([("t", 0), ("t", 1), ("gone", 0)], 5000)
     assert response.topics == ()

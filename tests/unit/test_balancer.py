@@ -67,7 +67,7 @@ class Cluster:
 
     async def create(self, name: str, assignments: dict[int, list[int]], **configs: str) -> None:
         [result] = await self.service.create_topics([topic_spec(name, assignments, **configs)], False)
-        assert result["error_code"] == 0, result
+        assert result.error == 0, result
 
     async def join(self, broker_id: int) -> None:
         self.channel.edges.add(broker_id)
@@ -168,7 +168,7 @@ def test_a_joining_node_gets_an_even_share_through_throttled_bounded_reassignmen
         moving = c.moving()
         assert len(moving) == 3 and all(r.adding == [4] for r in moving.values()), moving
         listed = await c.service.list_partition_reassignments(None)
-        assert {(r["topic"], r["partition"]) for r in listed["results"]} == set(moving)
+        assert {(r.topic, r.partition) for r in listed.results} == set(moving)
         # Each copy under Kafka's replication throttle: rates on its replicas, lists naming them.
         throttles = {s[1]: s for s in c.channel.of("update_replication_throttle")}
         for (t, p), r in moving.items():

@@ -9,6 +9,7 @@ from cluster.capacity import (CAPACITY_KEY, NodeCapacity, default_replicas_per_n
                               node_capacity, replicas_per_broker)
 from cluster.topic_admin import TopicSpecError, plan_topic
 from core.config import BROKER_CONFIGS, BrokerConfig, ConfigError
+from core.controller_messages import CreatePartitionsSpec, CreateTopicSpec
 
 GIB = 2**30
 
@@ -98,8 +99,7 @@ CONFIG = BrokerConfig.from_sources()
 
 
 def spec(name, partitions, rf, assignments=None):
-    return {"name": name, "num_partitions": partitions, "replication_factor": rf,
-            "assignments": assignments or {}, "configs": {}}
+    return CreateTopicSpec(name, partitions, rf, assignments or {})
 
 
 def test_full_brokers_are_skipped():
@@ -190,13 +190,13 @@ def test_node_capacity_counts_every_topic_and_keeps_room_for_the_offsets_topic()
 def test_create_partitions_beyond_capacity_is_policy_violation():
     c = _Controller({1: 5}, {"t": {0: [1], 1: [1]}, "__consumer_offsets": {0: [1]}})
     cap = c._node_capacity()
-    assert c._plan_new_partitions({"name": "t", "count": 4, "assignments": None}, cap) == {2: [1], 3: [1]}
+    assert c._plan_new_partitions(CreatePartitionsSpec("t", 4, None), cap) == {2: [1], 3: [1]}
     with pytest.raises(TopicSpecError) as err:
-        c._plan_new_partitions({"name": "t", "count": 5, "assignments": None}, cap)
+        c._plan_new_partitions(CreatePartitionsSpec("t", 5, None), cap)
     assert err.value.error == ErrorCode.policy_violation
     assert "would place 3 replicas on broker 1 holding 3 of raykafka.replicas.per.node.max=5" in str(err.value)
     with pytest.raises(TopicSpecError):
-        c._plan_new_partitions({"name": "t", "count": 5, "assignments": [[1], [1], [1]]}, cap)
+        c._plan_new_partitions(CreatePartitionsSpec("t", 5, [[1], [1], [1]]), cap)
 
 
 def test_describe_configs_shows_each_brokers_own_capacity():

@@ -9,6 +9,10 @@ import asyncio
 import pytest
 
 from cluster.controller.leader_election import ElectionType
+from core.controller_messages import (ConfigChange, ConfigOp, ConfigResource, ControlledShutdownResult,
+                                      CreatePartitionsSpec, ElectLeadersResult, OngoingReassignment,
+                                      PartitionOutcome, PartitionReassignment, TopicOutcome)
+from core.error_codes import ErrorCode
 from metadata.kafka_zk import ControllerMovedError, PartitionState as ZkPartitionState
 from metadata.testing import unique_chroot
 from tests.unit.controller_harness import (ControllerService, FakeChannel, config, eventually, idle, register,
@@ -46,7 +50,7 @@ class Cluster:
 
     async def create(self, name: str, assignments: dict[int, list[int]], **configs: str) -> None:
         [result] = await self.service.create_topics([topic_spec(name, assignments, **configs)], False)
-        assert result["error_code"] == 0, result
+        assert result.error == 0, result
 
     def close(self) -> None:
         self.service.stop()
@@ -109,7 +113,7 @@ def test_creation_is_answered_within_the_timeout_while_replicas_start(connect):
         c.channel.clear()
         spec = topic_spec("t", {0: [1], 1: [2], 2: [3]})
         [result] = await asyncio.wait_for(c.service.create_topics([spec], False, 400), 5)
-        assert result["error_code"] == 0, result
+        assert result.error == 0, result
         assert [c.state("t", p).leader for p in range(3)] == [1, 2, 3]
         early = c.channel.of("update_metadata")
         assert sorted(m[1] for m in early) == list(BROKERS)
@@ -127,7 +131,7 @@ def test_creation_without_a_timeout_answers_once_the_replicas_are_up(connect):
     async def scenario(c: Cluster):
         c.channel.clear()
         [result] = await c.service.create_topics([topic_spec("t", {0: [1]})], False, 0)
-        assert result["error_code"] == 0
+        assert result.error == 0
         # One UpdateMetadata round, after LeaderAndIsr, with the leader's handle.
         assert [m[3] for m in c.channel.of("update_metadata") if m[1] == 1] == [[("t", 0, 1)]]
 
@@ -200,7 +204,8 @@ def test_topic_deletion_stops_and_deletes_every_replica_then_the_znodes(connect)
         await c.create("t", {0: [1, 2], 1: [2, 3]})
         c.channel.clear()
         outcome = await c.service.delete_topics(["t", "missing"])
-        assert outcome["t"] == (0, None) and outcome["missing"][0] == 3
+        assert outcome == [TopicOutcome("t"), TopicOutcome("missing", ErrorCode.unknown_topic_or_partition,
+                                                            "This server does not host this topic-partition.")]
         stops = c.channel.of("stop_replica")
         assert sorted(s[1] for s in stops) == [("t", 0, 1), ("t", 0, 2), ("t", 1, 2), ("t", 1, 3)]
         assert all(s[3] is True and s[2] == c.service.ctx.epoch for s in stops)
@@ -232,15 +237,15 @@ def test_partition_increase_creates_states_and_leaders(connect):
     async def scenario(c: Cluster):
         await c.create("t", {0: [1, 2]})
         c.channel.clear()
-        [result] = await c.service.create_partitions([{"name": "t", "count": 3, "assignments": [[2, 3], [3, 1]]}],
+        [result] = await c.service.create_partitions([CreatePartitionsSpec("t", 3, [[2, 3], [3, 1]])],
                                                      False)
-        assert result["error_code"] == 0, result
+        assert result.error == 0, result
         assert c.admin.topics.get("t").partitions == {0: [1, 2], 1: [2, 3], 2: [3, 1]}
         assert (c.state("t", 1).leader, c.state("t", 2).leader) == (2, 3)
         assert sorted(key for key, _ in c.channel.leader_and_isr()) == [("t", 1, 2), ("t", 1, 3), ("t", 2, 1),
                                                                        ("t", 2, 3)]
-        [refused] = await c.service.create_partitions([{"name": "t", "count": 2, "assignments": None}], False)
-        assert refused["error_code"] != 0
+        [refused] = await c.service.create_partitions([CreatePartitionsSpec("t", 2)], False)
+        assert refused.error != 0
 
     run(connect, scenario)
 
@@ -249,13 +254,12 @@ def test_reassignment_adds_then_catches_up_then_moves_the_leader_and_removes(con
     async def scenario(c: Cluster):
         await c.create("t", {0: [1, 2]})
         c.channel.clear()
-        answer = await c.service.alter_partition_reassignments([("t", 0, [2, 3])])
-        assert answer["error_code"] == 0 and answer["results"][0]["error_code"] == 0
+        answer = await c.service.alter_partition_reassignments([PartitionReassignment("t", 0, [2, 3])])
+        assert answer.error == 0 and answer.results[0].error == 0
         # Phase 1: the full set, 3 added as a follower at a new leader epoch; nothing removed yet.
         assert c.admin.topics.get("t").partitions[0] == [2, 3, 1]
         listed = await c.service.list_partition_reassignments(None)
-        assert listed["results"] == [{"topic": "t", "partition": 0, "replicas": [2, 3, 1],
-                                      "adding_replicas": [3], "removing_replicas": [1]}]
+        assert listed.results == [OngoingReassignment("t", 0, [2, 3, 1], [3], [1])]
         sent = dict(c.channel.leader_and_isr())
         assert sent[("t", 0, 3)].replicas == [2, 3, 1] and sent[("t", 0, 3)].leader_epoch == 1
         assert not c.channel.of("stop_replica")
@@ -273,7 +277,7 @@ def test_reassignment_adds_then_catches_up_then_moves_the_leader_and_removes(con
         assert c.admin.topics.get("t").partitions[0] == [2, 3]
         assert [(s[1], s[3]) for s in c.channel.of("stop_replica")] == [(("t", 0, 1), True)]
         assert ("t", 0, 1) in c.channel.removed
-        assert (await c.service.list_partition_reassignments(None))["results"] == []
+        assert (await c.service.list_partition_reassignments(None)).results == []
 
     run(connect, scenario)
 
@@ -290,7 +294,7 @@ def test_preferred_election_moves_leadership_back(connect):
         assert c.state("t", 0).leader == 2
         # Not back in the ISR yet: the preferred replica cannot lead.
         answer = await c.service.elect_leaders(int(ElectionType.PREFERRED), [("t", 0)])
-        assert answer["results"][0]["error_code"] != 0 and c.state("t", 0).leader == 2
+        assert answer.results[0].error != 0 and c.state("t", 0).leader == 2
         state, version = c.admin.partitions.state("t", 0)
         c.admin.partitions.update_state("t", 0, ZkPartitionState(2, state.leader_epoch, [2, 1],
                                                                  state.controller_epoch), version)
@@ -298,12 +302,11 @@ def test_preferred_election_moves_leadership_back(connect):
         await eventually(lambda: c.service.ctx.states[("t", 0)].isr == [2, 1], what="the ISR change")
         c.channel.clear()
         answer = await c.service.elect_leaders(int(ElectionType.PREFERRED), [("t", 0)])
-        assert answer == {"error_code": 0, "results": [{"topic": "t", "partition": 0, "error_code": 0,
-                                                        "error_message": None}]}
+        assert answer == ElectLeadersResult(ErrorCode.none, [PartitionOutcome("t", 0)])
         assert c.state("t", 0).leader == 1
         assert [s[1] for s in c.channel.of("become_leader")] == [("t", 0, 1)]
         again = await c.service.elect_leaders(int(ElectionType.PREFERRED), [("t", 0)])
-        assert again["results"][0]["error_message"] == "Leader election not needed for topic partition."
+        assert again.results[0].message == "Leader election not needed for topic partition."
 
     run(connect, scenario)
 
@@ -314,7 +317,7 @@ def test_controlled_shutdown_moves_leaders_and_takes_the_broker_out_of_isrs(conn
         await c.create("solo", {0: [1]})
         c.channel.clear()
         answer = await c.service.controlled_shutdown(1)
-        assert answer == {"error_code": 0, "remaining": [("solo", 0)]}  # a single replica has nowhere to go
+        assert answer == ControlledShutdownResult(ErrorCode.none, [("solo", 0)])  # a single replica has nowhere to go
         assert (c.state("t", 0).leader, c.state("t", 0).isr) == (2, [2, 3])
         assert (c.state("t", 1).leader, c.state("t", 1).isr) == (2, [2, 3])
         stops = c.channel.of("stop_replica")
@@ -363,23 +366,23 @@ def test_config_changes_reach_running_replicas(connect):
     async def scenario(c: Cluster):
         await c.create("t", {0: [1, 2]})
         c.channel.clear()
-        [result] = await c.service.alter_topic_configs([{"name": "t", "ops": [("min.insync.replicas", 0, "2")]}],
+        [result] = await c.service.alter_topic_configs([ConfigChange("t", [ConfigOp("min.insync.replicas", 0, "2")])],
                                                        False)
-        assert result["error_code"] == 0, result
+        assert result.error == 0, result
         assert c.admin.configs.topic("t") == {"min.insync.replicas": "2"}
         assert sorted((s[1], s[3]) for s in c.channel.of("update_log_config")) == [(("t", 0, 1), 2),
                                                                                     (("t", 0, 2), 2)]
         c.channel.clear()
         [result] = await c.service.alter_broker_configs(
-            [{"name": "2", "ops": [("leader.replication.throttled.rate", 0, "1000")]}], False)
-        assert result["error_code"] == 0, result
+            [ConfigChange("2", [ConfigOp("leader.replication.throttled.rate", 0, "1000")])], False)
+        assert result.error == 0, result
         throttles = {s[1]: (s[2], s[3]) for s in c.channel.of("update_replication_throttle")}
         assert throttles[("t", 0, 2)][0] == 1000 and throttles[("t", 0, 1)][0] != 1000
-        [refused] = await c.service.alter_broker_configs([{"name": "2", "ops": [("log.retention.ms", 0, "1")]}],
+        [refused] = await c.service.alter_broker_configs([ConfigChange("2", [ConfigOp("log.retention.ms", 0, "1")])],
                                                          False)
-        assert refused["error_code"] == 42
-        [described] = await c.service.describe_configs([(2, "t")])
-        assert any(e for e in described["entries"])
+        assert refused.error == ErrorCode.invalid_request
+        [described] = await c.service.describe_configs([ConfigResource(2, "t")])
+        assert any(e for e in described.entries)
 
     run(connect, scenario)
 

@@ -6,13 +6,13 @@ from kio.schema.errors import ErrorCode
 from cluster.topic_admin import (SOURCE_DEFAULT, SOURCE_STATIC_BROKER, SOURCE_TOPIC, TopicSpecError,
                                  assign_replicas, described_configs, plan_topic)
 from core.config import BrokerConfig
+from core.controller_messages import CreateTopicSpec
 
 CONFIG = BrokerConfig.from_sources(overrides=[("num.partitions", "3")])
 
 
 def spec(name="t", partitions=-1, rf=-1, assignments=None, configs=None):
-    return {"name": name, "num_partitions": partitions, "replication_factor": rf,
-            "assignments": assignments or {}, "configs": configs or {}}
+    return CreateTopicSpec(name, partitions, rf, assignments or {}, configs or {})
 
 
 def test_assignment_spreads_leaders_and_never_repeats_a_broker():

@@ -19,8 +19,10 @@ A thin asyncio shell over ``cluster.groups.GroupCoordinator`` (the rules) and
   the initial rebalance delay, offset expiration) run on a ``SystemTimer``
   driven by ``delayed.AsyncTimerDriver`` on the actor's event loop, the only
   thread that touches the coordinator.
-* Requests: the edge (``net/apis/n08..n16, n28, n42, n47``) calls the methods
-  below with plain values; they answer with the ``cluster.groups.api`` values.
+* Requests: the edge (``net/apis/n08..n16, n28, n42, n47, n68, n69``) calls the
+  methods below with one request each, of core/group_messages.py's types
+  (ConsumerGroupHeartbeat: cluster.groups.consumer.ConsumerHeartbeat); they
+  answer with the ``cluster.groups.api`` values.
 * KIP-848 consumer groups (``n68`` ConsumerGroupHeartbeat, ``n69``
   ConsumerGroupDescribe) go to ``cluster.groups.consumer.ConsumerGroupCoordinator``,
   which shares this partition's log, loading and offset store with the
@@ -66,6 +68,9 @@ from cluster.groups.consumer import (ConsumerGroupConfig, ConsumerGroupCoordinat
 from cluster.internal_topic_log import InternalTopicLog
 from core.config import BrokerConfig
 from core.error_codes import ErrorCode
+from core.group_messages import (ConsumerGroupDescribe, DeleteGroups, DescribeGroups, Heartbeat, JoinGroup, LeaveGroup,
+                                 ListGroups, ListGroupsResult, OffsetCommit, OffsetDelete, OffsetDeleteResult,
+                                 OffsetFetch, OffsetToCommit, SyncGroup, TxnOffsetCommit)
 from core.local_calls import LocalCallServer
 from core.naming import group_coordinator_actor_name
 from core.txn_messages import TxnCompletion
@@ -206,72 +211,72 @@ class GroupCoordinatorActor:
 
         return future, callback
 
-    async def join_group(self, group_id: str, member_id: str, group_instance_id: Optional[str], client_id: str,
-                         client_host: str, rebalance_timeout_ms: int, session_timeout_ms: int, protocol_type: str,
-                         protocols: list, api_version: int, reason: Optional[str] = None, image=None):
+    async def join_group(self, r: JoinGroup, image=None):
         self._ensure()
-        if self.consumer_groups.owns(group_id) and self.consumer_groups.wants_image(image):
+        if self.consumer_groups.owns(r.group_id) and self.consumer_groups.wants_image(image):
             return TopicsImageWanted(self.consumer_groups.image.version)  # the edge asks again with it
-        if self.consumer_groups.takes_classic_join(group_id):
+        if self.consumer_groups.takes_classic_join(r.group_id):
             # A classic member of a consumer group with members (a group migrating between the
             # protocols); an empty consumer group was just deleted and continues as a classic one.
             future, callback = self._answer()
-            self.consumer_groups.classic_join(group_id, member_id, group_instance_id, client_id, client_host,
-                                              rebalance_timeout_ms, session_timeout_ms, protocol_type, protocols,
-                                              api_version, callback, image)
+            self.consumer_groups.classic_join(r.group_id, r.member_id, r.group_instance_id, r.client_id,
+                                              r.client_host, r.rebalance_timeout_ms, r.session_timeout_ms,
+                                              r.protocol_type, list(r.protocols), r.api_version, callback, image)
             return await future
         future, callback = self._answer()
-        self._ensure().join_group(group_id, member_id, group_instance_id, client_id, client_host,
-                                  rebalance_timeout_ms, session_timeout_ms, protocol_type, protocols, callback,
-                                  api_version=api_version, reason=reason)
+        self._ensure().join_group(r.group_id, r.member_id, r.group_instance_id, r.client_id, r.client_host,
+                                  r.rebalance_timeout_ms, r.session_timeout_ms, r.protocol_type, list(r.protocols),
+                                  callback, api_version=r.api_version, reason=r.reason)
         return await future
 
-    async def sync_group(self, group_id: str, generation_id: int, member_id: str, group_instance_id: Optional[str],
-                         protocol_type: Optional[str], protocol_name: Optional[str], assignments: dict):
-        if self._ensure() and self.consumer_groups.owns(group_id):
-            return self.consumer_groups.classic_sync(group_id, generation_id, member_id, group_instance_id,
-                                                     protocol_type, protocol_name)
+    async def sync_group(self, r: SyncGroup):
+        if self._ensure() and self.consumer_groups.owns(r.group_id):
+            return self.consumer_groups.classic_sync(r.group_id, r.generation_id, r.member_id, r.group_instance_id,
+                                                     r.protocol_type, r.protocol_name)
         future, callback = self._answer()
-        self._ensure().sync_group(group_id, generation_id, member_id, group_instance_id, protocol_type,
-                                  protocol_name, assignments, callback)
+        self._ensure().sync_group(r.group_id, r.generation_id, r.member_id, r.group_instance_id, r.protocol_type,
+                                  r.protocol_name, dict(r.assignments), callback)
         return await future
 
-    async def heartbeat(self, group_id: str, member_id: str, group_instance_id: Optional[str],
-                        generation_id: int) -> ErrorCode:
-        if self._ensure() and self.consumer_groups.owns(group_id):
-            return self.consumer_groups.classic_heartbeat(group_id, member_id, group_instance_id, generation_id)
-        return self._ensure().heartbeat(group_id, member_id, group_instance_id, generation_id)
+    async def heartbeat(self, r: Heartbeat) -> ErrorCode:
+        if self._ensure() and self.consumer_groups.owns(r.group_id):
+            return self.consumer_groups.classic_heartbeat(r.group_id, r.member_id, r.group_instance_id,
+                                                          r.generation_id)
+        return self._ensure().heartbeat(r.group_id, r.member_id, r.group_instance_id, r.generation_id)
 
-    async def leave_group(self, group_id: str, members: list[tuple[str, Optional[str], Optional[str]]]):
-        if self._ensure() and self.consumer_groups.owns(group_id):
-            return self.consumer_groups.classic_leave(group_id, [LeavingMember(*m) for m in members])
-        return self._ensure().leave_group(group_id, [LeavingMember(*m) for m in members])
+    async def leave_group(self, r: LeaveGroup):
+        members = [LeavingMember(*m) for m in r.members]
+        if self._ensure() and self.consumer_groups.owns(r.group_id):
+            return self.consumer_groups.classic_leave(r.group_id, members)
+        return self._ensure().leave_group(r.group_id, members)
 
-    async def commit_offsets(self, group_id: str, member_id: str, group_instance_id: Optional[str],
-                             generation_id: int, offsets: dict, api_version: int = 9) -> dict:
-        """offsets: {(topic, partition): (offset, leader_epoch, metadata, expire_timestamp_ms | None)}.
-        ``generation_id`` is a consumer group member's member epoch."""
+    @staticmethod
+    def _commits(offsets: dict[tuple[str, int], OffsetToCommit]) -> dict[TopicPartition, PartitionCommit]:
+        return {TopicPartition(*tp): PartitionCommit(offset=o.offset, leader_epoch=o.leader_epoch,
+                                                     metadata=o.metadata, expire_timestamp_ms=o.expire_timestamp_ms)
+                for tp, o in offsets.items()}
+
+    async def commit_offsets(self, r: OffsetCommit) -> dict:
+        """OffsetCommit -> {(topic, partition): ErrorCode}. ``generation_id`` is a
+        consumer group member's member epoch."""
         future, callback = self._answer()
-        commits = {TopicPartition(*tp): PartitionCommit(offset=o, leader_epoch=epoch, metadata=metadata,
-                                                        expire_timestamp_ms=expire)
-                   for tp, (o, epoch, metadata, expire) in offsets.items()}
+        commits = self._commits(r.offsets)
         coordinator = self._ensure()
-        if not self.consumer_groups.commit_offsets(group_id, member_id, group_instance_id, generation_id, commits,
-                                                   callback, api_version):
-            coordinator.commit_offsets(group_id, member_id, group_instance_id, generation_id, commits, callback)
+        if not self.consumer_groups.commit_offsets(r.group_id, r.member_id, r.group_instance_id, r.generation_id,
+                                                   commits, callback, r.api_version):
+            coordinator.commit_offsets(r.group_id, r.member_id, r.group_instance_id, r.generation_id, commits,
+                                       callback)
         return await future
 
-    async def txn_commit_offsets(self, group_id: str, producer_id: int, producer_epoch: int, member_id: str,
-                                 group_instance_id: Optional[str], generation_id: int, offsets: dict) -> dict:
-        """TxnOffsetCommit. offsets: {(topic, partition): (offset, leader_epoch, metadata)}"""
+    async def txn_commit_offsets(self, r: TxnOffsetCommit) -> dict:
+        """TxnOffsetCommit -> {(topic, partition): ErrorCode}."""
         future, callback = self._answer()
-        commits = {TopicPartition(*tp): PartitionCommit(offset=o, leader_epoch=epoch, metadata=metadata)
-                   for tp, (o, epoch, metadata) in offsets.items()}
-        coordinator, producer = self._ensure(), TxnProducer(producer_id, producer_epoch)
-        if not self.consumer_groups.commit_offsets(group_id, member_id, group_instance_id, generation_id, commits,
-                                                   callback, producer=producer):
-            coordinator.txn_commit_offsets(group_id, producer, member_id, group_instance_id, generation_id, commits,
-                                           callback)
+        commits = self._commits(r.offsets)
+        coordinator, producer = self._ensure(), TxnProducer(r.producer_id, r.producer_epoch)
+        if not self.consumer_groups.commit_offsets(r.group_id, r.member_id, r.group_instance_id, r.generation_id,
+                                                   commits, callback, producer=producer):
+            coordinator.txn_commit_offsets(r.group_id, producer, r.member_id, r.group_instance_id, r.generation_id,
+                                           commits, callback)
         return await future
 
     async def complete_transaction(self, completion: TxnCompletion) -> int:
@@ -282,37 +287,38 @@ class GroupCoordinatorActor:
         completion = TxnCompletion(*completion)
         return self._ensure().complete_transaction(completion.producer_id, completion.committed)
 
-    async def fetch_offsets(self, group_id: str, partitions: Optional[list], require_stable: bool = False,
-                            member_id: Optional[str] = None, member_epoch: int = -1):
-        """``member_id``/``member_epoch``: OffsetFetch v9+, checked for consumer groups."""
-        tps = None if partitions is None else [TopicPartition(*tp) for tp in partitions]
+    async def fetch_offsets(self, r: OffsetFetch):
+        """OffsetFetch; its ``member_id``/``member_epoch`` (v9+) are checked for consumer groups."""
+        tps = None if r.partitions is None else [TopicPartition(*tp) for tp in r.partitions]
         coordinator = self._ensure()
-        if self.consumer_groups.owns(group_id):
-            error = self.consumer_groups.validate_fetch(group_id, member_id, member_epoch)
+        if self.consumer_groups.owns(r.group_id):
+            error = self.consumer_groups.validate_fetch(r.group_id, r.member_id, r.member_epoch)
             if error is not None:
                 return OffsetFetchResult(error)
-        return coordinator.fetch_offsets(group_id, tps, require_stable)
+        return coordinator.fetch_offsets(r.group_id, tps, r.require_stable)
 
-    async def describe_groups(self, group_ids: list[str]):
+    async def describe_groups(self, r: DescribeGroups):
         """DescribeGroups: a consumer group is no classic group (Kafka: "Dead",
         GROUP_ID_NOT_FOUND from v6; clients describe it with ConsumerGroupDescribe)."""
         coordinator = self._ensure()
         return [GroupDescription(g, ErrorCode.none, state="Dead") if self.consumer_groups.owns(g)
-                else coordinator.describe_group(g) for g in group_ids]
+                else coordinator.describe_group(g) for g in r.group_ids]
 
-    async def list_groups(self, states_filter: Optional[list[str]] = None, types_filter: Optional[list[str]] = None):
+    async def list_groups(self, r: ListGroups = ListGroups()) -> ListGroupsResult:
         """ListGroups of both kinds; ``types_filter`` (v5): "classic", "consumer"."""
         coordinator = self._ensure()
-        types = {t.lower() for t in types_filter or ()}
-        error, classic = coordinator.list_groups(states_filter)
+        types = {t.lower() for t in r.types_filter or ()}
+        error, classic = coordinator.list_groups(r.states_filter)
         listings = []
         if not types or "classic" in types:
             listings += [g for g in classic if not self.consumer_groups.owns(g.group_id)]
         if not types or "consumer" in types:
-            listings += self.consumer_groups.listings(states_filter)
-        return error, listings
+            listings += self.consumer_groups.listings(r.states_filter)
+        return ListGroupsResult(error, listings)
 
-    async def delete_groups(self, group_ids: list[str]) -> dict:
+    async def delete_groups(self, r: DeleteGroups) -> dict:
+        """DeleteGroups -> {group id: ErrorCode}."""
+        group_ids = list(r.group_ids)
         coordinator = self._ensure()
         errors = self.consumer_groups.delete_groups(group_ids)
         rest = [g for g in group_ids if errors.get(g, ErrorCode.none) == ErrorCode.none]
@@ -329,22 +335,23 @@ class GroupCoordinatorActor:
         self.consumer_groups.heartbeat(request, image, callback)
         return await future
 
-    async def consumer_group_describe(self, group_ids: list[str], image=None):
+    async def consumer_group_describe(self, r: ConsumerGroupDescribe, image=None):
         self._ensure()
         self.consumer_groups.see_image(image)
-        return self.consumer_groups.describe(group_ids)
+        return self.consumer_groups.describe(list(r.group_ids))
 
-    async def delete_offsets(self, group_id: str, partitions: list):
+    async def delete_offsets(self, r: OffsetDelete) -> OffsetDeleteResult:
         coordinator = self._ensure()
-        tps = [TopicPartition(*tp) for tp in partitions]
-        subscribed = self.consumer_groups.subscribed_topics(group_id)
+        tps = [TopicPartition(*tp) for tp in r.partitions]
+        subscribed = self.consumer_groups.subscribed_topics(r.group_id)
         if not subscribed:
-            return coordinator.delete_offsets(group_id, tps)
+            return OffsetDeleteResult(*coordinator.delete_offsets(r.group_id, tps))
         # A consumer group's members keep the offsets of the topics they subscribe to.
-        error, errors = coordinator.delete_offsets(group_id, [tp for tp in tps if tp.topic not in subscribed])
+        error, errors = coordinator.delete_offsets(r.group_id, [tp for tp in tps if tp.topic not in subscribed])
         if error != ErrorCode.none:
-            return error, errors
-        return error, {**errors, **{tp: ErrorCode.group_subscribed_to_topic for tp in tps if tp.topic in subscribed}}
+            return OffsetDeleteResult(error, errors)
+        return OffsetDeleteResult(error, {**errors, **{tp: ErrorCode.group_subscribed_to_topic for tp in tps
+                                                        if tp.topic in subscribed}})
 
     # ---- inspection -------------------------------------------------------------------------------------
     async def state(self) -> dict:

@@ -5,6 +5,7 @@ broker does not know get UNKNOWN_TOPIC_OR_PARTITION (UNKNOWN_TOPIC_ID by id,
 v10), as Kafka checks in KafkaApis."""
 import time
 
+from core.group_messages import OffsetCommit, OffsetToCommit
 from core.error_codes import ErrorCode
 
 from net import authorization
@@ -44,14 +45,15 @@ async def handle_offset_commit(ctx, request):
             if name is None or edge.metadata.partition(name, part.partition_index) is None:
                 errors[(name, part.partition_index)] = unknown
                 continue
-            offsets[(name, part.partition_index)] = (part.committed_offset,
-                                                     getattr(part, "committed_leader_epoch", -1),
-                                                     part.committed_metadata, expire)
+            offsets[(name, part.partition_index)] = OffsetToCommit(part.committed_offset,
+                                                                   getattr(part, "committed_leader_epoch", -1),
+                                                                   part.committed_metadata, expire)
     if offsets:
         error, answer = await edge.group_call(
-            request.group_id, "commit_offsets", request.group_id, request.member_id,
-            getattr(request, "group_instance_id", None), request.generation_id_or_member_epoch, offsets,
-            ctx.api_version, timeout_s=edge.config["offsets.commit.timeout.ms"] / 1000 + edge.call_timeout_s)
+            request.group_id, "commit_offsets",
+            OffsetCommit(request.group_id, request.member_id, getattr(request, "group_instance_id", None),
+                         request.generation_id_or_member_epoch, offsets, ctx.api_version),
+            timeout_s=edge.config["offsets.commit.timeout.ms"] / 1000 + edge.call_timeout_s)
         if error is not None:
             errors.update({tp: error for tp in offsets})
         else:

@@ -5,6 +5,7 @@ partition (v2+). require_stable (v7+, KIP-447) answers UNSTABLE_OFFSET_COMMIT
 for partitions with a commit still being written. v10 names topics by id."""
 import asyncio
 
+from core.group_messages import OffsetFetch
 from core.error_codes import ErrorCode
 
 from net import authorization
@@ -42,8 +43,8 @@ async def _fetch_group(edge, group_id: str, topics, by_id: bool, require_stable:
             elif name is not None:
                 wanted.extend((name, p) for p in t.partition_indexes)
     # v9+ (KIP-848): a consumer group's member fetches at its member epoch.
-    result_error, answer = await edge.group_call(group_id, "fetch_offsets", group_id, wanted, require_stable,
-                                                 member_id, member_epoch)
+    result_error, answer = await edge.group_call(group_id, "fetch_offsets",
+                                                 OffsetFetch(group_id, wanted, require_stable, member_id, member_epoch))
     if result_error is not None:
         return result_error, []
     if answer.error != ErrorCode.none:

@@ -1,6 +1,7 @@
 """JoinGroup (11): handed to the group's coordinator actor on this node,
 which answers once the member's place in the next generation is settled
 (KIP-394 member ids from v4, static members from v5, KIP-814 from v9)."""
+from core.group_messages import JoinGroup
 from core.error_codes import ErrorCode
 
 from net import authorization
@@ -28,12 +29,12 @@ async def handle_join_group(ctx, request):
         error = ErrorCode.group_authorization_failed  # Kafka: READ on the group
     elif request.group_id:
         # The topics image (last argument) serves classic members of consumer groups.
+        join = JoinGroup(request.group_id, request.member_id, getattr(request, "group_instance_id", None),
+                         ctx.header.client_id or "", client_host(ctx), rebalance_ms, session_ms,
+                         request.protocol_type, tuple((p.name, bytes(p.metadata)) for p in request.protocols),
+                         ctx.api_version, getattr(request, "reason", None))
         error, result = await edge.coordinators.group_call_with_topics(
-            request.group_id, "join_group", request.group_id, request.member_id,
-            getattr(request, "group_instance_id", None), ctx.header.client_id or "", client_host(ctx),
-            rebalance_ms, session_ms, request.protocol_type,
-            [(p.name, bytes(p.metadata)) for p in request.protocols], ctx.api_version,
-            getattr(request, "reason", None),
+            request.group_id, "join_group", join,
             timeout_s=max(rebalance_ms, session_ms) / 1000 + edge.call_timeout_s)
     if result is None:
         return build(schema, throttle_time=ZERO_THROTTLE, error_code=error, generation_id=-1,

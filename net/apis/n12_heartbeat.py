@@ -1,4 +1,5 @@
 """Heartbeat (12): keeps a member's session; REBALANCE_IN_PROGRESS tells it to rejoin."""
+from core.group_messages import Heartbeat
 from core.error_codes import ErrorCode
 
 from net import authorization
@@ -14,8 +15,10 @@ async def handle_heartbeat(ctx, request):
     if not await authorization.authorize(ctx, Operation.READ, ResourceType.GROUP, request.group_id):
         error = ErrorCode.group_authorization_failed  # Kafka: READ on the group
     elif request.group_id:
-        error, answer = await ctx.edge.group_call(request.group_id, "heartbeat", request.group_id, request.member_id,
-                                                  getattr(request, "group_instance_id", None), request.generation_id)
+        error, answer = await ctx.edge.group_call(
+            request.group_id, "heartbeat",
+            Heartbeat(request.group_id, request.member_id, getattr(request, "group_instance_id", None),
+                      request.generation_id))
         if error is None:
             error = ErrorCode(answer)
     return build(response_schema_for(request), throttle_time=ZERO_THROTTLE, error_code=error)

@@ -1,5 +1,6 @@
 """LeaveGroup (13): one member (v0-2) or a batch (v3+, KIP-345: static
 members removed by group instance id with an empty member id)."""
+from core.group_messages import LeaveGroup, LeavingMemberIdentity
 from core.error_codes import ErrorCode
 
 from net import authorization
@@ -14,14 +15,16 @@ async def handle_leave_group(ctx, request):
     schema = response_schema_for(request)
     batched = has_field(type(request), "members")
     if batched:
-        leaving = [(m.member_id, m.group_instance_id, getattr(m, "reason", None)) for m in request.members]
+        leaving = [LeavingMemberIdentity(m.member_id, m.group_instance_id, getattr(m, "reason", None))
+                   for m in request.members]
     else:
-        leaving = [(request.member_id, None, None)]
+        leaving = [LeavingMemberIdentity(request.member_id)]
     error, result = ErrorCode.invalid_group_id, None
     if not await authorization.authorize(ctx, Operation.READ, ResourceType.GROUP, request.group_id):
         error = ErrorCode.group_authorization_failed  # Kafka: READ on the group
     elif request.group_id:
-        error, result = await ctx.edge.group_call(request.group_id, "leave_group", request.group_id, leaving)
+        error, result = await ctx.edge.group_call(request.group_id, "leave_group",
+                                                  LeaveGroup(request.group_id, tuple(leaving)))
     if result is not None:
         error = result.error
     if not batched:

@@ -1,5 +1,6 @@
 """SyncGroup (14): the leader's assignment is persisted to __consumer_offsets
 (acks=-1) before any member of the generation gets its share."""
+from core.group_messages import SyncGroup
 from core.error_codes import ErrorCode
 
 from net import authorization
@@ -21,10 +22,11 @@ async def handle_sync_group(ctx, request):
         error = ErrorCode.group_authorization_failed  # Kafka: READ on the group
     elif request.group_id:
         error, result = await edge.group_call(
-            request.group_id, "sync_group", request.group_id, request.generation_id, request.member_id,
-            getattr(request, "group_instance_id", None), getattr(request, "protocol_type", None),
-            getattr(request, "protocol_name", None),
-            {a.member_id: bytes(a.assignment) for a in request.assignments},
+            request.group_id, "sync_group",
+            SyncGroup(request.group_id, request.generation_id, request.member_id,
+                      getattr(request, "group_instance_id", None), getattr(request, "protocol_type", None),
+                      getattr(request, "protocol_name", None),
+                      {a.member_id: bytes(a.assignment) for a in request.assignments}),
             timeout_s=SYNC_WAIT_S + edge.call_timeout_s)
     if result is None:
         return build(schema, throttle_time=ZERO_THROTTLE, error_code=error, protocol_type=None,

@@ -4,6 +4,7 @@ NOT_COORDINATOR for groups coordinated elsewhere. From v6 (KIP-1043) a group
 that does not exist is GROUP_ID_NOT_FOUND rather than state "Dead"."""
 import asyncio
 
+from core.group_messages import DescribeGroups
 from core.error_codes import ErrorCode
 
 from net import authorization
@@ -15,7 +16,7 @@ OPERATIONS_OMITTED = -(2**31)
 
 
 async def _describe(edge, group_id: str):
-    error, answer = await edge.group_call(group_id, "describe_groups", [group_id])
+    error, answer = await edge.group_call(group_id, "describe_groups", DescribeGroups((group_id,)))
     if error is not None:
         return error, None
     return answer[0].error, answer[0]

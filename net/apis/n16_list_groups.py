@@ -4,6 +4,7 @@ broker. State filter from v4 (KIP-518), type filter from v5: "classic"
 groups and KIP-848 "consumer" groups."""
 import asyncio
 
+from core.group_messages import ListGroups
 from core.error_codes import ErrorCode
 
 from net.actor_calls import ActorCallFailed
@@ -27,7 +28,7 @@ async def handle_list_groups(ctx, request):
 
         async def one(handle):
             try:
-                return await edge.call(handle.list_groups.remote(states or None, sorted(types) or None))
+                return await edge.call(handle.list_groups.remote(ListGroups(states or None, sorted(types) or None)))
             except ActorCallFailed:
                 return ErrorCode.coordinator_not_available, []
 

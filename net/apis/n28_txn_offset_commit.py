@@ -10,6 +10,7 @@ its implicit AddOffsetsToTxn belongs to transaction protocol version 2, which
 this broker does not advertise, so clients send v5 only after
 AddOffsetsToTxn, as with v4. Partitions of topics this broker does not know
 get UNKNOWN_TOPIC_OR_PARTITION, as Kafka checks in KafkaApis."""
+from core.group_messages import OffsetToCommit, TxnOffsetCommit
 from core.error_codes import ErrorCode
 
 from net import authorization
@@ -39,14 +40,14 @@ async def handle_txn_offset_commit(ctx, request):
             if edge.metadata.partition(topic.name, part.partition_index) is None:
                 errors[(topic.name, part.partition_index)] = ErrorCode.unknown_topic_or_partition
                 continue
-            offsets[(topic.name, part.partition_index)] = (part.committed_offset,
-                                                           getattr(part, "committed_leader_epoch", -1),
-                                                           part.committed_metadata)
+            offsets[(topic.name, part.partition_index)] = OffsetToCommit(
+                part.committed_offset, getattr(part, "committed_leader_epoch", -1), part.committed_metadata)
     if offsets:
         error, answer = await edge.group_call(
-            request.group_id, "txn_commit_offsets", request.group_id, request.producer_id, request.producer_epoch,
-            getattr(request, "member_id", ""), getattr(request, "group_instance_id", None),
-            getattr(request, "generation_id", -1), offsets,
+            request.group_id, "txn_commit_offsets",
+            TxnOffsetCommit(request.group_id, request.producer_id, request.producer_epoch,
+                            getattr(request, "member_id", ""), getattr(request, "group_instance_id", None),
+                            getattr(request, "generation_id", -1), offsets),
             timeout_s=edge.config["offsets.commit.timeout.ms"] / 1000 + edge.call_timeout_s)
         if error is not None:
             errors.update({tp: error for tp in offsets})

@@ -2,6 +2,7 @@
 their offsets and metadata are tombstoned in __consumer_offsets."""
 import asyncio
 
+from core.group_messages import DeleteGroups
 from core.error_codes import ErrorCode
 
 from net import authorization
@@ -11,7 +12,7 @@ from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for
 
 
 async def _delete(edge, group_id: str) -> ErrorCode:
-    error, answer = await edge.group_call(group_id, "delete_groups", [group_id])
+    error, answer = await edge.group_call(group_id, "delete_groups", DeleteGroups((group_id,)))
     if error is not None:
         return error
     return ErrorCode(answer[group_id])

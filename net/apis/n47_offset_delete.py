@@ -1,6 +1,7 @@
 """OffsetDelete (47, KIP-496): removes a group's committed offsets; a group
 with members keeps those of topics it subscribes to
 (GROUP_SUBSCRIBED_TO_TOPIC). Unknown topics: UNKNOWN_TOPIC_OR_PARTITION."""
+from core.group_messages import OffsetDelete
 from core.error_codes import ErrorCode
 
 from net import authorization
@@ -28,7 +29,8 @@ async def handle_offset_delete(ctx, request):
                 errors[(t.name, p.partition_index)] = ErrorCode.unknown_topic_or_partition
             else:
                 wanted.append((t.name, p.partition_index))
-    error, answer = await edge.group_call(request.group_id, "delete_offsets", request.group_id, wanted)
+    error, answer = await edge.group_call(request.group_id, "delete_offsets",
+                                          OffsetDelete(request.group_id, tuple(wanted)))
     if error is None:
         error, by_partition = answer
         error = ErrorCode(error)

@@ -4,6 +4,7 @@ on this node. A classic group is GROUP_ID_NOT_FOUND ("not a consumer
 group"), as in Kafka: clients then describe it with DescribeGroups."""
 import asyncio
 
+from core.group_messages import ConsumerGroupDescribe
 from core.error_codes import ErrorCode
 
 from net import authorization
@@ -28,7 +29,8 @@ async def handle_consumer_group_describe(ctx, request):
     async def one(group_id):
         if group_id not in describable:
             return ErrorCode.group_authorization_failed, None
-        error, answer = await edge.group_call(group_id, "consumer_group_describe", [group_id], image)
+        error, answer = await edge.group_call(group_id, "consumer_group_describe", ConsumerGroupDescribe((group_id,)),
+                                              image)
         return (error, None) if error is not None else (answer[0].error, answer[0])
 
     answers = await asyncio.gather(*(one(g) for g in request.group_ids))

@@ -24,6 +24,7 @@ from cluster.groups.records import (
     decode_offset_commit_value,
     offset_commit_record,
 )
+from core.group_messages import OffsetFetch, OffsetToCommit, TxnOffsetCommit
 from storage.records import SimpleRecord, build_batch
 from tests.unit.test_group_support import Harness, Reply
 
@@ -460,9 +461,10 @@ def test_actor_writes_transactional_batches_and_reloads_them(tmp_path):
         first = make_actor(p)
         await first.elect(0, replica)
         await wait_active(first)
-        answer = await first.txn_commit_offsets(group, 1000, 2, "", None, -1, {("t", 0): (5, 1, "m")})
+        answer = await first.txn_commit_offsets(TxnOffsetCommit(group, 1000, 2, "", None, -1,
+                                                                {("t", 0): OffsetToCommit(5, 1, "m")}))
         assert {tuple(k): v for k, v in answer.items()} == {("t", 0): E.none}
-        fetched = await first.fetch_offsets(group, [("t", 0)], True)
+        fetched = await first.fetch_offsets(OffsetFetch(group, [("t", 0)], True))
         assert fetched.partitions[TP0].error == E.unstable_offset_commit
         log = replica.partition.log
         [(_, header)] = list(iter_headers(log.read_bytes(0, 1 << 20, None, min_one_batch=True)))
@@ -472,13 +474,15 @@ def test_actor_writes_transactional_batches_and_reloads_them(tmp_path):
         [written] = replica.partition.write_txn_markers([TxnMarker(1000, 2, 0, True)], 0)
         assert written.error == 0
         assert await first.complete_transaction(TxnCompletion(1000, 2, True)) == 1
-        fetched = await first.fetch_offsets(group, [("t", 0)], True)
+        fetched = await first.fetch_offsets(OffsetFetch(group, [("t", 0)], True))
         assert (fetched.partitions[TP0].offset, fetched.partitions[TP0].metadata) == (5, "m")
         # An aborted transaction and an open one.
-        await first.txn_commit_offsets(group, 2000, 0, "", None, -1, {("t", 0): (6, -1, "")})
+        await first.txn_commit_offsets(TxnOffsetCommit(group, 2000, 0, "", None, -1,
+                                                       {("t", 0): OffsetToCommit(6, -1, "")}))
         replica.partition.write_txn_markers([TxnMarker(2000, 0, 0, False)], 0)
         await first.complete_transaction(TxnCompletion(2000, 0, False))
-        await first.txn_commit_offsets(group, 3000, 0, "", None, -1, {("t", 1): (7, -1, "")})
+        await first.txn_commit_offsets(TxnOffsetCommit(group, 3000, 0, "", None, -1,
+                                                       {("t", 1): OffsetToCommit(7, -1, "")}))
         before = await first.snapshot()
 
         await first.resign(1)
@@ -490,12 +494,12 @@ def test_actor_writes_transactional_batches_and_reloads_them(tmp_path):
         # (An offsets-only group's state timestamp is not persisted.)
         assert before[group].pop("current_state_timestamp") and after[group].pop("current_state_timestamp")
         assert after == before and list(after[group]["pending_txn_offsets"]) == [3000]
-        fetched = await second.fetch_offsets(group, [("t", 0), ("t", 1)], True)
+        fetched = await second.fetch_offsets(OffsetFetch(group, [("t", 0), ("t", 1)], True))
         assert {tp.partition: (v.offset, v.error) for tp, v in fetched.partitions.items()} == {
             0: (5, E.none), 1: (-1, E.unstable_offset_commit)}
         replica.partition.write_txn_markers([TxnMarker(3000, 0, 0, True)], 0)
         assert await second.complete_transaction(TxnCompletion(3000, 0, True)) == 1
-        fetched = await second.fetch_offsets(group, [("t", 1)], True)
+        fetched = await second.fetch_offsets(OffsetFetch(group, [("t", 1)], True))
         assert fetched.partitions[TP1].offset == 7
 
     asyncio.run(scenario())
@@ -521,7 +525,7 @@ def txn_offset_commit_exchange(version: int, answer, *, group_error=None):
 
         async def group_call(group_id, method, *args, timeout_s=None):
             calls.append((group_id, method, args))
-            return group_error, (None if group_error is not None else answer(args[-1]))
+            return group_error, (None if group_error is not None else answer(args[-1].offsets))
 
         edge.group_call = group_call
         schema = request_schema(28, version)
@@ -553,8 +557,9 @@ def test_wire_handler_every_version():
         [(group, method, args)] = calls
         assert (group, method) == ("g", "txn_commit_offsets")
         expected_member = ("m-1", "i-1", 3) if version >= 3 else ("", None, -1)
-        assert args[:6] == ("g", 1000, 2) + expected_member, version
-        assert args[6] == {("t", 0): (5, 4 if version >= 2 else -1, "m")}, version
+        [commit] = args
+        assert commit[:6] == ("g", 1000, 2) + expected_member, version
+        assert commit.offsets == {("t", 0): OffsetToCommit(5, 4 if version >= 2 else -1, "m")}, version
 
 
 def test_wire_handler_errors_and_old_versions_loading():

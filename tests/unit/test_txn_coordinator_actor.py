@@ -87,11 +87,11 @@ def test_names_and_topic_spec():
     assert coordinator_actor_name(3, 1001) == "txn-coordinator-3@1001"
     config = BrokerConfig.from_sources(overrides=[("transaction.state.log.num.partitions", "4")])
     spec = transaction_state_topic_spec(config, live_brokers=1)
-    assert spec["name"] == TRANSACTION_STATE_TOPIC and spec["num_partitions"] == 4
-    assert spec["replication_factor"] == 1
-    assert spec["configs"]["cleanup.policy"] == "compact"
-    assert spec["configs"]["min.insync.replicas"] == "1"  # capped at the replication factor
-    assert spec["configs"]["compression.type"] == "uncompressed"
+    assert spec.name == TRANSACTION_STATE_TOPIC and spec.num_partitions == 4
+    assert spec.replication_factor == 1
+    assert spec.configs["cleanup.policy"] == "compact"
+    assert spec.configs["min.insync.replicas"] == "1"  # capped at the replication factor
+    assert spec.configs["compression.type"] == "uncompressed"
 
 
 def test_commit_writes_markers_and_survives_a_move(tmp_path):

@@ -33,6 +33,7 @@ import time
 import ray
 
 from core.config import BrokerConfig, parse_listener
+from core.controller_messages import MetadataSnapshot
 from core.error_codes import ErrorCode
 from metadata.kafka_zk import KafkaZkClient
 from net.edge_service import EdgeService
@@ -348,7 +349,7 @@ class EdgeActor:
         if self._last_update is not None:
             await self._forward(*self._last_update)
 
-    async def _forward(self, snapshot: dict, leader_handles: dict, controller_handle) -> None:
+    async def _forward(self, snapshot: MetadataSnapshot, leader_handles: dict, controller_handle) -> None:
         # Numbered, because Ray does not promise that an async actor runs calls
         # in the order they were sent: a sibling skips an update older than one
         # it has already applied.
@@ -383,7 +384,7 @@ class EdgeActor:
                 return False
         return True
 
-    async def update_metadata(self, snapshot: dict, leader_handles: dict, controller_handle,
+    async def update_metadata(self, snapshot: MetadataSnapshot, leader_handles: dict, controller_handle,
                               forward_seq: tuple[int, int] | None = None) -> ErrorCode:
         """From the controller (forward_seq None), or forwarded by the primary
         edge of this node (numbered)."""

@@ -168,7 +168,41 @@ class ControlledShutdownResult(NamedTuple):
     remaining: Sequence[tuple[str, int]] = ()
 
 
-__all__ = ["AlterReassignmentsResult", "ConfigChange", "ConfigOp", "ConfigResource", "ControlledShutdownResult",
+# ---- UpdateMetadata: controller -> edges ---------------------------------------------------------------
+class BrokerEndpoint(NamedTuple):
+    id: int
+    host: str
+    port: int
+    rack: Optional[str] = None
+
+
+class PartitionSnapshot(NamedTuple):
+    leader: int  # -1: no leader
+    leader_epoch: int
+    isr: Sequence[int]
+    replicas: Sequence[int]
+
+
+class TopicSnapshot(NamedTuple):
+    topic_id: str  # a UUID's text
+    partitions: Mapping[int, PartitionSnapshot]
+    internal: bool = False
+
+
+class MetadataSnapshot(NamedTuple):
+    """The whole cluster metadata an edge serves (Kafka's UpdateMetadata),
+    sent whole each round: an edge that missed one (a reconnect, a controller
+    failover, a restarted edge) is right again with the next."""
+
+    controller_epoch: int
+    controller_id: int
+    cluster_id: Optional[str]
+    brokers: Sequence[BrokerEndpoint]
+    topics: Mapping[str, TopicSnapshot]
+
+
+__all__ = ["AlterReassignmentsResult", "BrokerEndpoint", "MetadataSnapshot", "PartitionSnapshot", "TopicSnapshot",
+           "ConfigChange", "ConfigOp", "ConfigResource", "ControlledShutdownResult",
            "CreatePartitionsSpec", "CreateTopicResult", "CreateTopicSpec", "DescribedConfigs", "ElectLeadersResult",
            "InternalTopicOutcome", "ListReassignmentsResult", "NOT_CONTROLLER_MESSAGE", "OngoingReassignment",
            "PartitionOutcome", "PartitionReassignment", "TopicOutcome"]

@@ -20,6 +20,7 @@ from typing import Any
 from core.error_codes import ErrorCode
 
 from core.config import BrokerConfig
+from core.controller_messages import MetadataSnapshot
 from core.local_channels import LocalChannels
 from net import registry
 from net.actor_calls import ActorCallFailed, call
@@ -120,7 +121,7 @@ class EdgeService:
             else:
                 cache.forget(topic, partition)
 
-    def apply_update_metadata(self, snapshot: dict, leader_handles: dict, controller_handle: Any) -> None:
+    def apply_update_metadata(self, snapshot: MetadataSnapshot, leader_handles: dict, controller_handle: Any) -> None:
         before = self.metadata.topics
         self.metadata.update(snapshot)
         if self.metrics is not None and before:

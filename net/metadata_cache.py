@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from typing import Any
+
+from core.controller_messages import MetadataSnapshot
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,30 +50,27 @@ class MetadataCache:
         self.topics_by_id: dict[uuid.UUID, TopicInfo] = {}
         self.version = 0
 
-    def update(self, snapshot: dict[str, Any]) -> None:
-        epoch = snapshot["controller_epoch"]
+    def update(self, snapshot: MetadataSnapshot) -> None:
+        epoch = snapshot.controller_epoch
         if epoch < self.controller_epoch:
             raise StaleControllerEpoch(
                 f"UpdateMetadata from controller epoch {epoch} < current {self.controller_epoch}"
             )
         self.controller_epoch = epoch
-        self.controller_id = snapshot["controller_id"]
-        self.cluster_id = snapshot["cluster_id"]
-        self.brokers = {
-            b["id"]: BrokerInfo(b["id"], b["host"], b["port"], b.get("rack"))
-            for b in snapshot["brokers"]
-        }
+        self.controller_id = snapshot.controller_id
+        self.cluster_id = snapshot.cluster_id
+        self.brokers = {b.id: BrokerInfo(b.id, b.host, b.port, b.rack) for b in snapshot.brokers}
         topics = {}
-        for name, t in snapshot["topics"].items():
+        for name, t in snapshot.topics.items():
             partitions = {
                 int(p): PartitionInfo(
-                    leader=s["leader"], leader_epoch=s["leader_epoch"],
-                    replicas=tuple(s["replicas"]), isr=tuple(s["isr"]),
-                    offline=tuple(r for r in s["replicas"] if r not in self.brokers),
+                    leader=s.leader, leader_epoch=s.leader_epoch,
+                    replicas=tuple(s.replicas), isr=tuple(s.isr),
+                    offline=tuple(r for r in s.replicas if r not in self.brokers),
                 )
-                for p, s in t["partitions"].items()
+                for p, s in t.partitions.items()
             }
-            topics[name] = TopicInfo(name, uuid.UUID(t["topic_id"]), partitions, t.get("internal", False))
+            topics[name] = TopicInfo(name, uuid.UUID(t.topic_id), partitions, t.internal)
         self.topics = topics
         self.topics_by_id = {t.topic_id: t for t in topics.values()}
         self.version += 1

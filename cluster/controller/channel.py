@@ -15,6 +15,8 @@ from __future__ import annotations
 import abc
 from typing import Any, Awaitable, Callable, Iterable, NamedTuple
 
+from core.controller_messages import MetadataSnapshot
+
 
 class ReplicaKey(NamedTuple):
     """One replica: (topic, partition, broker id). Equal to the plain tuple."""
@@ -118,7 +120,8 @@ class ControllerChannel(abc.ABC):
         """Whether the broker's edge can be reached (found by name)."""
 
     @abc.abstractmethod
-    def update_metadata(self, broker_id: int, snapshot: Any, leaders: Iterable[ReplicaKey]) -> Awaitable[Outcome]:
+    def update_metadata(self, broker_id: int, snapshot: MetadataSnapshot,
+                        leaders: Iterable[ReplicaKey]) -> Awaitable[Outcome]:
         """UpdateMetadata to the broker's edge, with the partitions it leads (replicas ensured first)."""
 
     @abc.abstractmethod

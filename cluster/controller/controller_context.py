@@ -12,6 +12,7 @@ from cluster.controller.leader_election import offline_partition_leader
 from cluster.controller.partition_state_machine import PartitionStateMachine
 from cluster.controller.reassignment import ReplicaAssignment
 from cluster.controller.replica_state_machine import ReplicaStateMachine
+from core.controller_messages import BrokerEndpoint, MetadataSnapshot, PartitionSnapshot, TopicSnapshot
 
 NO_LEADER = -1
 
@@ -86,11 +87,9 @@ class ControllerContext:
         result = offline_partition_leader(replicas, isr, self.brokers.keys(), unclean)
         return NO_LEADER if result.leader is None else result.leader
 
-    def metadata_snapshot(self, controller_id: int) -> dict[str, Any]:
-        brokers = [
-            {"id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack}
-            for b in sorted(self.brokers.values(), key=lambda b: b.broker_id)
-        ]
+    def metadata_snapshot(self, controller_id: int) -> MetadataSnapshot:
+        brokers = tuple(BrokerEndpoint(b.broker_id, b.host, b.port, b.rack)
+                        for b in sorted(self.brokers.values(), key=lambda b: b.broker_id))
         topics = {}
         for name, t in self.topics.items():
             if name in self.topics_being_deleted:
@@ -98,16 +97,11 @@ class ControllerContext:
             partitions = {}
             for p, replicas in t.assignment.items():
                 s = self.states.get((name, p))
-                partitions[p] = {
-                    "leader": s.leader if s else NO_LEADER,
-                    "leader_epoch": s.leader_epoch if s else -1,
-                    "isr": list(s.isr) if s else [],
-                    "replicas": list(replicas),
-                }
-            topics[name] = {"topic_id": zk_topic_id_to_uuid(t.topic_id), "partitions": partitions,
-                            "internal": t.internal}
-        return {"controller_epoch": self.epoch, "controller_id": controller_id,
-                "cluster_id": self.cluster_id, "brokers": brokers, "topics": topics}
+                partitions[p] = PartitionSnapshot(leader=s.leader if s else NO_LEADER,
+                                                  leader_epoch=s.leader_epoch if s else -1,
+                                                  isr=tuple(s.isr) if s else (), replicas=tuple(replicas))
+            topics[name] = TopicSnapshot(zk_topic_id_to_uuid(t.topic_id), partitions, t.internal)
+        return MetadataSnapshot(self.epoch, controller_id, self.cluster_id, brokers, topics)
 
 
 def zk_topic_id_to_uuid(topic_id: str) -> str:

@@ -336,6 +336,7 @@ def assert_acked_present(acked: dict[tuple[int, int], int], records: dict[int, l
 STALE_REQUESTS = r"""
 import json, sys
 import ray
+from core.controller_messages import MetadataSnapshot
 args = json.loads(sys.argv[1])
 ray.init(address=args["ray_address"], namespace=args["namespace"], logging_level="ERROR", log_to_driver=False)
 old = args["old_epoch"]
@@ -350,8 +351,7 @@ out = {
     "stop_replica": ray.get(leader.stop_replica.remote(old, False), timeout=30),
     # ... and the edge would forget every broker and topic.
     "update_metadata": ray.get(edge.update_metadata.remote(
-        {"controller_epoch": old, "controller_id": args["old_controller"], "cluster_id": "stale",
-         "brokers": [], "topics": {}}, {}, None), timeout=30),
+        MetadataSnapshot(old, args["old_controller"], "stale", [], {}), {}, None), timeout=30),
 }
 print("RESULT " + json.dumps(out), flush=True)
 ray.shutdown()

@@ -9,6 +9,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from core.config import BrokerConfig
+from core.controller_messages import BrokerEndpoint, MetadataSnapshot, PartitionSnapshot, TopicSnapshot
 from core.local_calls import LocalCallFailed, LocalCallLost
 from core.naming import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from net.coordinator_router import GROUP_TIMEOUT_DEFAULT, GROUP_TIMEOUT_ERRORS, coordinator_failure
@@ -67,12 +68,9 @@ class _Coordinator:
 
 def _edge() -> EdgeService:
     edge = EdgeService(BrokerConfig.from_sources(), 1, "127.0.0.1", 0)
-    edge.metadata.update({
-        "controller_epoch": 1, "controller_id": 1, "cluster_id": "c1",
-        "brokers": [{"id": 1, "host": "127.0.0.1", "port": 1}],
-        "topics": {name: {"topic_id": f"00000000-0000-0000-0000-00000000000{i}", "partitions": {
-            "0": {"leader": 1, "leader_epoch": 0, "replicas": [1], "isr": [1]}}}
-            for i, name in enumerate((OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC), start=1)}})
+    edge.metadata.update(MetadataSnapshot(1, 1, "c1", [BrokerEndpoint(1, "127.0.0.1", 1)], {
+        name: TopicSnapshot(f"00000000-0000-0000-0000-00000000000{i}", {0: PartitionSnapshot(1, 0, [1], [1])})
+        for i, name in enumerate((OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC), start=1)}))
     return edge
 
 
@@ -118,11 +116,10 @@ def test_group_call_of_a_group_not_coordinated_here_is_not_coordinator():
     async def go():
         edge = _edge()
         edge.coordinators.handles[0] = _Coordinator("answer")  # left from when this broker led it
-        edge.metadata.update({
-            "controller_epoch": 1, "controller_id": 1, "cluster_id": "c1",
-            "brokers": [{"id": 1, "host": "127.0.0.1", "port": 1}, {"id": 2, "host": "127.0.0.1", "port": 2}],
-            "topics": {OFFSETS_TOPIC: {"topic_id": "00000000-0000-0000-0000-000000000001", "partitions": {
-                "0": {"leader": 2, "leader_epoch": 1, "replicas": [2, 1], "isr": [2, 1]}}}}})
+        edge.metadata.update(MetadataSnapshot(
+            1, 1, "c1", [BrokerEndpoint(1, "127.0.0.1", 1), BrokerEndpoint(2, "127.0.0.1", 2)],
+            {OFFSETS_TOPIC: TopicSnapshot("00000000-0000-0000-0000-000000000001",
+                                          {0: PartitionSnapshot(2, 1, isr=[2, 1], replicas=[2, 1])})}))
         try:
             return await edge.group_call("g", "heartbeat", "g")
         finally:
@@ -210,13 +207,12 @@ def test_the_topics_image_goes_whole_only_to_a_coordinator_without_it():
             assert first == [True, False, False]  # whole once, then references to the same version
             held = coordinator.consumer_groups.image
             assert held.version == edge.metadata.version and held.topics
-            edge.metadata.update({  # a new topic: a new version goes whole
-                "controller_epoch": 1, "controller_id": 1, "cluster_id": "c1",
-                "brokers": [{"id": 1, "host": "127.0.0.1", "port": 1}],
-                "topics": {OFFSETS_TOPIC: {"topic_id": "00000000-0000-0000-0000-000000000001", "partitions": {
-                    "0": {"leader": 1, "leader_epoch": 0, "replicas": [1], "isr": [1]}}},
-                    "t": {"topic_id": "00000000-0000-0000-0000-000000000009", "partitions": {
-                        "0": {"leader": 1, "leader_epoch": 0, "replicas": [1], "isr": [1]}}}}})
+            edge.metadata.update(MetadataSnapshot(  # a new topic: a new version goes whole
+                1, 1, "c1", [BrokerEndpoint(1, "127.0.0.1", 1)], {
+                    OFFSETS_TOPIC: TopicSnapshot("00000000-0000-0000-0000-000000000001",
+                                                 {0: PartitionSnapshot(1, 0, [1], [1])}),
+                    "t": TopicSnapshot("00000000-0000-0000-0000-000000000009",
+                                       {0: PartitionSnapshot(1, 0, [1], [1])})}))
             assert await call("g", "consumer_group_heartbeat", "request") == (None, "answer")
             assert coordinator.images[-1].topics is not None
             assert "t" in {name for name, _, _ in coordinator.consumer_groups.image.topics}

@@ -10,6 +10,7 @@ from pathlib import Path
 from types import SimpleNamespace as NS
 
 from core import metrics
+from core.controller_messages import BrokerEndpoint, MetadataSnapshot, PartitionSnapshot, TopicSnapshot
 from net.edge_metrics import EdgeMetrics, count_records, error_codes
 
 REPO = Path(__file__).resolve().parents[2]
@@ -182,12 +183,11 @@ def test_node_sample_reads_metadata_replicas_purgatory_and_groups(monkeypatch, t
 
     monkeypatch.setattr(metrics, "_registry", metrics.Registry())
     cache = MetadataCache()
-    cache.update({"controller_epoch": 3, "controller_id": 1, "cluster_id": "c",
-                  "brokers": [{"id": 1, "host": "h", "port": 1}, {"id": 2, "host": "h", "port": 2}],
-                  "topics": {"t": {"topic_id": "00000000-0000-0000-0000-000000000001", "partitions": {
-                      "0": {"leader": 1, "leader_epoch": 1, "replicas": [1, 2], "isr": [1]},
-                      "1": {"leader": 2, "leader_epoch": 1, "replicas": [2, 1], "isr": [2, 1]},
-                      "2": {"leader": -1, "leader_epoch": 1, "replicas": [2], "isr": []}}}}})
+    cache.update(MetadataSnapshot(3, 1, "c", [BrokerEndpoint(1, "h", 1), BrokerEndpoint(2, "h", 2)], {
+        "t": TopicSnapshot("00000000-0000-0000-0000-000000000001", {
+            0: PartitionSnapshot(leader=1, leader_epoch=1, isr=[1], replicas=[1, 2]),
+            1: PartitionSnapshot(leader=2, leader_epoch=1, isr=[2, 1], replicas=[2, 1]),
+            2: PartitionSnapshot(leader=-1, leader_epoch=1, isr=[], replicas=[2])})}))
     (tmp_path / "t-0").mkdir()
     (tmp_path / "t-0" / "00000000000000000000.log").write_bytes(b"x" * 1000)
     leader = NS(state=_Remote({"log_start_offset": 5, "log_end_offset": 100}))

@@ -13,6 +13,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from core.config import BrokerConfig
+from core.controller_messages import BrokerEndpoint, MetadataSnapshot, PartitionSnapshot, TopicSnapshot
 from core.replica_messages import FileSlice, ReadResult, ReadRun
 from net.codec import decode_response, encode_request, encode_response, request_schema, response_schema
 from net.edge_service import EdgeService
@@ -165,11 +166,8 @@ class FakeLeader:
 
 def make_edge(tmp_path, partitions: int, batches_per_partition: int, value_size: int):
     service = EdgeService(BrokerConfig.from_sources(), 1, "127.0.0.1", 0)
-    service.metadata.update({
-        "controller_epoch": 1, "controller_id": 1, "cluster_id": "c1",
-        "brokers": [{"id": 1, "host": "127.0.0.1", "port": 1}],
-        "topics": {TOPIC: {"topic_id": str(TOPIC_ID), "partitions": {
-            str(p): {"leader": 1, "leader_epoch": 0, "replicas": [1], "isr": [1]} for p in range(partitions)}}}})
+    service.metadata.update(MetadataSnapshot(1, 1, "c1", [BrokerEndpoint(1, "127.0.0.1", 1)], {
+        TOPIC: TopicSnapshot(str(TOPIC_ID), {p: PartitionSnapshot(1, 0, [1], [1]) for p in range(partitions)})}))
     logs = []
     for p in range(partitions):
         log = Log(str(tmp_path / f"{TOPIC}-{p}"))

@@ -441,7 +441,6 @@ class EdgeActor:
         broker's leaders and take it out of the ISRs, retried while it still leads
         partitions or the controller cannot be reached, at most max_retries + 1 times.
         -> {"attempts", "remaining": [(topic, p)], "error": str | None}"""
-        from core.error_codes import ErrorCode
         from net.actor_calls import ActorCallFailed
 
         attempt, remaining, error = 0, [], None

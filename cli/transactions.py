@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import struct
 import sys
 import time
 from typing import Optional
@@ -43,6 +42,7 @@ from core.error_codes import ErrorCode
 from cli.admin_client import AdminClient, AdminError, BrokerConnection, ClusterMetadata, Outcome
 from net.codec import request_schema
 from net.schema_build import build, nested
+from storage.byte_reader import ByteReader
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -155,73 +155,29 @@ class _RawTransactionState:
     partitions: tuple[TopicPartition, ...]
 
 
-class _FlexibleReader:
-    """Just enough of Kafka's flexible encoding to read a DescribeTransactions v0 response."""
-
-    def __init__(self, data: bytes, pos: int = 0):
-        self.data, self.pos = data, pos
-
-    def _take(self, fmt: str) -> int:
-        (value,) = struct.unpack_from(fmt, self.data, self.pos)
-        self.pos += struct.calcsize(fmt)
-        return value
-
-    def int16(self) -> int:
-        return self._take(">h")
-
-    def int32(self) -> int:
-        return self._take(">i")
-
-    def int64(self) -> int:
-        return self._take(">q")
-
-    def uvarint(self) -> int:
-        shift = value = 0
-        while True:
-            byte = self.data[self.pos]
-            self.pos += 1
-            value |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                return value
-            shift += 7
-
-    def string(self) -> Optional[str]:
-        n = self.uvarint() - 1
-        if n < 0:
-            return None
-        text = self.data[self.pos:self.pos + n].decode("utf-8")
-        self.pos += n
-        return text
-
-    def array(self, item) -> list:
-        return [item() for _ in range(max(self.uvarint() - 1, 0))]
-
-    def skip_tags(self) -> None:
-        for _ in range(self.uvarint()):
-            self.uvarint()
-            self.pos += self.uvarint()
-
-
 def decode_describe_transactions(frame: bytes) -> tuple[int, list[_RawTransactionState]]:
     """(correlation id, states) of a DescribeTransactions v0 response. Read here rather than by kio:
     a transactional id with no transaction open has TransactionStartTimeMs -1, which kio refuses to
     read as a timestamp."""
-    r = _FlexibleReader(frame)
+    r = ByteReader(frame)
     correlation_id = r.int32()
-    r.skip_tags()  # response header v1
+    r.skip_tagged_fields()  # response header v1
     r.int32()  # throttle time
 
+    def text() -> Optional[str]:
+        return r.string(nullable=True, compact=True)
+
     def topic() -> list[TopicPartition]:
-        name = r.string()
+        name = text()
         partitions = r.array(r.int32)
-        r.skip_tags()
+        r.skip_tagged_fields()
         return [(name, p) for p in partitions]
 
     def state() -> _RawTransactionState:
-        error, tid, name = ErrorCode(r.int16()), r.string(), r.string()
+        error, tid, name = ErrorCode(r.int16()), text(), text()
         timeout_ms, start_ms, producer_id, epoch = r.int32(), r.int64(), r.int64(), r.int16()
         partitions = tuple(sorted(tp for t in r.array(topic) for tp in t))
-        r.skip_tags()
+        r.skip_tagged_fields()
         return _RawTransactionState(error, tid, name, timeout_ms, start_ms, producer_id, epoch, partitions)
 
     states = r.array(state)

@@ -12,7 +12,9 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from storage.records import _read_varint  # the multi-byte case; single bytes are decoded inline
+from storage.errors import StorageError
+from storage.producer_state import ControlType, end_txn_marker_type
+from storage.records import read_varint  # the multi-byte case; single bytes are decoded inline
 from storage.record_batch import (
     COMPRESSION_MASK,
     CONTROL_MASK,
@@ -83,7 +85,7 @@ class ArrowBuilder:
         the last complete batch seen, control batches and compacted gaps
         included) and whether ``end`` was reached. A trailing partial batch
         (Fetch may cut one) is ignored."""
-        read = _read_varint
+        read = read_varint
         keys_append = self.keys.append
         values_append = self.values.append
         offsets_append = self.offsets.append
@@ -276,15 +278,13 @@ class AbortedTransactions:
 
 
 def _is_abort_marker(buf, pos: int, h) -> bool:
-    """The control record's key is version int16 + type int16 (0 = ABORT).
-    Control batches are never compressed."""
-    i = pos + HEADER_SIZE
-    _length, i = _read_varint(buf, i)
-    i += 1  # record attributes
-    _timestamp_delta, i = _read_varint(buf, i)
-    _offset_delta, i = _read_varint(buf, i)
-    key_length, i = _read_varint(buf, i)
-    return key_length >= 4 and buf[i + 2] == 0 and buf[i + 3] == 0
+    """Whether the control batch at ``pos`` is an ABORT marker (a malformed
+    one is not: it ends nothing)."""
+    try:
+        marker = end_txn_marker_type(buf, pos)
+    except (ValueError, StorageError):
+        return False
+    return marker is not None and marker[0] == ControlType.ABORT
 
 
 def batch_spans(buf) -> list[tuple[int, int, int, int]]:

@@ -339,9 +339,10 @@ class Log:
         if leader_epoch >= 0 and leader_epoch != self.leader_epoch_cache.latest_epoch:
             self.leader_epoch_cache.assign(leader_epoch, first)
         seg.append(last, max_ts, off_max, view, layout)
-        assert last >= first == self.local.next_offset, (first, last, self.local.next_offset)
-        self.local.next_offset = last + 1
-        self.local.maybe_flush(now_ms)
+        local = self.local
+        assert last >= first == local.next_offset, (first, last, local.next_offset)
+        local.next_offset = last + 1
+        local.maybe_flush(now_ms)
 
     @property
     def topic_partition_name(self) -> str:
@@ -429,8 +430,9 @@ class Log:
     def _maybe_roll(
         self, messages_size: int, num_batches: int, max_ts: int, max_offset: int, first_offset: int, now_ms: int
     ) -> LogSegment:
-        seg = self.local.segments[-1]
-        cfg = self.config
+        local = self.local
+        seg = local.segments[-1]
+        cfg = local.config
         size = seg.size
         if (
             size > cfg.segment_bytes - messages_size

@@ -189,7 +189,7 @@ def compress(codec: int, data: bytes, *, level: int | None = None, xerial_snappy
 # varints
 
 
-def _read_varint(buf, i: int) -> tuple[int, int]:
+def read_varint(buf, i: int) -> tuple[int, int]:
     """Zig-zag varint at ``buf[i]``; returns (value, next index)."""
     b = buf[i]
     if b < 0x80:
@@ -225,7 +225,7 @@ def _decode_records(h: BatchHeader, data: bytes, min_offset: int | None = None) 
     base_ts = h.base_timestamp
     log_append_time = h.attributes & TIMESTAMP_TYPE_MASK
     max_ts = h.max_timestamp
-    read = _read_varint
+    read = read_varint
     i = 0
     end = len(data)
     for _ in range(h.record_count):
@@ -489,7 +489,7 @@ def scan_records(data, count: int, *, want_keys: bool = True) -> list[RawRecord]
     """Walk ``count`` records of an uncompressed payload; ValueError or
     IndexError when they are malformed or do not fill the payload exactly.
     With ``want_keys=False`` keys are reported as ``b""`` / None only."""
-    read = _read_varint
+    read = read_varint
     out: list[RawRecord] = []
     append = out.append
     i = 0

@@ -38,6 +38,8 @@ import struct
 from dataclasses import dataclass
 from typing import Optional, Union
 
+from storage.byte_reader import ByteReader
+
 __all__ = [
     "GROUP_METADATA_KEY_VERSION",
     "GROUP_METADATA_VALUE_VERSION",
@@ -212,72 +214,8 @@ class _Writer:
         self.uvarint(0)
 
 
-class _Reader:
-    def __init__(self, data: bytes) -> None:
-        self.data = memoryview(data)
-        self.pos = 0
-
-    def _take(self, n: int) -> memoryview:
-        if n < 0 or self.pos + n > len(self.data):
-            raise RecordFormatError("record is truncated")
-        chunk = self.data[self.pos : self.pos + n]
-        self.pos += n
-        return chunk
-
-    def int16(self) -> int:
-        return _I16.unpack(self._take(2))[0]
-
-    def int32(self) -> int:
-        return _I32.unpack(self._take(4))[0]
-
-    def int64(self) -> int:
-        return _I64.unpack(self._take(8))[0]
-
-    def uvarint(self) -> int:
-        value = 0
-        shift = 0
-        while True:
-            byte = self._take(1)[0]
-            value |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                return value
-            shift += 7
-            if shift > 28:
-                raise RecordFormatError("varint is too long")
-
-    def string(self, *, nullable: bool = False, compact: bool = False) -> Optional[str]:
-        length = self.uvarint() - 1 if compact else self.int16()
-        if length < 0:
-            if not nullable:
-                raise RecordFormatError("non-nullable string is null")
-            return None
-        try:
-            return bytes(self._take(length)).decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise RecordFormatError(f"string is not UTF-8: {exc}") from None
-
-    def bytes_(self, *, compact: bool = False) -> bytes:
-        length = self.uvarint() - 1 if compact else self.int32()
-        if length < 0:
-            raise RecordFormatError("non-nullable bytes is null")
-        return bytes(self._take(length))
-
-    def array_length(self, *, compact: bool = False) -> int:
-        count = self.uvarint() - 1 if compact else self.int32()
-        if count < 0:
-            raise RecordFormatError("non-nullable array is null")
-        return count
-
-    def skip_tagged_fields(self) -> None:
-        # No tagged field of these records means anything to us (Kafka's
-        # readers skip unknown tags too).
-        for _ in range(self.uvarint()):
-            self.uvarint()  # tag
-            self._take(self.uvarint())
-
-
-def _version_of(data: bytes, what: str) -> tuple[int, _Reader]:
-    reader = _Reader(data)
+def _version_of(data: bytes, what: str) -> tuple[int, ByteReader]:
+    reader = ByteReader(data, error=RecordFormatError)
     try:
         version = reader.int16()
     except RecordFormatError:

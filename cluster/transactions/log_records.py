@@ -33,6 +33,8 @@ import enum
 import struct
 from typing import NamedTuple, Optional
 
+from storage.byte_reader import ByteReader
+
 KEY_VERSION = 0
 VALUE_VERSION_0 = 0
 VALUE_VERSION_1 = 1  # first flexible version
@@ -169,74 +171,11 @@ def encode_value(value: TransactionLogValue, version: int = VALUE_VERSION_0) -> 
 
 
 # ---- decoding --------------------------------------------------------------------------------------
-class _Reader:
-    __slots__ = ("data", "pos")
-
-    def __init__(self, data: bytes):
-        self.data = memoryview(data)
-        self.pos = 0
-
-    def take(self, fmt: str):
-        size = struct.calcsize(fmt)
-        if self.pos + size > len(self.data):
-            raise RecordFormatError("record ends early")
-        values = struct.unpack_from(fmt, self.data, self.pos)
-        self.pos += size
-        return values if len(values) > 1 else values[0]
-
-    def raw(self, size: int) -> bytes:
-        if size < 0 or self.pos + size > len(self.data):
-            raise RecordFormatError("record ends early")
-        out = bytes(self.data[self.pos:self.pos + size])
-        self.pos += size
-        return out
-
-    def uvarint(self) -> int:
-        value = shift = 0
-        while True:
-            if self.pos >= len(self.data):
-                raise RecordFormatError("record ends early")
-            byte = self.data[self.pos]
-            self.pos += 1
-            value |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                return value
-            shift += 7
-            if shift > 28:
-                raise RecordFormatError("varint too long")
-
-    def string(self) -> str:
-        size = self.take(">h")
-        if size < 0:
-            raise RecordFormatError("null string")
-        return self.raw(size).decode("utf-8")
-
-    def compact_string(self) -> str:
-        size = self.uvarint() - 1
-        if size < 0:
-            raise RecordFormatError("null string")
-        return self.raw(size).decode("utf-8")
-
-    def count(self, compact: bool) -> int:
-        """An array's element count (-1 = null), bounded by the bytes left."""
-        n = self.uvarint() - 1 if compact else self.take(">i")
-        if n > len(self.data) - self.pos:
-            raise RecordFormatError("array count beyond the record")
-        return n
-
-    def skip_tagged_fields(self) -> dict[int, bytes]:
-        fields = {}
-        for _ in range(self.uvarint()):
-            tag = self.uvarint()
-            fields[tag] = self.raw(self.uvarint())
-        return fields
-
-
 def decode_key(data: bytes) -> Optional[str]:
     """The transactional id of a key; None for a key of a version Kafka does not know
     (Kafka's UnknownKey: skipped on load)."""
-    reader = _Reader(data)
-    version = reader.take(">h")
+    reader = ByteReader(data, error=RecordFormatError)
+    version = reader.int16()
     if version != KEY_VERSION:
         return None
     return reader.string()
@@ -246,33 +185,33 @@ def decode_value(data: Optional[bytes]) -> Optional[TransactionLogValue]:
     """None for a tombstone."""
     if data is None:
         return None
-    reader = _Reader(data)
-    version = reader.take(">h")
+    reader = ByteReader(data, error=RecordFormatError)
+    version = reader.int16()
     if version not in (VALUE_VERSION_0, VALUE_VERSION_1):
         raise RecordFormatError(f"unknown version {version} of a transaction log value")
     flexible = version >= VALUE_VERSION_1
-    producer_id, epoch, timeout_ms, status = reader.take(">qhib")
+    producer_id, epoch, timeout_ms, status = reader.unpack(">qhib")
     try:
         state = TransactionState(status)
     except ValueError:
         raise RecordFormatError(f"unknown transaction state id {status}") from None
-    n = reader.count(flexible)
+    n = reader.array_length(nullable=True, compact=flexible)
     partitions = None
     if n >= 0:
         entries = []
         for _ in range(n):
-            topic = reader.compact_string() if flexible else reader.string()
-            count = reader.count(flexible)
-            ids = reader.take(f">{max(count, 0)}i") if count > 0 else ()
+            topic = reader.string(compact=flexible)
+            count = reader.array_length(nullable=True, compact=flexible)
+            ids = reader.unpack(f">{count}i") if count > 0 else ()
             entries.append((topic, tuple(ids) if isinstance(ids, tuple) else (ids,)))
             if flexible:
                 reader.skip_tagged_fields()
         partitions = tuple(entries)
-    last_update, start = reader.take(">qq")
+    last_update, start = reader.unpack(">qq")
     previous_id = next_id = NO_PRODUCER_ID
     client_version = 0
     if flexible:
-        tagged = reader.skip_tagged_fields()
+        tagged = reader.tagged_fields()
         if _TAG_PREVIOUS_PRODUCER_ID in tagged:
             previous_id = struct.unpack(">q", tagged[_TAG_PREVIOUS_PRODUCER_ID])[0]
         if _TAG_NEXT_PRODUCER_ID in tagged:

@@ -17,7 +17,7 @@ FETCH_SESSION_ID_NOT_FOUND for its incremental fetch and falls back to a full
 fetch, which Kafka clients do on their own.
 
 An edge whose process dies is replaced by the `raykafka start` process that
-created it (cli/main.py, BrokerProcess supervision): a new actor under the
+created it (node/supervision.py): a new actor under the
 same name, on the port the dead one had bound, that deletes the dead edge's
 /brokers/ids registration (recognised by its `edge_actor_id`) rather than
 waiting for its ZooKeeper session to expire. A new primary numbers its

@@ -11,7 +11,7 @@ Follower fetches long-poll inside the leader replica itself (one call, no
 extra hop), so they do not come through here.
 
 Nothing here is durable: the actor is created with unlimited Ray restarts
-(cli/main.py), and a restarted purgatory starts empty. Operations parked in
+(node/process.py), and a restarted purgatory starts empty. Operations parked in
 the dead process fail at their callers (the edge answers a retriable error);
 a partition it has no progress for yet is asked to report, as a quiet one is,
 since its leader may have gone quiet towards the dead incarnation.

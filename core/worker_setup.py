@@ -1,5 +1,5 @@
 """Run in every Ray worker process of the broker before its first task
-(cli/main.py: through the node environment on a Ray cluster the broker
+(node/process.py: through the node environment on a Ray cluster the broker
 starts itself, through the job's runtime environment on one it joins).
 
 Why: when Ray creates a worker's serialization context it registers

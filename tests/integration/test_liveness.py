@@ -25,7 +25,7 @@ from tests.kafka_admin import create_topic
 IDLE_TOPICS = {"idle-a": 50, "idle-b": 50}
 BUSY_TOPIC = "after"
 # Longer than every clock that could declare the node dead under this load:
-# Ray's health check (cli/main.py: 10 consecutive failures, each a 3 s timeout
+# Ray's health check (node/ray_cluster.py: 10 consecutive failures, each a 3 s timeout
 # then a 1 s period, so at most ~40 s) and, 2.5 times over, the ZooKeeper
 # session timeout below (18 s).
 BURN_S = 45

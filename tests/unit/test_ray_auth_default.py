@@ -1,4 +1,4 @@
-"""`raykafka start`'s Ray token (cli/main.py): on by default, the operator's
+"""`raykafka start`'s Ray token (node/ray_cluster.py): on by default, the operator's
 token when given, else one generated in the data dir and kept. Run in a
 fresh interpreter: Ray's auth mode is per process."""
 from __future__ import annotations
@@ -14,7 +14,7 @@ from tests.broker_process import REPO
 PROBE = """
 import json, os, sys
 from pathlib import Path
-from cli.main import ray_token_for_own_cluster
+from node.ray_cluster import ray_token_for_own_cluster
 first = ray_token_for_own_cluster(Path(sys.argv[1]))
 second = ray_token_for_own_cluster(Path(sys.argv[1]))
 print(json.dumps({"path": first, "again": second, "mode": os.environ["RAY_AUTH_MODE"],

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from cli.main import ray_system_config
+from node.ray_cluster import ray_system_config
 from core.config import BROKER_CONFIGS
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "ray-cluster.yaml"
@@ -32,7 +32,7 @@ def test_metrics_go_through_opencensus_unless_the_operator_says_otherwise(monkey
     # "Protocol fuzz"); raykafka's own cluster uses OpenCensus.
     import os
 
-    from cli.main import metrics_through_opencensus
+    from node.ray_cluster import metrics_through_opencensus
 
     monkeypatch.delenv("RAY_enable_open_telemetry", raising=False)
     metrics_through_opencensus()

@@ -1,7 +1,7 @@
-"""cli/supervision.py: when `raykafka start` replaces a dead broker actor."""
+"""node/restart_policy.py: when `raykafka start` replaces a dead broker actor."""
 from __future__ import annotations
 
-from cli.supervision import Action, RestartPolicy
+from node.restart_policy import Action, RestartPolicy
 
 EDGE = (1, "edge", 0)
 SIBLING = (1, "edge", 1)

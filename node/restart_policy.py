@@ -1,5 +1,5 @@
 """When `raykafka start` replaces a broker actor whose process died: the
-decisions, without Ray (cli/main.py's BrokerProcess does the replacing).
+decisions, without Ray (node/supervision.py's Supervisor does the replacing).
 
 Why the starting process supervises the edge rather than Ray's max_restarts:
 a restarted edge must do more than run its constructor again (bind the port

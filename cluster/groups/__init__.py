@@ -3,9 +3,11 @@
 * ``records``: the ``__consumer_offsets`` record formats and
   ``partition_for_group``.
 * ``group``: a group's state machine and members.
-* ``membership``: ``GroupCoordinator``, the request handling of one offsets
-  partition (Kafka's GroupCoordinator: join, sync, heartbeat, leave,
-  rebalances); driven by an actor (timer, appends, load/unload).
+* ``group_coordinator``: ``GroupCoordinator``, the request handling of one
+  offsets partition (Kafka's GroupCoordinator); driven by an actor (timer,
+  appends, load/unload). Its parts: ``rebalance_protocol`` (join, sync,
+  rebalances), ``member_sessions`` (heartbeat, session expiry, leave),
+  ``offset_requests`` (offset commit, fetch, delete, transactional commits).
 * ``metadata_manager``: ``GroupMetadataManager``, the groups as stored in
   the partition (Kafka's GroupMetadataManager: offsets, records, loading,
   expiration).
@@ -34,8 +36,8 @@ from cluster.groups.api import (
     TxnProducer,
 )
 from cluster.groups.config import GroupConfig
-from cluster.groups.membership import CoordinatorStatus, GroupCoordinator
 from cluster.groups.group import GroupMetadata, GroupState, MemberMetadata
+from cluster.groups.group_coordinator import CoordinatorStatus, GroupCoordinator
 from cluster.groups.records import partition_for_group
 
 __all__ = [

@@ -2,7 +2,7 @@
 InitialDelayedJoin, DelayedSync, DelayedHeartbeat), on ``delayed``'s purgatory.
 
 Each one only decides *when*; what happens is the coordinator's, through
-the ``GroupDelays`` interface (``membership.GroupCoordinator`` implements
+the ``GroupDelays`` interface (``group_coordinator.GroupCoordinator`` implements
 it), so the rules stay in one place.
 
 Watch keys (tuples, prefixed by the coordinator's key space so several

@@ -2,7 +2,7 @@
 ``sendOffsetsToTransaction``. The group's coordinator appends the offsets to
 __consumer_offsets as a transactional batch of the producer (its id and
 epoch) and keeps them pending until the producer's COMMIT or ABORT marker
-reaches that partition (see cluster/groups/membership.py
+reaches that partition (see cluster/groups/offset_requests.py
 ``txn_commit_offsets`` / ``complete_transaction``). v2 adds the leader
 epoch; v3+ the member id, generation and group instance id, validated as
 OffsetCommit validates them (KIP-447). v5 (KIP-890 part 2) has v4's fields;

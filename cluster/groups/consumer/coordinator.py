@@ -40,7 +40,7 @@ from cluster.groups.consumer.model import (JOIN_GROUP_MEMBER_EPOCH, LEAVE_GROUP_
                                            MemberState, is_subset, normalized, reconcile)
 from cluster.groups.consumer.records import Assignment
 from cluster.groups.group import GroupState
-from cluster.groups.membership import CoordinatorStatus
+from cluster.groups.metadata_manager import CoordinatorStatus
 from core.error_codes import ErrorCode
 from delayed import TimerTask
 

@@ -45,7 +45,7 @@ from cluster.groups.consumer.embedded_protocol import EmbeddedProtocolError, dec
 from cluster.groups.consumer.failure import RequestFailure
 from cluster.groups.consumer.model import ConsumerGroup, ConsumerMember, MemberState
 from cluster.groups.group import GroupMetadata, GroupState, MemberMetadata
-from cluster.groups.membership import CoordinatorStatus
+from cluster.groups.metadata_manager import CoordinatorStatus
 from cluster.groups.records import group_metadata_tombstone
 from core.error_codes import ErrorCode
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from bench.run import RaykafkaTarget, TansuTarget
+from bench.targets import RaykafkaTarget, TansuTarget
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -33,7 +33,9 @@ import time
 from pathlib import Path
 
 from bench.procstat import _TICK, _stat, actor_processes, process_title, process_tree
-from bench.run import REPO, RaykafkaTarget, Workload, kill_tree, run_latency, run_phase
+from bench.matrix_run import run_latency
+from bench.phases import Workload, run_phase
+from bench.targets import REPO, RaykafkaTarget, kill_tree
 
 RESULTS = REPO / "bench" / "results"
 

@@ -37,23 +37,10 @@ import time
 from pathlib import Path
 
 from bench import repl_profile
-from bench.run import (
-    OTHER_CPU_WARN,
-    PYTHON,
-    REPO,
-    RESULTS,
-    RaykafkaTarget,
-    StopsEverything,
-    TansuTarget,
-    TargetError,
-    begin_run,
-    config_of,
-    finish_client,
-    print_table_head,
-    save_results,
-    start_client,
-    warn_if_loaded,
-)
+from bench.matrix_report import print_table_head
+from bench.phases import finish_client, start_client
+from bench.run import StopsEverything, begin_run, config_of, save_results, warn_if_loaded
+from bench.targets import OTHER_CPU_WARN, PYTHON, REPO, RESULTS, RaykafkaTarget, TansuTarget, TargetError
 
 
 class RaykafkaClusterTarget(RaykafkaTarget):

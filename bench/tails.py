@@ -35,7 +35,8 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from bench.run import RaykafkaTarget, add_raykafka_options
+from bench.run import add_raykafka_options
+from bench.targets import RaykafkaTarget
 
 
 def summary_ms(values_s: list[float]) -> str:

@@ -71,7 +71,7 @@ def _tansu_plaintext(work: Path, total: int, record: bytes) -> dict:
     """Produce and consume over Tansu's PLAINTEXT listener (in-memory storage)."""
     import subprocess
 
-    from bench.run import TANSU_SH
+    from bench.targets import TANSU_SH
 
     port = _free_port()
     with open(work / "tansu.log", "wb") as out:

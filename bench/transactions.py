@@ -45,40 +45,31 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.run import (
-    MIB,
-    PYTHON,
-    RESULTS,
-    MockTarget,
-    RaykafkaTarget,
-    StopsEverything,
-    Target,
-    TargetError,
+from bench.matrix_report import _f, cpu_and_runs, print_cell, print_table_head
+from bench.matrix_run import case_line, rotated
+from bench.matrix_summary import MIB, ratio, summarize_cell
+from bench.phases import (
     Workload,
-    _f,
-    add_raykafka_options,
-    begin_run,
-    case_line,
-    cpu_and_runs,
-    config_of,
     create_topic,
     delete_topic,
-    end_report,
     finish_client,
-    make_targets,
     one_partition_args,
-    parse_targets,
-    print_cell,
-    print_table_head,
-    ratio,
-    rotated,
-    save_results,
-    standard_targets,
     start_client,
-    summarize_cell,
     warm_up_groups,
     with_throughput,
 )
+from bench.run import (
+    StopsEverything,
+    add_raykafka_options,
+    begin_run,
+    config_of,
+    end_report,
+    make_targets,
+    parse_targets,
+    save_results,
+    standard_targets,
+)
+from bench.targets import PYTHON, RESULTS, MockTarget, RaykafkaTarget, Target, TargetError
 from bench.txn_client import ISOLATIONS, MODES
 
 BASELINE = "tansu"
@@ -271,7 +262,7 @@ def round_cells(session: dict) -> dict[str, dict]:
 
 
 def summarize_rows(sessions: dict[str, list[dict]]) -> dict:
-    """{row: {target: cell}}: medians over rounds (bench.run.summarize_cell:
+    """{row: {target: cell}}: medians over rounds (bench.matrix_summary.summarize_cell:
     one failed round fails the cell), transactions/s and commit latency
     medians for the transactional row, and each cell's ratio to Tansu when
     both ran the same number of records."""

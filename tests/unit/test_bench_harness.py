@@ -29,22 +29,21 @@ from bench.procstat import (
     process_tree,
     tree_memory,
 )
-from bench.run import (
+from bench.matrix_run import _fmt_case, rotated
+from bench.matrix_summary import (
     PEAK_ROW,
-    _fmt_case,
-    Workload,
     cell_from_case,
     goal_report,
     latency_rate,
     matrix_rows,
     matrix_workloads,
     ratio,
-    rotated,
     summarize_cell,
     summarize_idle_replicas,
     summarize_latency,
     summarize_matrix,
 )
+from bench.phases import Workload
 
 MIB = 1024 * 1024
 
@@ -398,7 +397,8 @@ def test_rotation_changes_who_goes_first():
 
 
 def test_matrix_report_renders_ok_na_and_fail_cells(capsys):
-    from bench.run import print_matrix_report, summarize_memory
+    from bench.matrix_report import print_matrix_report
+    from bench.matrix_summary import summarize_memory
 
     wls = [Workload(1000, 1024, 1, "1"), Workload(100, 16384, 1, "1")]
     rows = matrix_rows(wls)
@@ -707,7 +707,7 @@ def test_txn_raykafka_overrides_are_the_env_names_raykafka_reads():
 
 
 def test_txn_variant_target_starts_raykafka_with_its_configs_only(tmp_path, monkeypatch):
-    from bench.run import RaykafkaTarget
+    from bench.targets import RaykafkaTarget
     from bench.transactions import VARIANT, RaykafkaVariant, parse_args
 
     seen = {}

@@ -19,7 +19,7 @@ def identify_broker(config: BrokerConfig, zk_connect: str, log_dirs: list[str], 
         zk.ensure_persistent_paths()
         if zk.security.set_acl:
             zk.secure_existing_paths()
-        cluster_id = zk.get_or_create_cluster_id()
+        cluster_id = zk.cluster.get_or_create_id()
         found = {}
         for d in log_dirs:
             meta = MetaProperties.read_if_exists(d)
@@ -41,7 +41,7 @@ def identify_broker(config: BrokerConfig, zk_connect: str, log_dirs: list[str], 
         elif stored is not None:
             broker_id = stored
         else:
-            broker_id = zk.generate_broker_id(config["reserved.broker.max.id"])
+            broker_id = zk.brokers.generate_id(config["reserved.broker.max.id"])
         for d in log_dirs:
             MetaProperties(cluster_id=cluster_id, broker_id=broker_id).write(d)
         return broker_id, cluster_id

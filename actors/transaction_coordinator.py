@@ -319,15 +319,15 @@ class TransactionCoordinatorActor:
                                                             None if expected is None else tuple(expected))
 
     async def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                             partitions: list[tuple[str, int]]) -> int:
-        return int(await self._ensure().handle_add_partitions(transactional_id, producer_id, producer_epoch,
-                                                              {tuple(tp) for tp in partitions}))
+                             partitions: list[tuple[str, int]]) -> ErrorCode:
+        return await self._ensure().handle_add_partitions(transactional_id, producer_id, producer_epoch,
+                                                          {tuple(tp) for tp in partitions})
 
     async def verify_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
                                 partitions: list[tuple[str, int]]) -> dict:
         answer = self._ensure().handle_verify_partitions(transactional_id, producer_id, producer_epoch,
                                                          {tuple(tp) for tp in partitions})
-        return {tp: int(error) for tp, error in answer.items()}
+        return dict(answer)
 
     async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
                       committed: bool) -> EndTxnResult:

@@ -32,9 +32,9 @@ KAFKA_MESSAGES: dict[int, str] = {
 }
 
 
-def kafka_message(error: int) -> str:
+def kafka_message(error: ErrorCode) -> str:
     """Kafka's message for ``error`` (what a client may be shown)."""
-    return KAFKA_MESSAGES.get(int(error), KAFKA_MESSAGES[ErrorCode.unknown_server_error])
+    return KAFKA_MESSAGES.get(error, KAFKA_MESSAGES[ErrorCode.unknown_server_error])
 
 
 def internal_error(exc: BaseException, what: str = "request") -> str:

@@ -85,7 +85,7 @@ def _nested_fields(cls: type) -> tuple[str, ...]:
 def error_codes(obj: Any, out: list, depth: int = 0) -> None:
     """Every non-zero error_code in a kio response (Kafka's errorCounts)."""
     code = getattr(obj, "error_code", None)
-    if code is not None and code != 0:
+    if code is not None and code != ErrorCode.none:
         out.append(code)
     if depth >= 3 or not dataclasses.is_dataclass(obj):
         return
@@ -100,7 +100,7 @@ def _error_name(code) -> str:
     """A code Kafka does not define (never ours to send, but a tag value
     must come from a bounded set) is counted as OTHER."""
     try:
-        return ErrorCode(int(code)).name.upper()
+        return ErrorCode(code).name.upper()
     except ValueError:
         return m.OTHER
 

@@ -22,4 +22,4 @@ async def call_leader(edge, topic: str, partition: int, method: str, *args: Any,
     try:
         return await edge.node_call(handle, method, *args, timeout_s=timeout_s)
     except ActorCallFailed as exc:
-        return failure(int(exc.error))
+        return failure(exc.error)

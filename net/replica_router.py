@@ -99,7 +99,7 @@ class PartitionAppender:
         except ActorCallFailed as exc:
             # The leader may still be reading the region: never reuse it.
             self.close(disable=False)
-            results = [failed_append(int(exc.error), message=str(exc))] * len(batch)
+            results = [failed_append(exc.error, message=str(exc))] * len(batch)
         except Exception as exc:  # never leave a producer without an answer
             log.exception("append to %s-%d failed", self.topic, self.partition)
             results = [failed_append(ErrorCode.unknown_server_error, message=kafka_message(-1))] * len(batch)
@@ -266,10 +266,10 @@ class ReplicaRouter:
             async with self.pinned(self.leader_handle(topic, partition)) as handle:
                 if handle is None:
                     return ErrorCode.not_leader_or_follower
-                return int(await self.node_call(handle, "wait_committed", offset, leader_epoch, timeout_ms,
-                                                timeout_s=timeout_ms / 1000 + self.call_timeout_s))
+                return ErrorCode(await self.node_call(handle, "wait_committed", offset, leader_epoch, timeout_ms,
+                                                      timeout_s=timeout_ms / 1000 + self.call_timeout_s))
         except ActorCallFailed as exc:
-            return int(exc.error)
+            return exc.error
 
     async def delay_produce(self, required: list[tuple[str, int, int]], timeout_ms: int) -> dict:
         """Park a DelayedProduce; -> {(topic, partition): error code}."""
@@ -280,7 +280,7 @@ class ReplicaRouter:
             return await self.node_call(self.purgatory, "delay_produce", required, timeout_ms,
                                         timeout_s=timeout_ms / 1000 + self.call_timeout_s)
         except ActorCallFailed as exc:
-            return {(t, p): int(exc.error) for t, p, _ in required}
+            return {(t, p): exc.error for t, p, _ in required}
         finally:
             _add_remote_time(parked)
 

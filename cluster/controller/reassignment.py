@@ -21,8 +21,8 @@ class ReassignmentError(Exception):
         self.error = error
 
     @property
-    def code(self) -> int:
-        return self.error.value
+    def code(self) -> ErrorCode:
+        return self.error
 
 
 def _distinct(replicas: Iterable[int]) -> list[int]:

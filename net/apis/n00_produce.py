@@ -29,7 +29,7 @@ def _single_batch_error(records: bytes) -> str | None:
 
 def _immediate(code: ErrorCode, message: str | None = None):
     future = asyncio.get_running_loop().create_future()
-    future.set_result(failed_append(int(code), message=message))
+    future.set_result(failed_append(code, message=message))
     return future
 
 

@@ -14,7 +14,7 @@ types) and the codec (where error codes are int16s on the wire), fails on:
   for a field typed ErrorCode, returned from a function annotated to return
   ErrorCode or that returns ErrorCode members elsewhere, or one branch of a
   conditional whose other branch is an ErrorCode member;
-- ``int(ErrorCode.<name>)``: members are ints already;
+- ``int(ErrorCode.<name>)``, ``int(exc.error)``: members are ints already;
 - a field of a named type (NamedTuple/dataclass) called error/error_code and
   typed ``int`` rather than ``ErrorCode``, and a function that returns
   ErrorCode members under another return annotation.
@@ -42,6 +42,12 @@ ERROR_NAME = re.compile(r"^(?:(?:\w+_)?error_code|errorCode|error)$")
 
 def _is_error_name(name: str | None) -> bool:
     return name is not None and bool(ERROR_NAME.match(name))
+
+
+def _is_error_or_code_name(name: str | None) -> bool:
+    """Also a bare ``code`` where it is passed, keyed or compared (an
+    assigned ``code`` is as often a process's exit code)."""
+    return name == "code" or _is_error_name(name)
 
 
 def _int_literal(node: ast.AST) -> int | None:
@@ -153,6 +159,8 @@ class _Checker(ast.NodeVisitor):
     def visit_Attribute(self, node: ast.Attribute) -> None:
         if isinstance(node.value, ast.Name) and node.value.id == "error_codes" and node.attr.isupper():
             self.report(node, f"upper-case error-code alias error_codes.{node.attr}")
+        if node.attr == "value" and (_is_member(node.value) or _is_error_name(_target_name(node.value))):
+            self.report(node, f"{ast.unparse(node)}: keep the ErrorCode member")
         if isinstance(node.value, ast.Attribute) and node.value.attr == "ErrorCode" \
                 and isinstance(node.value.value, ast.Name):
             self.report(node, f"{ast.unparse(node)}: spell ErrorCode.{node.attr}")
@@ -186,14 +194,14 @@ class _Checker(ast.NodeVisitor):
     # int literals ------------------------------------------------------------
     def visit_Call(self, node: ast.Call) -> None:
         if isinstance(node.func, ast.Name) and node.func.id == "int" and len(node.args) == 1 \
-                and _is_member(node.args[0]):
-            self.report(node, f"int({ast.unparse(node.args[0])}): spell the member itself")
+                and (_is_member(node.args[0]) or _is_error_or_code_name(_target_name(node.args[0]))):
+            self.report(node, f"int({ast.unparse(node.args[0])}): keep the ErrorCode member")
         callee = node.func.id if isinstance(node.func, ast.Name) else \
             node.func.attr if isinstance(node.func, ast.Attribute) else None
         typed = self.typed_fields.get(callee or "")
         for kw in node.keywords:
             value = _int_literal(kw.value)
-            if value is not None and (_is_error_name(kw.arg) or (typed and kw.arg in typed["names"])):
+            if value is not None and (_is_error_or_code_name(kw.arg) or (typed and kw.arg in typed["names"])):
                 self.report(node, f"int literal {value} passed as {kw.arg}=")
         if typed:
             for i, arg in enumerate(node.args):
@@ -203,7 +211,7 @@ class _Checker(ast.NodeVisitor):
 
     def visit_Dict(self, node: ast.Dict) -> None:
         for key, value in zip(node.keys, node.values):
-            if isinstance(key, ast.Constant) and isinstance(key.value, str) and _is_error_name(key.value) \
+            if isinstance(key, ast.Constant) and isinstance(key.value, str) and _is_error_or_code_name(key.value) \
                     and _int_literal(value) is not None:
                 self.report(node, f"int literal {_int_literal(value)} under key {key.value!r}")
         self.generic_visit(node)
@@ -217,7 +225,7 @@ class _Checker(ast.NodeVisitor):
                         self.report(node, f"int literal {_int_literal(e)} among ErrorCode members")
         for a, b in zip(operands, operands[1:]):
             for named, other in ((a, b), (b, a)):
-                if _is_error_name(_target_name(named)) and _int_literal(other) is not None:
+                if _is_error_or_code_name(_target_name(named)) and _int_literal(other) is not None:
                     self.report(node, f"{_target_name(named)} compared with int literal {_int_literal(other)}")
         self.generic_visit(node)
 
@@ -245,6 +253,9 @@ class _Checker(ast.NodeVisitor):
             for r in returns:
                 if _int_literal(r.value) is not None:
                     self.report(r, f"{node.name} returns int literal {_int_literal(r.value)} as an error code")
+                if annotated and isinstance(r.value, ast.Call) and isinstance(r.value.func, ast.Name) \
+                        and r.value.func.id == "int":
+                    self.report(r, f"{node.name} returns int(...) as an error code: keep the member")
         for arg, default in _defaults(node.args):
             if _is_error_name(arg.arg) and _int_literal(default) is not None:
                 self.report(node, f"parameter {arg.arg} defaults to int literal {_int_literal(default)}")
@@ -354,16 +365,21 @@ def _check(source: str) -> list[str]:
     "r['error_code'] = 40\n",
     "if r.error_code == 0: pass\n",
     "ok = 0 != answer.error\n",
+    "if code is not None and code != 0: pass\n",
+    "KafkaError(code=7)\n",
     "from core.error_codes import ErrorCode\ndef f() -> ErrorCode:\n    return 11\n",
     "from core.error_codes import ErrorCode\ndef f() -> 'ErrorCode | None':\n    return 0\n",
     "from core.error_codes import ErrorCode\ndef f(x):\n    if x:\n        return ErrorCode.not_controller\n    return 0\n",
     "from core.error_codes import ErrorCode\nx = 0 if ok else ErrorCode.request_timed_out\n",
     "from core.error_codes import ErrorCode\ndenied = (int(ErrorCode.topic_authorization_failed), -1)\n",
+    "results.append({'error_code': int(exc.error)})\n",
+    "code = self.error.value\n",
     "from core.error_codes import ErrorCode\nok = code not in (0, ErrorCode.topic_already_exists)\n",
     "from core.error_codes import ErrorCode\nx = (ErrorCode.leader_not_available, None) if failed else (0, None)\n",
     "def f(error_code=0): pass\n",
     "def f(p):\n    error = p.fence()\n    if error:\n        return error\n    return 0\n",
     "from core import error_codes\nx = error_codes.ErrorCode.invalid_config\n",
+    "from core.error_codes import ErrorCode\nasync def f(c) -> ErrorCode:\n    return int(await c())\n",
     "from core.error_codes import ErrorCode\ndef f() -> int:\n    return ErrorCode.not_controller\n",
     "from typing import NamedTuple\nclass R(NamedTuple):\n    offset: int\n    error: int\n",
     "from core.error_codes import ErrorCode\nfrom typing import NamedTuple\n"
@@ -379,7 +395,7 @@ def test_a_planted_violation_fails(source):
     "from core.error_codes import ErrorCode\nreply(error_code=ErrorCode.none)\n",
     "from core.error_codes import ErrorCode\ndef f() -> ErrorCode:\n    return ErrorCode.none\n",
     "def f() -> int:\n    return 0\n",
-    "count = 0\nerrors = 0\nretries = {'code': 1}\n",
+    "count = 0\nerrors = 0\ncount, code = 0, 0\n",
     "from core.error_codes import ErrorCode\nfrom typing import NamedTuple\n"
     "class R(NamedTuple):\n    error: ErrorCode\n    offset: int\nR(ErrorCode.none, 0)\n",
     "from core.error_codes import ErrorCode\nx = ErrorCode(code)\n",

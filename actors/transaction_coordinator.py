@@ -58,7 +58,8 @@ from core.error_codes import ErrorCode
 from core.local_calls import LocalCallServer
 from actors.replica_lookup import find_replica
 from core.naming import group_coordinator_actor_name, transaction_coordinator_actor_name
-from core.txn_messages import TxnCompletion, TxnMarker, TxnMarkerResult
+from core.txn_messages import (AddPartitionsToTxn, DescribeTransactions, EndTxn, InitProducerId, ListTransactions,
+                               TxnCompletion, TxnMarker, TxnMarkerResult, VerifyTxnPartitions)
 
 log = logging.getLogger("raykafka.transaction_coordinator")
 
@@ -313,32 +314,29 @@ class TransactionCoordinatorActor:
         return await self._local_calls.endpoint()
 
     # ---- requests: edge -> coordinator ---------------------------------------------------------------
-    async def init_producer_id(self, transactional_id: Optional[str], transaction_timeout_ms: int,
-                               expected: Optional[tuple[int, int]] = None) -> InitProducerIdResult:
-        return await self._ensure().handle_init_producer_id(transactional_id, transaction_timeout_ms,
-                                                            None if expected is None else tuple(expected))
+    async def init_producer_id(self, r: InitProducerId) -> InitProducerIdResult:
+        return await self._ensure().handle_init_producer_id(r.transactional_id, r.transaction_timeout_ms,
+                                                            None if r.expected is None else tuple(r.expected))
 
-    async def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                             partitions: list[tuple[str, int]]) -> ErrorCode:
-        return await self._ensure().handle_add_partitions(transactional_id, producer_id, producer_epoch,
-                                                          {tuple(tp) for tp in partitions})
+    async def add_partitions(self, r: AddPartitionsToTxn) -> ErrorCode:
+        return await self._ensure().handle_add_partitions(r.transactional_id, r.producer_id, r.producer_epoch,
+                                                          {tuple(tp) for tp in r.partitions})
 
-    async def verify_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                                partitions: list[tuple[str, int]]) -> dict:
-        answer = self._ensure().handle_verify_partitions(transactional_id, producer_id, producer_epoch,
-                                                         {tuple(tp) for tp in partitions})
+    async def verify_partitions(self, r: VerifyTxnPartitions) -> dict[tuple[str, int], ErrorCode]:
+        answer = self._ensure().handle_verify_partitions(r.transactional_id, r.producer_id, r.producer_epoch,
+                                                         {tuple(tp) for tp in r.partitions})
         return dict(answer)
 
-    async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                      committed: bool) -> EndTxnResult:
-        return await self._ensure().handle_end_transaction(transactional_id, producer_id, producer_epoch, committed)
+    async def end_txn(self, r: EndTxn) -> EndTxnResult:
+        return await self._ensure().handle_end_transaction(r.transactional_id, r.producer_id, r.producer_epoch,
+                                                           r.committed)
 
-    async def describe_transactions(self, transactional_ids: list[str]) -> list:
+    async def describe_transactions(self, r: DescribeTransactions) -> list:
         coordinator = self._ensure()
-        return [coordinator.handle_describe_transaction(t) for t in transactional_ids]
+        return [coordinator.handle_describe_transaction(t) for t in r.transactional_ids]
 
-    async def list_transactions(self, producer_ids: list[int], states: list[str], duration_ms: int = -1):
-        return self._ensure().handle_list_transactions(set(producer_ids), set(states), duration_ms)
+    async def list_transactions(self, r: ListTransactions = ListTransactions()):
+        return self._ensure().handle_list_transactions(set(r.producer_ids), set(r.states), r.duration_ms)
 
     # ---- inspection --------------------------------------------------------------------------------------
     async def state(self) -> dict:

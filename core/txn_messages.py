@@ -1,13 +1,16 @@
 """What crosses actor boundaries for idempotence and transactions (KIP-98).
 
-Named types only: the transaction coordinator asks partition leaders to write
+Named types only: the edge asks the transaction coordinator of a
+transactional id one request per API (InitProducerId, AddPartitionsToTxn,
+its KIP-890 verification, EndTxn, DescribeTransactions, ListTransactions);
+the transaction coordinator asks partition leaders to write
 markers (Kafka's WriteTxnMarkers, as actor calls), and tells group
 coordinators that a producer's transactional offset commits are decided
 (Kafka's ``GroupCoordinator.scheduleHandleTxnCompletion``).
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, Optional, Sequence
 
 from core.error_codes import ErrorCode
 
@@ -56,3 +59,43 @@ class ProducerStateInfo(NamedTuple):
 class DescribeProducersResult(NamedTuple):
     error: ErrorCode
     producers: tuple[ProducerStateInfo, ...]
+
+
+# ---- edge -> transaction coordinator ---------------------------------------------------------------
+class InitProducerId(NamedTuple):
+    transactional_id: Optional[str]
+    transaction_timeout_ms: int
+    expected: Optional[tuple[int, int]] = None  # KIP-360: the (producer id, epoch) the producer has
+
+
+class AddPartitionsToTxn(NamedTuple):
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    partitions: Sequence[tuple[str, int]]
+
+
+class VerifyTxnPartitions(NamedTuple):
+    """KIP-890: are ``partitions`` in the producer's ongoing transaction? (asked by a leader)"""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    partitions: Sequence[tuple[str, int]]
+
+
+class EndTxn(NamedTuple):
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    committed: bool
+
+
+class DescribeTransactions(NamedTuple):
+    transactional_ids: Sequence[str]
+
+
+class ListTransactions(NamedTuple):
+    producer_ids: Sequence[int] = ()
+    states: Sequence[str] = ()
+    duration_ms: int = -1  # KIP-994: only transactions running longer than this

@@ -23,6 +23,7 @@ import logging
 from typing import Any, Awaitable, Optional
 
 from core.error_codes import ErrorCode
+from core.txn_messages import VerifyTxnPartitions
 
 from core.naming import TRANSACTION_STATE_TOPIC, transaction_coordinator_actor_name
 from net.coordinator_router import LocalCoordinators, coordinator_answer, find_actor
@@ -109,13 +110,13 @@ class TransactionRouting:
         ``transactional_id``, wherever it runs (the partition's leader need not
         be on its node), whether ``partitions`` are in the ongoing transaction
         of ``producer_id``/``producer_epoch`` -> (error or None, {tp: error code})."""
+        request = VerifyTxnPartitions(transactional_id, producer_id, producer_epoch, partitions)
         partition = self.partition_for(transactional_id)
         info = None if partition is None else self.edge.metadata.partition(TRANSACTION_STATE_TOPIC, partition)
         if info is None or info.leader < 0:
             return ErrorCode.coordinator_not_available, None
         if info.leader == self.edge.broker_id:
-            return await self.call(transactional_id, "verify_partitions", transactional_id, producer_id,
-                                   producer_epoch, partitions)
+            return await self.call(transactional_id, "verify_partitions", request)
         key = (partition, info.leader)
         handle = self._remote.get(key)
         if handle is None:
@@ -125,8 +126,7 @@ class TransactionRouting:
                 return ErrorCode.not_coordinator, None
             self._remote = {k: v for k, v in self._remote.items() if k[0] != partition}  # one per partition
             self._remote[key] = handle
-        pending = asyncio.wait_for(handle.verify_partitions.remote(transactional_id, producer_id, producer_epoch,
-                                                                    partitions), self.edge.call_timeout_s)
+        pending = asyncio.wait_for(handle.verify_partitions.remote(request), self.edge.call_timeout_s)
         return await coordinator_answer(self._remote, key, "transaction", "verify_partitions", pending,
                                         ErrorCode.request_timed_out)
 

@@ -13,6 +13,7 @@ v5 (v6 is KIP-939's two-phase commit).
 import logging
 
 from core.error_codes import ErrorCode
+from core.txn_messages import InitProducerId
 
 from net import authorization
 from net.authorization import Operation, ResourceType
@@ -66,8 +67,9 @@ async def handle_init_producer_id(ctx, request):
             # Retriable for every client (Kafka answers the same while its next block is on the way).
             return answer(ErrorCode.coordinator_load_in_progress)
     expected = None if producer_id == NO_PRODUCER_ID else (producer_id, epoch)
-    error, result = await routing(edge).call(transactional_id, "init_producer_id", transactional_id,
-                                             timedelta_ms(request.transaction_timeout), expected)
+    error, result = await routing(edge).call(transactional_id, "init_producer_id",
+                                             InitProducerId(transactional_id, timedelta_ms(request.transaction_timeout),
+                                                            expected))
     if error is not None:
         return answer(error)
     return answer(ErrorCode(result.error), result.producer_id, result.producer_epoch)

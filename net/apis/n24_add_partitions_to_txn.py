@@ -10,6 +10,7 @@ the others. The coordinator answers NOT_COORDINATOR when this broker does not
 host it; PRODUCER_FENCED is INVALID_PRODUCER_EPOCH below v2.
 """
 from core.error_codes import ErrorCode
+from core.txn_messages import AddPartitionsToTxn, VerifyTxnPartitions
 
 from net.apis.n22_init_producer_id import routing
 from net import authorization
@@ -33,13 +34,13 @@ async def _one(edge, version: int, transactional_id: str, producer_id: int, epoc
     if not wanted:
         return {}
     if verify_only:
-        error, answer = await routing(edge).call(transactional_id, "verify_partitions", transactional_id,
-                                                 producer_id, epoch, wanted)
+        error, answer = await routing(edge).call(transactional_id, "verify_partitions",
+                                                 VerifyTxnPartitions(transactional_id, producer_id, epoch, wanted))
         if error is not None:
             return {tp: error for tp in wanted}
         return {tuple(tp): ErrorCode(code) for tp, code in answer.items()}
-    error, code = await routing(edge).call(transactional_id, "add_partitions", transactional_id, producer_id,
-                                           epoch, wanted)
+    error, code = await routing(edge).call(transactional_id, "add_partitions",
+                                           AddPartitionsToTxn(transactional_id, producer_id, epoch, wanted))
     error = error if error is not None else ErrorCode(code)
     if error == ErrorCode.producer_fenced and version < 2:
         error = ErrorCode.invalid_producer_epoch

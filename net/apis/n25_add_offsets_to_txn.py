@@ -4,6 +4,7 @@ partition), so the coordinator writes a marker there at the end and the group
 coordinator completes the transaction's TxnOffsetCommits. PRODUCER_FENCED is
 INVALID_PRODUCER_EPOCH below v2."""
 from core.error_codes import ErrorCode
+from core.txn_messages import AddPartitionsToTxn
 
 from net.apis.n22_init_producer_id import routing
 from net import authorization
@@ -29,9 +30,8 @@ async def handle_add_offsets_to_txn(ctx, request):
     if error is None and partition is None:
         error = ErrorCode.coordinator_not_available
     if error is None:
-        failure, code = await routing(edge).call(request.transactional_id, "add_partitions",
-                                                 request.transactional_id, request.producer_id,
-                                                 request.producer_epoch, [(OFFSETS_TOPIC, partition)])
+        failure, code = await routing(edge).call(request.transactional_id, "add_partitions", AddPartitionsToTxn(
+            request.transactional_id, request.producer_id, request.producer_epoch, [(OFFSETS_TOPIC, partition)]))
         error = failure if failure is not None else ErrorCode(code)
     if error == ErrorCode.producer_fenced and ctx.api_version < 2:
         error = ErrorCode.invalid_producer_epoch

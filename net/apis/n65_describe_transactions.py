@@ -5,6 +5,7 @@ import asyncio
 import datetime
 
 from core.error_codes import ErrorCode
+from core.txn_messages import DescribeTransactions
 
 from net.apis.n22_init_producer_id import routing
 from net import authorization
@@ -21,7 +22,8 @@ def _at(ms: int) -> datetime.datetime:
 async def _describe(edge, transactional_id: str):
     from cluster.transactions.coordinator import TransactionDescription
 
-    error, answer = await routing(edge).call(transactional_id, "describe_transactions", [transactional_id])
+    error, answer = await routing(edge).call(transactional_id, "describe_transactions",
+                                             DescribeTransactions((transactional_id,)))
     if error is not None:
         return TransactionDescription(error, transactional_id)
     return answer[0]

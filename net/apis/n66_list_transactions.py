@@ -7,6 +7,7 @@ import asyncio
 import logging
 
 from core.error_codes import ErrorCode
+from core.txn_messages import ListTransactions
 
 from net.apis.n22_init_producer_id import routing
 from net import authorization
@@ -28,8 +29,9 @@ async def handle_list_transactions(ctx, request):
     duration = int(getattr(request, "duration_filter", -1))
     coordinators = await routing(edge).local_coordinators()
     error, listings = ErrorCode.none, []
-    results = await asyncio.gather(*(asyncio.wait_for(h.list_transactions.remote(producer_ids, states, duration),
-                                                      edge.call_timeout_s) for _, h in coordinators),
+    wanted = ListTransactions(producer_ids, states, duration)
+    results = await asyncio.gather(*(asyncio.wait_for(h.list_transactions.remote(wanted), edge.call_timeout_s)
+                                     for _, h in coordinators),
                                    return_exceptions=True)
     for result in results:
         if isinstance(result, BaseException):

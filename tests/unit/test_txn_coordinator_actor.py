@@ -14,6 +14,7 @@ from actors.transaction_coordinator import (TransactionCoordinatorActor, coordin
                                             transaction_state_topic_spec)
 from cluster.transactions.state_manager import TRANSACTION_STATE_TOPIC
 from core.config import BrokerConfig
+from core.txn_messages import AddPartitionsToTxn, EndTxn, InitProducerId, VerifyTxnPartitions
 from storage.record_batch import HEADER, LOG_OVERHEAD, parse_header
 from tests.unit.coordinator_fakes import BROKER, FakeReplica, make_replica
 
@@ -99,15 +100,16 @@ def test_commit_writes_markers_and_survives_a_move(tmp_path):
         txn_log = make_replica(tmp_path, TRANSACTION_STATE_TOPIC, 0)
         data = make_replica(tmp_path, "t", 0)
         actor = make_actor({("t", 0): data})
-        assert (await actor.init_producer_id("tx", 60000)).error == E.not_coordinator  # not elected yet
+        not_elected = await actor.init_producer_id(InitProducerId("tx", 60000))
+        assert not_elected.error == E.not_coordinator
         assert await actor.elect(0, txn_log) == 0
         await wait_loaded(actor)
-        init = await actor.init_producer_id("tx", 60000)
+        init = await actor.init_producer_id(InitProducerId("tx", 60000))
         assert init == (E.none, 5000, 0)
-        assert await actor.add_partitions("tx", 5000, 0, [("t", 0)]) == 0
-        assert await actor.verify_partitions("tx", 5000, 0, [("t", 0), ("t", 1)]) == \
+        assert await actor.add_partitions(AddPartitionsToTxn("tx", 5000, 0, [("t", 0)])) == 0
+        assert await actor.verify_partitions(VerifyTxnPartitions("tx", 5000, 0, [("t", 0), ("t", 1)])) == \
             {("t", 0): 0, ("t", 1): int(E.transaction_abortable)}
-        assert (await actor.end_txn("tx", 5000, 0, True)).error == E.none
+        assert (await actor.end_txn(EndTxn("tx", 5000, 0, True))).error == E.none
         await wait_state(actor, "tx", "CompleteCommit")
         assert control_batches(data) == [(5000, 0)]
         assert txn_log.partition.state()["log_end_offset"] == 4  # Empty, Ongoing, PrepareCommit, CompleteCommit
@@ -117,19 +119,19 @@ def test_commit_writes_markers_and_survives_a_move(tmp_path):
         assert txn_log.partition.make_leader(1, 1, [BROKER], [BROKER]) == 0
         assert await actor.elect(1, txn_log) == 0
         assert not (await actor.state())["loading"]
-        assert await actor.add_partitions("tx", 5000, 0, [("t", 0)]) == 0
+        assert await actor.add_partitions(AddPartitionsToTxn("tx", 5000, 0, [("t", 0)])) == 0
         assert (await actor.state())["appends"] == appends + 1
 
         # The partition moves: this one resigns, a fresh coordinator replays the log.
         assert await actor.resign(2) == 0
-        assert (await actor.end_txn("tx", 5000, 0, False)).error == E.not_coordinator
+        assert (await actor.end_txn(EndTxn("tx", 5000, 0, False))).error == E.not_coordinator
         assert txn_log.partition.make_leader(1, 2, [BROKER], [BROKER]) == 0
         fresh = make_actor({("t", 0): data})
         assert await fresh.elect(2, txn_log) == 0
         await wait_loaded(fresh)
         found = await wait_state(fresh, "tx", "Ongoing")
         assert found["partitions"] == [("t", 0)] and found["producer_id"] == 5000
-        assert (await fresh.end_txn("tx", 5000, 0, False)).error == E.none
+        assert (await fresh.end_txn(EndTxn("tx", 5000, 0, False))).error == E.none
         await wait_state(fresh, "tx", "CompleteAbort")
         assert control_batches(data) == [(5000, 0), (5000, 0)]
         # a stale elect is refused
@@ -147,9 +149,10 @@ def test_markers_to_a_deleted_topic_are_dropped(tmp_path):
         actor = make_actor({("t", 0): data})
         await actor.elect(0, txn_log)
         await wait_loaded(actor)
-        init = await actor.init_producer_id("tx", 60000)
-        assert await actor.add_partitions("tx", init.producer_id, 0, [("t", 0), ("gone", 0)]) == 0
-        assert (await actor.end_txn("tx", init.producer_id, 0, True)).error == E.none
+        init = await actor.init_producer_id(InitProducerId("tx", 60000))
+        assert await actor.add_partitions(AddPartitionsToTxn("tx", init.producer_id, 0,
+                                                             [("t", 0), ("gone", 0)])) == 0
+        assert (await actor.end_txn(EndTxn("tx", init.producer_id, 0, True))).error == E.none
         await wait_state(actor, "tx", "CompleteCommit")
         state = await actor.state()
         assert state["markers_dropped"] == 1 and state["markers_written"] == 1

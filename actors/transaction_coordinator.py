@@ -48,9 +48,10 @@ from actors.internal_topic_calls import (CoordinatorKind, RayNodeCalls, forget_c
                                          sync_coordinators)
 # transaction_state_topic_spec: actors/controller.py's import.
 from cluster.controller.internal_topics import transaction_state_topic_spec  # noqa: F401
-from cluster.controller.internal_topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
+from cluster.controller.internal_topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC  # noqa: F401
 from cluster.internal_topic_log import InternalTopicLog, first_line
 from cluster.transactions.coordinator import EndTxnResult, InitProducerIdResult, TransactionCoordinator
+from cluster.transactions.marker_writer import TxnMarkerWriter, WrittenMarkers
 from cluster.transactions.markers import TransactionMarkerChannelManager
 from cluster.transactions.state_manager import TransactionConfig, TransactionStateManager
 from core.config import BrokerConfig
@@ -102,6 +103,8 @@ class TransactionCoordinatorActor:
         self._group_coordinator_warned = False
         self.counters: dict[str, int] = {"marker_calls": 0, "group_completions": 0}
         self._local_calls: LocalCallServer | None = None  # for the edge, opened on first ask
+        # The one marker write path (cluster/transactions/marker_writer.py), over this actor's calls.
+        self._marker_writer = TxnMarkerWriter(self._write_markers, self._complete_group_transactions)
 
     # ---- setup -----------------------------------------------------------------------------------
     def _ensure(self) -> TransactionCoordinator:
@@ -110,7 +113,7 @@ class TransactionCoordinatorActor:
             from cluster.transactions.producer_ids import ProducerIdManager
 
             state = TransactionStateManager(self.config, self._append)
-            markers = TransactionMarkerChannelManager(state, self._write_markers,
+            markers = TransactionMarkerChannelManager(state, self._marker_writer.write,
                                                       partition_exists=lambda t, p: (t, p) not in self._missing)
             self._producer_ids = ProducerIdManager(lambda: self._zk_client().producer_ids, self.broker_id)
             self.coordinator = TransactionCoordinator(state, markers, self._generate_producer_id)
@@ -240,19 +243,20 @@ class TransactionCoordinatorActor:
                                                               True, self.call_timeout_s)
         return handle
 
-    async def _write_markers(self, topic: str, partition: int, markers: list[TxnMarker]) -> list[TxnMarkerResult]:
+    async def _write_markers(self, topic: str, partition: int, markers: list[TxnMarker]) -> WrittenMarkers:
         """One partition's markers, to its leader; errors as TxnMarkerResults (the
         channel manager retries). A failed call forgets the leader, so the
         retry reads it again."""
         key = (topic, partition)
         fresh = key not in self._leaders
+        leader = -1
         try:
             leader = await self._leader_of(topic, partition, refresh=False)
             if leader is None:
-                return [TxnMarkerResult(ErrorCode.unknown_topic_or_partition, -1)] * len(markers)
+                return WrittenMarkers([TxnMarkerResult(ErrorCode.unknown_topic_or_partition, -1)] * len(markers), -1)
             if leader < 0:
                 self._leaders.pop(key, None)
-                return [TxnMarkerResult(ErrorCode.not_leader_or_follower, -1)] * len(markers)
+                return WrittenMarkers([TxnMarkerResult(ErrorCode.not_leader_or_follower, -1)] * len(markers), leader)
             handle = await self._replica_handle(topic, partition, leader)
             self.counters["marker_calls"] += 1
             # Over the replica's direct channel when it is on this node (a Ray
@@ -266,30 +270,22 @@ class TransactionCoordinatorActor:
                      first_line(exc))
             self._leaders.pop(key, None)
             self._replicas = {k: v for k, v in self._replicas.items() if k[:2] != key}
-            return [TxnMarkerResult(ErrorCode.not_leader_or_follower, -1)] * len(markers)
+            return WrittenMarkers([TxnMarkerResult(ErrorCode.not_leader_or_follower, -1)] * len(markers), leader)
         if any(r.error != ErrorCode.none for r in results):
             self._leaders.pop(key, None)
             self._replicas = {k: v for k, v in self._replicas.items() if k[:2] != key}
-        if topic == OFFSETS_TOPIC:
-            await self._complete_group_transactions(partition, leader, markers, results)
-        return results
+        return WrittenMarkers(results, leader)
 
-    async def _complete_group_transactions(self, partition: int, leader: int, markers: list[TxnMarker],
-                                           results: list[TxnMarkerResult]) -> None:
-        """The group coordinator of an __consumer_offsets partition makes the
-        transactions' pending offset commits final once their markers are written."""
-        done = [m for m, r in zip(markers, results) if r.error == ErrorCode.none]
-        if not done:
-            return
-
+    async def _complete_group_transactions(self, partition: int, leader: int, done: list[TxnCompletion]) -> None:
+        """The group coordinator of an __consumer_offsets partition (on the leader's
+        broker) makes the transactions' pending offset commits final."""
         name = group_coordinator_actor_name(partition, leader)
         try:
             handle = await self.node_calls.find_actor(name)
         except Exception as exc:  # noqa: BLE001 - no group coordinator there (no groups loaded yet)
             log.info("no group coordinator %s to complete %d transactions: %s", name, len(done), first_line(exc))
             return
-        for marker in done:
-            completion = TxnCompletion(marker.producer_id, marker.producer_epoch, marker.committed)
+        for completion in done:
             try:
                 await asyncio.wait_for(handle.complete_transaction.remote(completion), self.call_timeout_s)
                 self.counters["group_completions"] += 1
@@ -300,8 +296,8 @@ class TransactionCoordinatorActor:
                     self._group_coordinator_warned = True
                 return
             except Exception as exc:  # noqa: BLE001
-                log.warning("telling %s that producer %d's transaction ended failed: %s", name, marker.producer_id,
-                            first_line(exc))
+                log.warning("telling %s that producer %d's transaction ended failed: %s", name,
+                            completion.producer_id, first_line(exc))
 
     # ---- direct calls on this node (core/local_calls.py) -----------------------------------------------
     async def local_call_endpoint(self):

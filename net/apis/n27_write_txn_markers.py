@@ -5,11 +5,13 @@ __consumer_offsets partition its group coordinator completes the producer's
 pending offset commits. Partitions this broker does not lead answer
 NOT_LEADER_OR_FOLLOWER, unknown ones UNKNOWN_TOPIC_OR_PARTITION, as Kafka."""
 import asyncio
+import functools
 import logging
 
 from core.error_codes import ErrorCode
 
-from core.txn_messages import TxnCompletion, TxnMarker
+from cluster.transactions.marker_writer import TxnMarkerWriter, WrittenMarkers
+from core.txn_messages import TxnCompletion, TxnMarker, TxnMarkerResult
 from net import authorization
 from net.authorization import Operation, ResourceType
 from net.registry import api
@@ -20,38 +22,47 @@ MARKER_TIMEOUT_MS = 30000
 
 
 async def _write(edge, topic: str, partition: int, markers: list[TxnMarker]) -> list[ErrorCode]:
-    from core.naming import OFFSETS_TOPIC
-
     info = edge.metadata.partition(topic, partition)
     if info is None:
         return [ErrorCode.unknown_topic_or_partition] * len(markers)
     handle = edge.leader_handle(topic, partition) if info.leader == edge.broker_id else None
     if handle is None:
         return [ErrorCode.not_leader_or_follower] * len(markers)
+    # The one marker write path (cluster/transactions/marker_writer.py), over this edge's calls.
+    writer = TxnMarkerWriter(functools.partial(_write_to_leader, edge, handle),
+                             functools.partial(_complete_group_transactions, edge))
+    return [ErrorCode(r.error) for r in await writer.write(topic, partition, markers)]
+
+
+async def _write_to_leader(edge, handle, topic: str, partition: int, markers: list[TxnMarker]) -> WrittenMarkers:
+    def failed(error: ErrorCode) -> WrittenMarkers:
+        return WrittenMarkers([TxnMarkerResult(error, -1)] * len(markers), edge.broker_id)
+
     try:
         async with edge.replicas.pinned(handle) as live:  # a hibernated replica wakes (issue 30)
             if live is None:
-                return [ErrorCode.not_leader_or_follower] * len(markers)
+                return failed(ErrorCode.not_leader_or_follower)
             results = await asyncio.wait_for(live.write_txn_markers.remote(markers, MARKER_TIMEOUT_MS),
                                              MARKER_TIMEOUT_MS / 1000 + edge.call_timeout_s)
     except asyncio.TimeoutError:
-        return [ErrorCode.request_timed_out] * len(markers)
+        return failed(ErrorCode.request_timed_out)
     except Exception as exc:  # noqa: BLE001 - the leader is gone or moving
         log.info("WriteTxnMarkers to %s-%d failed: %s", topic, partition, str(exc).splitlines()[0][:200])
-        return [ErrorCode.not_leader_or_follower] * len(markers)
-    errors = [ErrorCode(r.error) for r in results]
-    if topic == OFFSETS_TOPIC:
-        handle = await edge.coordinator_handle(partition)
-        for marker, error in zip(markers, errors):
-            if error != ErrorCode.none or handle is None:
-                continue
-            try:
-                await asyncio.wait_for(handle.complete_transaction.remote(
-                    TxnCompletion(marker.producer_id, marker.producer_epoch, marker.committed)), edge.call_timeout_s)
-            except Exception as exc:  # noqa: BLE001 - an older group coordinator, or it moved
-                log.warning("completing producer %d's offsets on %s-%d failed: %s", marker.producer_id, topic,
-                            partition, str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__)
-    return errors
+        return failed(ErrorCode.not_leader_or_follower)
+    return WrittenMarkers([TxnMarkerResult(*r) for r in results], edge.broker_id)
+
+
+async def _complete_group_transactions(edge, partition: int, leader: int, done: list[TxnCompletion]) -> None:
+    handle = await edge.coordinator_handle(partition)
+    if handle is None:
+        return
+    for completion in done:
+        try:
+            await asyncio.wait_for(handle.complete_transaction.remote(completion), edge.call_timeout_s)
+        except Exception as exc:  # noqa: BLE001 - an older group coordinator, or it moved
+            log.warning("completing producer %d's offsets on __consumer_offsets-%d failed: %s",
+                        completion.producer_id, partition,
+                        str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__)
 
 
 @api(27, 1, 1, tests=("tests/integration/test_transactions_coordinator.py::test_write_txn_markers_wire",))

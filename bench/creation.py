@@ -18,7 +18,7 @@ average 25-85 during the runs), one 100-partition topic, RF 1:
   the timeout's log line raised IndexError, so no UpdateMetadata was sent and
   Metadata never showed the leaders; Ray itself took ~78 s to start the 100
   replica processes.
-- after (ACTOR_START_BUDGET_S in actors/controller.py): answered without
+- after (ACTOR_START_BUDGET_S in cluster/controller/broker_requests.py): answered without
   error with every leader in Metadata in 60.0 s, 62.0 s and 68.1 s (load 85,
   25 and 7 at the start); 1.16-1.23 CPU-s of the broker's process tree per
   replica. 100 one-partition topics in one request (--topics): 79.5 s,

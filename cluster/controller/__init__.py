@@ -2,8 +2,10 @@
 No Ray here.
 
 - controller.py: Controller, the event queue, election and failover, broker and
-  topic changes, ISR notifications, the partition state machine's elections,
-  LeaderAndIsr / UpdateMetadata rounds; it composes the parts below.
+  topic changes, ISR notifications, the partition state machine's elections;
+  it composes the parts below.
+- broker_requests.py: LeaderAndIsr / UpdateMetadata rounds (Kafka's
+  ControllerBrokerRequestBatch) and what a replica is created with.
 - configs.py, topic_deletion.py, partition_operations.py (partition growth,
   elections and controlled shutdown, reassignment): its parts.
 - controller_context.py: what the active controller knows (brokers, topics,

@@ -19,7 +19,8 @@ import uuid
 from typing import Any, Awaitable, Callable
 
 from cluster.controller.balancer import Balancer
-from cluster.controller.channel import ControllerChannel, LeaderAndIsr, ReplicaKey, ReplicaSpec
+from cluster.controller.broker_requests import BrokerRequests
+from cluster.controller.channel import ControllerChannel, ReplicaKey, ReplicaSpec
 from cluster.controller.configs import ConfigManager
 from cluster.controller.topic_deletion import TopicDeletionManager
 from cluster.controller.internal_topics import InternalTopic
@@ -28,7 +29,6 @@ from cluster.controller.zk import AsyncZk
 from cluster.controller.controller_context import (NO_LEADER, BrokerState, ControllerContext, PartitionState,
                                                    TopicState, new_zk_topic_id, zk_topic_id_to_uuid)
 from cluster.controller.leader_election import offline_partition_leader
-from cluster.log_config import log_config_for, throttled_replicas_for
 from cluster.controller.partition_state_machine import PartitionStateName as PS
 from cluster.controller.reassignment import ReplicaAssignment
 from cluster.controller.replica_state_machine import ReplicaState as RS
@@ -47,16 +47,6 @@ log = logging.getLogger("raykafka.controller")
 
 # Bound on the event queue: edge requests beyond it are refused, not buffered forever.
 MAX_QUEUED_EVENTS = 10_000
-# Wall time a node needs to start one replica actor process, on top of the call
-# timeout when a LeaderAndIsr creates replicas: the raylet starts worker
-# processes a few at a time (as many as the node has cores), each ~0.55-0.75
-# CPU-s (bench/creation.py, README "Capacity"), so a 100-partition topic on a
-# 2-core node needs ~40-75 s, past the 30 s call timeout.
-ACTOR_START_BUDGET_S = 1.0
-# A LeaderAndIsr that failed to a live broker's replica is resent this many
-# times, 0.5 s after the failure and doubling up to the cap (~2 min in all).
-LEADER_AND_ISR_RETRIES = 10
-LEADER_AND_ISR_RETRY_MAX_S = 15.0
 
 
 class Controller:
@@ -82,6 +72,8 @@ class Controller:
         self.call_timeout_s = config["raykafka.actor.call.timeout.ms"] / 1000
         # Every request to replicas, edges and coordinators, and the death watches.
         self.channel = channel
+        # LeaderAndIsr / UpdateMetadata rounds over the channel (Kafka's ControllerBrokerRequestBatch).
+        self.requests = BrokerRequests(self)
         self.channel.attach(self._replica_spec)
         # __consumer_offsets and __transaction_state: created on first use (FindCoordinator).
         self.offsets_topic = offsets_topic
@@ -408,149 +400,25 @@ class Controller:
             return TOPIC_CONFIGS[key].parse(configs[key])
         return bool(self.config.topic_default(key))
 
-    # ---- requests to replicas and edges ----------------------------------------------------------
+    # ---- requests to replicas and edges (broker_requests.py) ------------------------------------
     def _replica_spec(self, key: ReplicaKey) -> ReplicaSpec:
-        """How the channel creates a replica it does not know yet."""
-        topic, p, broker_id = key
-        broker = self.ctx.brokers[broker_id]
-        configs = self.ctx.topics[topic].configs
-        min_isr = TOPIC_CONFIGS["min.insync.replicas"].parse(configs["min.insync.replicas"]) \
-            if "min.insync.replicas" in configs else self.config["min.insync.replicas"]
-        return ReplicaSpec(topic, p, broker_id, broker.ray_node_id, broker.log_dirs,
-                           log_config_for(configs, self.config), min_isr, self.replica_config(broker_id, configs))
+        return self.requests.replica_spec(key)
 
     def replica_config(self, broker_id: int, topic_configs: dict) -> dict:
-        c = self.config
-        leader_rate, follower_rate = self._throttle_rates(broker_id)
-        lists = throttled_replicas_for(topic_configs)
-        return {"leader.replication.throttled.rate": leader_rate,
-                "follower.replication.throttled.rate": follower_rate,
-                "leader.replication.throttled.replicas": lists["leader_throttled_replicas"],
-                "follower.replication.throttled.replicas": lists["follower_throttled_replicas"],
-                "replication.quota.window.num": c["replication.quota.window.num"],
-                "replication.quota.window.size.seconds": c["replication.quota.window.size.seconds"],
-                "replica.lag.time.max.ms": c["replica.lag.time.max.ms"],
-                "producer.id.expiration.ms": c["producer.id.expiration.ms"],
-                "log.retention.check.interval.ms": c["log.retention.check.interval.ms"],
-                "log.cleaner.backoff.ms": c["log.cleaner.backoff.ms"],
-                "log.cleaner.dedupe.buffer.size": c["log.cleaner.dedupe.buffer.size"],
-                "log.cleaner.enable": c["log.cleaner.enable"],
-                "replica.fetch.max.bytes": c["replica.fetch.max.bytes"],
-                "replica.fetch.wait.max.ms": c["replica.fetch.wait.max.ms"],
-                "replica.fetch.backoff.ms": c["replica.fetch.backoff.ms"],
-                "actor.call.timeout.ms": c["raykafka.actor.call.timeout.ms"],
-                "local.calls": c["raykafka.local.calls"],
-                # RF > 1 sets hibernate (issue 30): a follower that finds its leader gone wakes it.
-                "hibernate.replicated": (c["raykafka.replica.hibernate.ms"] > 0
-                                         and c["raykafka.replica.hibernate.replicated"]),
-                # The session a leader opens to commit ISR changes (issue 18: was fixed at 18 s).
-                "zookeeper.session.timeout.ms": c["zookeeper.session.timeout.ms"]}
+        return self.requests.replica_config(broker_id, topic_configs)
 
-    async def _send_leader_and_isr(self, partitions: list[tuple[str, int]],
-                                   exclude: frozenset[int] = frozenset(),
-                                   only: frozenset[tuple[str, int, int]] | None = None,
-                                   attempt: int = 0) -> None:
-        """Batched: all calls issued at once, awaited together. Brokers in `exclude` get none;
-        with `only`, just those (topic, partition, broker) replicas get theirs."""
-        ctx = self.ctx
-        calls = []
-        starting: dict[int, int] = {}  # broker -> replica actors this LeaderAndIsr creates
-        for topic, p in partitions:
-            state = ctx.states.get((topic, p))
-            if state is None:
-                continue
-            replicas = ctx.topics[topic].assignment[p]
-            for broker_id in replicas:
-                if broker_id not in ctx.brokers or broker_id in exclude:
-                    continue
-                if only is not None and (topic, p, broker_id) not in only:
-                    continue
-                key = ReplicaKey(topic, p, broker_id)
-                if not self.channel.has_replica(key):
-                    starting[broker_id] = starting.get(broker_id, 0) + 1
-                request = LeaderAndIsr(ctx.epoch, state.leader, state.leader_epoch, state.isr, replicas,
-                                       state.zk_version)
-                if broker_id == state.leader:
-                    ref = self.channel.become_leader(key, request)
-                else:
-                    leader = ReplicaKey(topic, p, state.leader) if state.leader in ctx.brokers else None
-                    ref = self.channel.become_follower(key, request, leader)
-                calls.append(((topic, p, broker_id), ref))
-        # Every node starts its new actors in parallel with the others, its own a few at a time.
-        failed = await self._await_all(calls, "LeaderAndIsr", self.call_timeout_s
-                                       + ACTOR_START_BUDGET_S * max(starting.values(), default=0))
-        if failed:
-            self._retry_leader_and_isr(frozenset(failed), attempt + 1)
-        # Group and transaction coordinators move with the leaders of the internal topics' partitions.
-        await self.channel.sync_coordinators(ctx, partitions)
+    async def _send_leader_and_isr(self, partitions: list[tuple[str, int]], exclude: frozenset[int] = frozenset(),
+                                   only: frozenset[tuple[str, int, int]] | None = None, attempt: int = 0) -> None:
+        await self.requests.send_leader_and_isr(partitions, exclude, only, attempt)
 
     def _retry_leader_and_isr(self, targets: frozenset[tuple[str, int, int]], attempt: int) -> None:
-        """Resend a LeaderAndIsr that failed to a replica of a live broker, as Kafka's
-        controller channel keeps resending to live brokers. The usual cause: a broker
-        revived right after its node was killed, before Ray declared the old node dead
-        (its health check allows ~10 s, issue 18), so the replica's name still led to
-        the dead actor. The failed handle is forgotten, so each try looks the name up
-        again and creates the replica anew once Ray knows the old one is gone."""
-        if attempt > LEADER_AND_ISR_RETRIES:
-            log.error("LeaderAndIsr to %d replicas still failing after %d tries: %s", len(targets),
-                      LEADER_AND_ISR_RETRIES, sorted(targets)[:5])
-            return
-        delay = min(LEADER_AND_ISR_RETRY_MAX_S, 0.5 * 2 ** (attempt - 1))
-
-        def resend():
-            async def event():
-                live = frozenset(t for t in targets if self.is_active and t[2] in self.ctx.brokers
-                                 and (t[0], t[1]) in self.ctx.states)
-                if not live:
-                    return
-                log.info("resending LeaderAndIsr to %d replicas (try %d)", len(live), attempt + 1)
-                await self._send_leader_and_isr(sorted({(t, p) for t, p, _ in live}), only=live, attempt=attempt)
-
-            event.__name__ = f"retry_leader_and_isr({attempt})"
-            return event()
-
-        self.loop.call_later(delay, lambda: self.enqueue(resend))
+        self.requests.retry_leader_and_isr(targets, attempt)
 
     async def _await_all(self, calls, what: str, timeout_s: float | None = None) -> list:
-        """Await every call; return the targets whose call failed (raised or timed out)."""
-        if not calls:
-            return []
-        timeout_s = self.call_timeout_s if timeout_s is None else timeout_s
-        results = await asyncio.gather(
-            *(asyncio.wait_for(ref, timeout_s) for _, ref in calls), return_exceptions=True)
-        failed = []
-        for (target, _), result in zip(calls, results):
-            if isinstance(result, Exception):
-                # A timeout's str() is empty: name its type instead of failing the whole event.
-                log.error("%s to %s failed: %s", what, target,
-                          (str(result).splitlines() or [type(result).__name__])[0][:300])
-                # A dead replica actor is recreated on the next LeaderAndIsr.
-                self.channel.forget_replica(target)
-                failed.append(target)
-            elif isinstance(result, int) and result != ErrorCode.none:
-                log.warning("%s to %s answered error %d", what, target, result)
-        return failed
+        return await self.requests.await_all(calls, what, timeout_s)
 
     async def _send_update_metadata(self, without_leaders: frozenset[tuple[str, int]] = frozenset()) -> None:
-        """``without_leaders``: partitions whose leader replicas are still
-        starting: in the snapshot, but no handle for them yet (the edge
-        answers NOT_LEADER_OR_FOLLOWER for them until the next UpdateMetadata)."""
-        ctx = self.ctx
-        snapshot = ctx.metadata_snapshot(self.broker_id)
-        calls = []
-        for broker_id in ctx.live_broker_ids:
-            if not self.channel.has_edge(broker_id):
-                continue
-            leaders = [ReplicaKey(topic, p, broker_id) for (topic, p), state in ctx.states.items()
-                       if state.leader == broker_id and topic not in ctx.topics_being_deleted
-                       and (topic, p) not in without_leaders]
-            calls.append((broker_id, self.channel.update_metadata(broker_id, snapshot, leaders)))
-        results = await asyncio.gather(
-            *(asyncio.wait_for(ref, self.call_timeout_s) for _, ref in calls), return_exceptions=True)
-        for (broker_id, _), result in zip(calls, results):
-            if isinstance(result, Exception):
-                log.error("UpdateMetadata to broker %d failed: %r", broker_id, result)
-                self.channel.forget_edge(broker_id)
+        await self.requests.send_update_metadata(without_leaders)
 
     # ---- ZooKeeper-driven events -------------------------------------------------------------------
     async def _on_broker_change(self) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from types import SimpleNamespace
 
-import cluster.controller.controller as controller_module
+import cluster.controller.broker_requests as requests_module
 from actors.controller import ControllerService
 from core.config import BrokerConfig
 
@@ -20,8 +20,8 @@ def _service_with_state(live_brokers):
 
 
 def test_failed_replicas_are_resent_with_backoff_until_the_retries_run_out(monkeypatch):
-    monkeypatch.setattr(controller_module, "LEADER_AND_ISR_RETRIES", 3)
-    monkeypatch.setattr(controller_module, "LEADER_AND_ISR_RETRY_MAX_S", 0.02)
+    monkeypatch.setattr(requests_module, "LEADER_AND_ISR_RETRIES", 3)
+    monkeypatch.setattr(requests_module, "LEADER_AND_ISR_RETRY_MAX_S", 0.02)
 
     async def scenario():
         service = _service_with_state([1001, 1002])

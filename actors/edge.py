@@ -32,6 +32,7 @@ import time
 
 import ray
 
+from actors.edge_ports import RayActorCalls
 from core.config import BrokerConfig, parse_listener
 from core.controller_messages import MetadataSnapshot
 from core.error_codes import ErrorCode
@@ -88,12 +89,24 @@ class EdgeActor:
             max_queued_bytes=config["queued.max.request.bytes"],
         )
 
+    async def _start_zk(self) -> KafkaZkClient:
+        """This edge process's one ZooKeeper session (registration, SCRAM credentials, ACLs,
+        client quotas, producer id blocks, other brokers' listeners), connected off the loop."""
+        zk = KafkaZkClient(self.zk_connect, session_timeout_ms=self.config["zookeeper.session.timeout.ms"])
+        await asyncio.get_running_loop().run_in_executor(None, zk.start)
+        self.zk = zk
+        return zk
+
+    def _ports(self) -> RayActorCalls:
+        """How the edge reaches other actors (net/ports.ActorCalls): direct channels
+        to this node's actors (raykafka.local.calls), else Ray."""
+        return RayActorCalls.for_config(self.config, ray.get_runtime_context().get_node_id())
+
     async def _listen(self, port: int) -> int:
         """Create the service and the listener on `port`; returns the bound port."""
-        self.service = EdgeService(self.config, self.broker_id, "", 0,
-                                   node_id=ray.get_runtime_context().get_node_id())
-        self.service.purgatory = self.purgatory
-        self.service.zk_connect = self.zk_connect  # producer id blocks (net/txn_coordinators.py)
+        zk = await self._start_zk()
+        self.service = EdgeService(self.config, self.broker_id, "", 0, calls=self._ports(), zk=zk)
+        self.service.set_purgatory(self.purgatory)
         from net.listeners import build_listeners, listener_dispatch
         from net.sasl import ScramStore
 
@@ -143,8 +156,7 @@ class EdgeActor:
             return
         from net.edge_metrics import NodeSampler
 
-        self.sampler = NodeSampler(self.service, self.broker_id, self.log_dirs, self.config["raykafka.namespace"],
-                                   self.config["min.insync.replicas"])
+        self.sampler = NodeSampler(self.service, self.broker_id, self.log_dirs, self.config["min.insync.replicas"])
         self._sampler = asyncio.ensure_future(
             self.sampler.run(self.config["raykafka.metrics.report.interval.ms"] / 1000))
 
@@ -166,10 +178,7 @@ class EdgeActor:
         await self._resolve_listeners()
         host, port = self.listeners[0].advertised
         self.service.advertised_host, self.service.advertised_port = host, port
-        self.zk = KafkaZkClient(self.zk_connect, session_timeout_ms=config["zookeeper.session.timeout.ms"])
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(None, self.zk.start)
-        self.service.zk = self.zk  # the ACL store's (net/authorization.py)
         from cluster.capacity import node_capacity, node_hosted_capacity
 
         extra = {"ray_node_id": ray.get_runtime_context().get_node_id(), "log_dirs": self.log_dirs,
@@ -431,7 +440,7 @@ class EdgeActor:
         """The node's purgatory was re-created (a new actor): park operations there."""
         self.purgatory = purgatory
         if self.service is not None:
-            self.service.purgatory = purgatory
+            self.service.set_purgatory(purgatory)
 
     async def live_broker_ids(self) -> list[int]:
         return sorted(self.service.metadata.brokers) if self.service is not None else []
@@ -468,7 +477,7 @@ class EdgeActor:
 
         return {"connections": self.server.connection_count, **self.server.stats,
                 "metadata_version": self.service.metadata.version, "pid": os.getpid(),
-                **self.service.local_channels.counters}
+                **self.service.calls.counters}
 
     async def metrics(self, sample: bool = False) -> dict:
         """This edge process's metrics as recorded locally (for tests and

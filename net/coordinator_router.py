@@ -3,7 +3,7 @@
 The coordinator of a group is the leader of its __consumer_offsets
 partition (Kafka's partitionFor); its actor (a GroupCoordinatorActor, named
 core.naming.group_coordinator_actor_name) lives on that leader's node, and
-the edge finds it by name on first use. Transaction coordinators are found
+the edge finds it by name on first use (net/ports.ActorCalls.find). Transaction coordinators are found
 the same way (net/txn_coordinators.py).
 
 A failed coordinator call means the same to every handler, so it is mapped
@@ -69,30 +69,14 @@ async def coordinator_answer(handles: dict, partition: int, kind: str, method: s
         return error, None
 
 
-async def find_actor(name: str, namespace: str, timeout_s: float):
-    """The handle of the Ray actor ``name``, or None (absent, or the lookup
-    slow); looked up off the event loop."""
-    def lookup():
-        import ray
-
-        try:
-            return ray.get_actor(name, namespace=namespace)
-        except ValueError:
-            return None
-
-    try:
-        return await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(None, lookup), timeout_s)
-    except asyncio.TimeoutError:
-        return None
-
-
 class LocalCoordinators:
     """The coordinator actors on this node of the partitions of an internal
     topic (__consumer_offsets, __transaction_state) that this broker leads,
     their handles cached until a call finds one gone."""
 
-    def __init__(self, edge: Any, topic: str, actor_name: Callable[[int, int], str]):
+    def __init__(self, edge: Any, topic: str, actor_name: Callable[[int, int], str], kind: str):
         self.edge = edge
+        self.kind = kind  # "group" or "transaction", for the log
         self.topic = topic
         self.actor_name = actor_name
         self.handles: dict[int, Any] = {}  # partition -> coordinator actor
@@ -108,8 +92,7 @@ class LocalCoordinators:
         handle = self.handles.get(partition)
         if handle is None:
             edge = self.edge
-            handle = await find_actor(self.actor_name(partition, edge.broker_id),
-                                      edge.config["raykafka.namespace"], edge.call_timeout_s)
+            handle = await edge.calls.find(self.actor_name(partition, edge.broker_id), edge.call_timeout_s)
             if handle is None:
                 return None
             self.handles[partition] = handle
@@ -123,18 +106,35 @@ class LocalCoordinators:
         handles = await asyncio.gather(*(self.handle(p) for p in partitions))
         return [(p, h) for p, h in zip(partitions, handles) if h is not None]
 
+    async def partition_call(self, partition: int, method: str, *args, timeout_s: float | None = None,
+                             timed_out: ErrorCode = ErrorCode.request_timed_out) -> tuple[ErrorCode | None, Any]:
+        """``method`` on the coordinator of ``partition`` if this broker leads it -> (error or None,
+        answer); NOT_COORDINATOR when it does not (or its coordinator is gone)."""
+        handle = await self.handle(partition)
+        if handle is None:
+            return ErrorCode.not_coordinator, None
+        edge = self.edge
+        pending = edge.calls.call(handle, method, args, timeout_s or edge.call_timeout_s)
+        return await coordinator_answer(self.handles, partition, self.kind, method, pending, timed_out)
+
+    async def each(self, method: str, *args, timeout_s: float | None = None) -> list[tuple[ErrorCode | None, Any]]:
+        """``method`` on every coordinator of this broker -> (error or None, answer) each."""
+        partitions = [p for p, _ in await self.all()]
+        return list(await asyncio.gather(*(self.partition_call(p, method, *args, timeout_s=timeout_s)
+                                           for p in partitions)))
+
 
 class CoordinatorRouter:
     """Group coordinators of the offsets partitions this broker leads, and
     the creation of Kafka's internal topics through the controller."""
 
     def __init__(self, edge: Any):
-        self.edge = edge  # metadata, broker_id, config, call_timeout_s, local_channels, controller_call
-        self.groups = LocalCoordinators(edge, OFFSETS_TOPIC, group_coordinator_actor_name)
+        self.edge = edge  # metadata, broker_id, config, call_timeout_s, calls, controller_call
+        self.groups = LocalCoordinators(edge, OFFSETS_TOPIC, group_coordinator_actor_name, "group")
         self.handles = self.groups.handles  # __consumer_offsets partition -> group coordinator actor
         self.leads_offsets_partition = self.groups.leads
-        self.coordinator_handle = self.groups.handle
-        self.local_coordinators = self.groups.all
+        self.each = self.groups.each
+        self.partition_call = self.groups.partition_call
         self._topic_creations: dict[str, asyncio.Future] = {}
         self.topics_images = TopicsImageShipping()
 
@@ -152,13 +152,10 @@ class CoordinatorRouter:
         NOT_COORDINATOR when this broker does not lead the group's offsets
         partition (or its coordinator is gone); a timeout as GROUP_TIMEOUT_ERRORS says."""
         partition = self.group_partition(group_id)
-        handle = None if partition is None else await self.coordinator_handle(partition)
-        if handle is None:
+        if partition is None:
             return ErrorCode.not_coordinator, None
-        edge = self.edge
-        pending = edge.local_channels.call(handle, method, args, timeout_s or edge.call_timeout_s)
-        return await coordinator_answer(self.handles, partition, "group", method, pending,
-                                        GROUP_TIMEOUT_ERRORS.get(method, GROUP_TIMEOUT_DEFAULT))
+        return await self.groups.partition_call(partition, method, *args, timeout_s=timeout_s,
+                                                timed_out=GROUP_TIMEOUT_ERRORS.get(method, GROUP_TIMEOUT_DEFAULT))
 
     async def group_call_with_topics(self, group_id: str, method: str, *args, timeout_s: float | None = None):
         """``group_call`` with this edge's topics image as the last argument

@@ -341,12 +341,14 @@ class NodeSampler:
 
     CALL_TIMEOUT_S = 5.0
 
-    def __init__(self, service, broker_id: int, log_dirs: list[str], namespace: str, min_isr: int):
+    def __init__(self, service, broker_id: int, log_dirs: list[str], min_isr: int):
+        """service: the EdgeService (its replicas, coordinators, and ``calls``:
+        net/ports.ActorCalls, how replicas of other brokers are found and asked)."""
         self.service = service
+        self.calls = service.calls
         self.broker_id = broker_id
         self.broker = str(broker_id)
         self.log_dirs = log_dirs
-        self.namespace = namespace
         self.min_isr = min_isr
         self.registry = m.registry()
         self._handles: dict[tuple[str, int, int], Any] = {}
@@ -365,7 +367,7 @@ class NodeSampler:
     async def _handle(self, topic: str, partition: int, broker_id: int):
         key = (topic, partition, broker_id)
         if broker_id == self.broker_id:
-            handle = self.service.leader_handle(topic, partition)
+            handle = self.service.replicas.leader_handle(topic, partition)
             if type(handle) is PooledReplica:
                 # Sampled only while live: a sample never wakes a hibernated replica.
                 pool = _replica_pool(self.service)
@@ -373,21 +375,11 @@ class NodeSampler:
         handle = self._handles.get(key)
         if handle is None:
             if broker_id == self.broker_id:
-                handle = self.service.leader_handle(topic, partition)
+                handle = self.service.replicas.leader_handle(topic, partition)
             if handle is None:
                 from core.naming import replica_actor_name
 
-                name = replica_actor_name(topic, partition, broker_id)
-
-                def lookup():
-                    import ray
-
-                    try:
-                        return ray.get_actor(name, namespace=self.namespace)
-                    except ValueError:
-                        return None
-
-                handle = await asyncio.get_running_loop().run_in_executor(None, lookup)
+                handle = await self.calls.find(replica_actor_name(topic, partition, broker_id), self.CALL_TIMEOUT_S)
             if handle is not None:
                 self._handles[key] = handle
         return handle
@@ -397,7 +389,7 @@ class NodeSampler:
         if handle is None:
             return None
         try:
-            return await asyncio.wait_for(handle.state.remote(), self.CALL_TIMEOUT_S)
+            return await self.calls.call_via_runtime(handle, "state", (), self.CALL_TIMEOUT_S)
         except Exception:
             self._handles.pop((topic, partition, broker_id), None)
             return None
@@ -514,10 +506,10 @@ class NodeSampler:
         g("kafka_server_replicamanager_atminisrpartitioncount").set(one, at_min)
 
         # Purgatory sizes.
-        purgatory = service.purgatory
+        purgatory = service.replicas.purgatory
         if purgatory is not None:
             try:
-                stats = await asyncio.wait_for(purgatory.stats.remote(), self.CALL_TIMEOUT_S)
+                stats = await self.calls.call_via_runtime(purgatory, "stats", (), self.CALL_TIMEOUT_S)
                 g("kafka_server_delayedoperationpurgatory_purgatorysize").replace({
                     (broker, "Produce"): stats.get("produce_delayed", 0),
                     (broker, "Fetch"): stats.get("fetch_delayed", 0)})
@@ -527,14 +519,14 @@ class NodeSampler:
         # Groups by state, from the coordinators of the offsets partitions led here.
         counts: dict[tuple, int] = collections.Counter()
         try:
-            coordinators = await asyncio.wait_for(service.local_coordinators(), self.CALL_TIMEOUT_S)
-        except Exception:
-            coordinators = []
-        for _partition, handle in coordinators:
-            try:
-                error, listings = await asyncio.wait_for(handle.list_groups.remote(), self.CALL_TIMEOUT_S)
-            except Exception:
+            answers = await asyncio.wait_for(service.coordinators.each("list_groups", timeout_s=self.CALL_TIMEOUT_S),
+                                             2 * self.CALL_TIMEOUT_S)
+        except Exception:  # noqa: BLE001 - a sample is skipped, never the edge's problem
+            answers = []
+        for failure, answer in answers:
+            if failure is not None:
                 continue
+            _error, listings = answer
             for listing in listings:
                 counts[(broker, _state_name(listing))] += 1
         for state in ("Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead"):

@@ -2,26 +2,29 @@
 composes the edge's roles and is what handlers see as ``ctx.edge``:
 
 - request dispatch (net/request_dispatch.py, Kafka's KafkaApis role);
-- the replica router with the produce appender (net/replica_router.py);
-- the coordinator router (net/coordinator_router.py; transactions in
-  net/txn_coordinators.py);
+- ``leaders`` and the purgatory: the replica router with the produce
+  appender (net/replica_router.py);
+- ``coordinators`` (net/coordinator_router.py) and ``transactions``
+  (net/txn_coordinators.py);
+- ``controller``: the active controller's admin operations;
 - the segment reader (net/segment_reader.py) on storage/slice_reader.py;
 - the metadata cache and the fetch caches it invalidates.
 
-Handlers call the roles' methods on the edge itself (``edge.leader_handle``,
-``edge.read_records``, ``edge.group_call``, ...): they are bound once here,
-so such a call costs what it did when one class held them all.
+Every role is built here, once, over the ports of net/ports.py that the
+actor shell hands in (``calls``: how other actors are reached; actors/edge_ports.py
+over Ray): handlers see roles with Kafka's answers, never an actor reference.
+The bound shortcuts (``edge.group_call``, ``edge.controller_call``, ...)
+cost what a call cost when one class held them all.
 """
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, Optional
 
 from core.error_codes import ErrorCode
 
 from core.config import BrokerConfig
 from core.controller_messages import MetadataSnapshot
-from core.local_channels import LocalChannels
 from net import registry
 from net.actor_calls import ActorCallFailed, call
 from net.coordinator_router import CoordinatorRouter
@@ -30,14 +33,42 @@ from net.fetch_local_tail import LocalTail
 from net.fetch_read_ahead import FetchReadAhead
 from net.fetch_session import FetchSessionCache
 from net.metadata_cache import MetadataCache
+from net.ports import ActorCalls, ActorRef
 from net.replica_router import ReplicaRouter
 from net.request_dispatch import RequestDispatch
 from net.segment_reader import SegmentReader
+from net.txn_coordinators import TransactionRouting
+
+
+class ControllerClient:
+    """net/ports.Controller: calls to the active controller, whose reference
+    comes with every UpdateMetadata."""
+
+    def __init__(self, calls: ActorCalls, call_timeout_s: float):
+        self.calls = calls
+        self.call_timeout_s = call_timeout_s
+        self.ref: Optional[ActorRef] = None
+
+    async def call(self, method: str, *args, timeout_s: float | None = None):
+        if self.ref is None:
+            raise ActorCallFailed(ErrorCode.not_controller)
+        try:
+            return await call(self.calls.call_via_runtime(self.ref, method, args, timeout_s or self.call_timeout_s),
+                              timeout_s or self.call_timeout_s)
+        except ActorCallFailed as exc:
+            if exc.error == ErrorCode.not_leader_or_follower:
+                # The controller actor is gone (failover under way): admin clients
+                # retry NOT_CONTROLLER after refreshing metadata.
+                raise ActorCallFailed(ErrorCode.not_controller) from None
+            raise
 
 
 class EdgeService:
-    def __init__(self, config: BrokerConfig, broker_id: int, advertised_host: str, advertised_port: int,
-                 node_id: str | None = None):
+    def __init__(self, config: BrokerConfig, broker_id: int, advertised_host: str, advertised_port: int, *,
+                 calls: ActorCalls, zk: Any = None):
+        """calls: how other actors are reached (net/ports.ActorCalls; actors/edge_ports.py).
+        zk: the edge process's one KafkaZkClient (metadata/kafka_zk.py), started or
+        starting; None in unit tests that need no ZooKeeper."""
         self.config = config
         self.broker_id = broker_id
         self.advertised_host = advertised_host
@@ -45,12 +76,9 @@ class EdgeService:
         self.metadata = MetadataCache()
         self.metadata_ready = asyncio.Event()
         self.call_timeout_s = config["raykafka.actor.call.timeout.ms"] / 1000
-        self.controller_handle: Any = None
-        # Direct channels to the replicas, purgatory and group coordinators of
-        # this node (core/local_channels.py); off without the node's id or with
-        # raykafka.local.calls=false.
-        self.local_channels = LocalChannels(node_id if config["raykafka.local.calls"] else None,
-                                            self.call_timeout_s)
+        # How other actors are reached (net/ports.ActorCalls): direct channels to the
+        # replicas, purgatory and coordinators of this node when it can, else the runtime.
+        self.calls = calls
         self.fetch_sessions = FetchSessionCache(config["max.incremental.fetch.session.cache.slots"],
                                                 config["min.incremental.fetch.session.eviction.ms"])
         self.read_ahead_runs = config["raykafka.fetch.read.ahead"]
@@ -70,45 +98,39 @@ class EdgeService:
                         {key: (h.min_version, h.max_version) for key, h in handlers.items()})
             if config["raykafka.metrics.enabled"] else None)
         self.requests = RequestDispatch(self, handlers, self.metrics)
-        self.replicas = ReplicaRouter(broker_id, self.call_timeout_s, self.local_channels, self.local_tail)
+        self.controller = ControllerClient(calls, self.call_timeout_s)
+        # net/ports.Leaders and net/ports.Purgatory: the one way to a leader replica of this node.
+        self.replicas = ReplicaRouter(broker_id, self.call_timeout_s, calls, self.local_tail)
+        self.leaders = self.replicas
         self.coordinators = CoordinatorRouter(self)
+        self.zk = zk  # the ACL store's (net/authorization.py)
+        self.transactions = TransactionRouting(self, zk)
         self.segments = SegmentReader()
 
         self.handlers = handlers
         self.fault_hooks = self.requests.fault_hooks
         self.dispatch = self.requests.dispatch
         self.api_versions_entries = self.requests.api_versions_entries
-        self.leader_handle = self.replicas.leader_handle
-        self.appender = self.replicas.appender
-        self.call = self.replicas.call
-        self.node_call = self.replicas.node_call
-        self.delay_produce = self.replicas.delay_produce
         self.wait_committed = self.replicas.wait_committed
         self.delay_fetch = self.replicas.delay_fetch
+        self.controller_call = self.controller.call
         self.group_call = self.coordinators.group_call
         self.group_partition = self.coordinators.group_partition
-        self.coordinator_handle = self.coordinators.coordinator_handle
-        self.local_coordinators = self.coordinators.local_coordinators
         self.ensure_offsets_topic = self.coordinators.ensure_offsets_topic
         self.read_records = self.segments.read_records
         self.read_slices = self.segments.read_slices
         self.forget_fd = self.segments.forget_fd
         self.region_fds = self.segments.region_fds
 
-    @property
-    def purgatory(self):
-        """This node's purgatory actor (DelayedProduce, DelayedFetch)."""
-        return self.replicas.purgatory
-
-    @purgatory.setter
-    def purgatory(self, handle) -> None:
-        self.replicas.purgatory = handle
+    def set_purgatory(self, ref: ActorRef) -> None:
+        """This node's purgatory actor (DelayedProduce, DelayedFetch); set again when it is re-created."""
+        self.replicas.purgatory = ref
 
     def attach_replica_pool(self, pool) -> None:
         """This node's replica pool (cluster/replica_pool.py): pooled leaders resolve through it; a
         hibernated replica's direct channel is closed with it."""
         self.replicas.pool = pool
-        pool.on_hibernated = lambda key, handle: self.local_channels.forget(handle)
+        pool.on_hibernated = lambda key, handle: self.calls.forget(handle)
 
     # ---- metadata from the controller ----------------------------------------------------
     def forget_cached_reads(self, topic: str | None = None, partition: int | None = None) -> None:
@@ -127,29 +149,14 @@ class EdgeService:
         if self.metrics is not None and before:
             self.metrics.metadata_changed(before, self.metadata.topics, self.metadata.controller_id, self.broker_id)
         self.replicas.set_leaders(leader_handles)
-        transactions = getattr(self, "transactions", None)  # net/txn_coordinators.py, made on first use
-        self.local_channels.keep_only([*self.replicas.live_handles(), self.replicas.purgatory,
-                                       *self.coordinators.handles.values(),
-                                       *(transactions.coordinator_handles() if transactions else ())])
+        self.calls.keep_only([*self.replicas.live_handles(), self.replicas.purgatory,
+                              *self.coordinators.handles.values(), *self.transactions.coordinator_handles()])
         self.forget_cached_reads()  # leaders may have moved: nothing read before is answered again
-        self.controller_handle = controller_handle
+        self.controller.ref = controller_handle
         self.metadata_ready.set()
 
-    # ---- the controller ----------------------------------------------------------------------
-    async def controller_call(self, method: str, *args, timeout_s: float | None = None):
-        if self.controller_handle is None:
-            raise ActorCallFailed(ErrorCode.not_controller)
-        try:
-            return await call(getattr(self.controller_handle, method).remote(*args), timeout_s or self.call_timeout_s)
-        except ActorCallFailed as exc:
-            if exc.error == ErrorCode.not_leader_or_follower:
-                # The controller actor is gone (failover under way): admin clients
-                # retry NOT_CONTROLLER after refreshing metadata.
-                raise ActorCallFailed(ErrorCode.not_controller) from None
-            raise
-
     def close(self) -> None:
-        self.local_channels.close()
+        self.calls.close()
         self.replicas.close()
         self.segments.close()
 

@@ -1,8 +1,11 @@
-"""The edge's way to the replicas of its node: which leader replica serves a
-partition (from the controller's UpdateMetadata), calls to it and to the
-node's purgatory over the direct channel when there is one (core/local_channels.py)
-or through Ray, and the produce appender that coalesces a partition's record
-sets into few calls, placing their bytes in shared memory when it can.
+"""The edge's way to the replicas of its node (net/ports.Leaders and
+net/ports.Purgatory): which leader replica serves a partition (from the
+controller's UpdateMetadata), calls to it and to the node's purgatory through
+the edge's ActorCalls (the direct channel when there is one), and the
+produce appender that coalesces a partition's record sets into few calls,
+placing their bytes in shared memory when it can. Handlers reach a leader
+only through ``ReplicaRouter``'s typed methods (``append``, ``read_run``,
+``list_offsets``, ...), all routed by ``call``.
 """
 from __future__ import annotations
 
@@ -12,19 +15,30 @@ import contextlib
 import logging
 import os
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 from core.error_codes import ErrorCode
 
-from core.local_channels import LocalChannels
 from core.pooled_replica import PooledReplica
-from core.replica_messages import failed_append
+from core.replica_messages import PartitionOffset, PlacedRecordSet, RecordSet, failed_append
 from core.shared_region import SharedRegion
 from net.actor_calls import ActorCallFailed, call, call_failure, kafka_message
 from net.edge_metrics import CURRENT as CURRENT_REQUEST
 from net.fetch_local_tail import LocalTail
+from net.ports import ActorCalls
 
 log = logging.getLogger("raykafka.edge")
+
+
+class QueuedAppend(NamedTuple):
+    """A produce request's record set for one partition, waiting in its
+    PartitionAppender's queue: what append() sends, the leader epoch the
+    request was routed with, and the future its AppendResult goes to."""
+    records: bytes
+    acks: int
+    timeout_ms: int
+    leader_epoch: int
+    answer: asyncio.Future
 
 
 class PartitionAppender:
@@ -48,7 +62,7 @@ class PartitionAppender:
         self.router = router
         self.topic = topic
         self.partition = partition
-        self.queue: collections.deque = collections.deque()
+        self.queue: collections.deque[QueuedAppend] = collections.deque()
         self.inflight = False
         # Zero-copy path to the leader on this node; None until first used,
         # False once the leader could not use it (then bytes go through Ray).
@@ -73,7 +87,7 @@ class PartitionAppender:
     def append(self, records: bytes, acks: int, timeout_ms: int, leader_epoch: int) -> asyncio.Future:
         """-> a future of the set's core.replica_messages.AppendResult."""
         future = asyncio.get_running_loop().create_future()
-        self.queue.append((records, acks, timeout_ms, leader_epoch, future))
+        self.queue.append(QueuedAppend(records, acks, timeout_ms, leader_epoch, future))
         if not self.inflight:
             self._send_next()
         return future
@@ -81,17 +95,18 @@ class PartitionAppender:
     def _send_next(self) -> None:
         batch = []
         size = 0
-        epoch = self.queue[0][3]
-        while self.queue and len(batch) < self.MAX_SETS_PER_CALL and self.queue[0][3] == epoch:
-            if batch and size + len(self.queue[0][0]) > self.MAX_BYTES_PER_CALL:
+        queue = self.queue
+        epoch = queue[0].leader_epoch
+        while queue and len(batch) < self.MAX_SETS_PER_CALL and queue[0].leader_epoch == epoch:
+            if batch and size + len(queue[0].records) > self.MAX_BYTES_PER_CALL:
                 break
-            item = self.queue.popleft()
-            size += len(item[0])
+            item = queue.popleft()
+            size += len(item.records)
             batch.append(item)
         self.inflight = True
         asyncio.ensure_future(self._run(batch, epoch))
 
-    async def _run(self, batch: list, leader_epoch: int) -> None:
+    async def _run(self, batch: list[QueuedAppend], leader_epoch: int) -> None:
         router = self.router
         try:
             async with router.pinned(router.leader_handle(self.topic, self.partition)) as handle:
@@ -106,36 +121,37 @@ class PartitionAppender:
         finally:
             self.inflight = False
         for item, result in zip(batch, results):
-            if not item[4].done():
-                item[4].set_result(result)
+            if not item.answer.done():
+                item.answer.set_result(result)
         if self.queue:
             self._send_next()
 
-    async def _call(self, handle, batch: list, leader_epoch: int) -> list:
+    async def _call(self, handle, batch: list[QueuedAppend], leader_epoch: int) -> list:
         router = self.router
         if handle is None:
             return [failed_append(ErrorCode.not_leader_or_follower)] * len(batch)
-        timeout_ms = max(item[2] for item in batch)
+        timeout_ms = max(item.timeout_ms for item in batch)
         timeout_s = timeout_ms / 1000 + router.call_timeout_s
         region = self._shared_region()
-        size = sum(len(item[0]) for item in batch)
+        size = sum(len(item.records) for item in batch)
         results = None
         local_tail = router.local_tail
         want_tail = local_tail is not None
         if region is not None and size <= region.size:
             offset, placed = 0, []
-            for records, acks, set_timeout, _epoch, _future in batch:
+            for item in batch:
+                records = item.records
                 region.write(offset, records)
-                placed.append((offset, len(records), acks, set_timeout))
+                placed.append(PlacedRecordSet(offset, len(records), item.acks, item.timeout_ms))
                 offset += len(records)
             results = await router.node_call(handle, "append_shared", region.path, placed,
                                              leader_epoch, want_tail, timeout_s=timeout_s)
             if results is None:  # the leader cannot map it (another node?): stop trying
                 self.close()
         if results is None:
-            sets = [(item[0], item[1], item[2]) for item in batch]
-            results = await router.call(handle.append.remote(sets, leader_epoch, want_tail),
-                                        timeout_s=timeout_s)
+            sets = [RecordSet(item.records, item.acks, item.timeout_ms) for item in batch]
+            results = await call(router.calls.call_via_runtime(handle, "append", (sets, leader_epoch, want_tail),
+                                                               timeout_s), timeout_s)
         if want_tail:
             # append(..., tail=True) answers (results, CommittedTail or None)
             results, committed = results
@@ -149,11 +165,10 @@ class ReplicaRouter:
     to the node's purgatory. Failures of those calls are ActorCallFailed
     (net/actor_calls.py)."""
 
-    def __init__(self, broker_id: int, call_timeout_s: float, local_channels: LocalChannels,
-                 local_tail: LocalTail | None):
+    def __init__(self, broker_id: int, call_timeout_s: float, calls: ActorCalls, local_tail: LocalTail | None):
         self.broker_id = broker_id
         self.call_timeout_s = call_timeout_s
-        self.local_channels = local_channels
+        self.calls = calls
         # Tail fetches answered from this edge's own appends (net/fetch_local_tail.py); None: off.
         self.local_tail = local_tail
         # (topic, partition) -> handle of its leader replica, when this broker leads it
@@ -174,6 +189,49 @@ class ReplicaRouter:
 
     def leader_handle(self, topic: str, partition: int):
         return self.leader_handles.get((topic, partition))
+
+    def leads(self, topic: str, partition: int) -> bool:
+        """A leader replica of the partition is on this node (per the latest UpdateMetadata)."""
+        return (topic, partition) in self.leader_handles
+
+    def append(self, topic: str, partition: int, records: bytes, acks: int, timeout_ms: int,
+               leader_epoch: int) -> asyncio.Future:
+        """Queue a record set for the partition's leader -> a future of its AppendResult."""
+        return self.appender(topic, partition).append(records, acks, timeout_ms, leader_epoch)
+
+    # ---- the one route to a leader replica ------------------------------------------------------
+    async def call(self, topic: str, partition: int, method: str, *args, timeout_s: float | None = None):
+        """``method`` on the partition's leader replica here (woken if it hibernates);
+        ActorCallFailed(NOT_LEADER_OR_FOLLOWER) when this node has none."""
+        handle = self.leader_handles.get((topic, partition))
+        if handle is None:
+            raise ActorCallFailed(ErrorCode.not_leader_or_follower)
+        return await self.node_call(handle, method, *args, timeout_s=timeout_s)
+
+    def read_run(self, topic: str, partition: int, offset: int, max_bytes: int, isolation: int, leader_epoch: int,
+                 min_bytes: int, wait_ms: int, runs: int, timeout_s: float):
+        """Fetch: up to ``runs`` consecutive reads (the first answers this fetch)."""
+        return self.call(topic, partition, "read_run", offset, max_bytes, isolation, leader_epoch, min_bytes,
+                         wait_ms, runs, timeout_s=timeout_s)
+
+    def list_offsets(self, topic: str, partition: int, timestamp: int, isolation: int, leader_epoch: int):
+        return self.call(topic, partition, "list_offsets", timestamp, isolation, leader_epoch)
+
+    def offset_for_leader_epoch(self, topic: str, partition: int, current_leader_epoch: int, leader_epoch: int):
+        return self.call(topic, partition, "offset_for_leader_epoch", current_leader_epoch, leader_epoch)
+
+    def delete_records(self, topic: str, partition: int, offset: int, timeout_ms: int):
+        """-> (error, low watermark), answered once the in-sync replicas moved their log start."""
+        return self.call(topic, partition, "delete_records", offset, -1, timeout_ms,
+                         timeout_s=timeout_ms / 1000 + self.call_timeout_s)
+
+    def describe_producers(self, topic: str, partition: int):
+        return self.call(topic, partition, "describe_producers")
+
+    def write_txn_markers(self, topic: str, partition: int, markers: list, timeout_ms: int):
+        """-> a result per marker (core.txn_messages), written with acks=all."""
+        return self.call(topic, partition, "write_txn_markers", markers, timeout_ms,
+                         timeout_s=timeout_ms / 1000 + self.call_timeout_s)
 
     def appender(self, topic: str, partition: int) -> PartitionAppender:
         key = (topic, partition)
@@ -225,14 +283,10 @@ class ReplicaRouter:
         finally:
             self.pool.release(key)
 
-    def call(self, ref, timeout_s: float | None = None):
-        """Await a Ray call's ref, bounded; failures as ActorCallFailed
-        (net/actor_calls.call, returned to be awaited: no frame of its own)."""
-        return call(ref, timeout_s or self.call_timeout_s)
-
     async def node_call(self, handle, method: str, *args, timeout_s: float | None = None):
         """A call to a replica or the purgatory of this node: over its direct
-        channel when the edge has one, else through Ray; failures as in call().
+        channel when the edge has one, else through the runtime; failures as
+        ActorCallFailed (net/actor_calls.call_failure).
         A pooled replica is woken first if it hibernates (pinned())."""
         if type(handle) is PooledReplica:
             async with self.pinned(handle, timeout_s) as live:
@@ -240,7 +294,7 @@ class ReplicaRouter:
                     raise ActorCallFailed(ErrorCode.not_leader_or_follower, "no such replica here")
                 return await self.node_call(live, method, *args, timeout_s=timeout_s)
         try:
-            return await self.local_channels.call(handle, method, args, timeout_s or self.call_timeout_s)
+            return await self.calls.call(handle, method, args, timeout_s or self.call_timeout_s)
         except Exception as exc:
             failure = call_failure(exc)
             if failure is None:
@@ -271,20 +325,7 @@ class ReplicaRouter:
         except ActorCallFailed as exc:
             return exc.error
 
-    async def delay_produce(self, required: list[tuple[str, int, int]], timeout_ms: int) -> dict:
-        """Park a DelayedProduce; -> {(topic, partition): error code}."""
-        if self.purgatory is None:
-            return {(t, p): ErrorCode.request_timed_out for t, p, _ in required}
-        parked = time.perf_counter()
-        try:
-            return await self.node_call(self.purgatory, "delay_produce", required, timeout_ms,
-                                        timeout_s=timeout_ms / 1000 + self.call_timeout_s)
-        except ActorCallFailed as exc:
-            return {(t, p): exc.error for t, p, _ in required}
-        finally:
-            _add_remote_time(parked)
-
-    async def delay_fetch(self, known_ends: list[tuple[str, int, int]], isolation_level: int,
+    async def delay_fetch(self, known_ends: list[PartitionOffset], isolation_level: int,
                           timeout_ms: int) -> bool:
         """Park a DelayedFetch until a partition's fetchable end moves; False on timeout."""
         if self.purgatory is None or timeout_ms <= 0:

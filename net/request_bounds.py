@@ -157,7 +157,7 @@ def _primitive_walker(kafka_type: str, flexible: bool) -> Walker:
 # ---- arrays ------------------------------------------------------------------------------------
 
 def _read_count(buf, pos, end, flexible: bool, budget: ElementBudget) -> tuple[int, int]:
-    """Element count, or -1 for a null array."""
+    """Element count, or -1 for a null one."""
     if budget.sizes is not None:
         budget.sizes.append((pos, "uvarint" if flexible else "int32"))
     if flexible:

@@ -4,8 +4,8 @@ finding / calling the transaction coordinator of a transactional id.
 * ``generate_producer_id``: InitProducerId without a transactional id needs no
   coordinator (Kafka's broker answers from its own ProducerIdManager). Each
   edge process keeps one ``ProducerIdManager`` and takes blocks of 1000 ids
-  from ZooKeeper's ``/latest_producer_id_block`` through its own ZooKeeper
-  client, opened on first use, off the event loop.
+  from ZooKeeper's ``/latest_producer_id_block`` through the edge process's
+  one ZooKeeper client (handed in), off the event loop.
 * The coordinator of a transactional id is the leader of
   ``__transaction_state`` partition ``abs(hash(id)) % partitions``; its actor
   (actors/transaction_coordinator.py) lives on that leader's node. Requests
@@ -26,7 +26,7 @@ from core.error_codes import ErrorCode
 from core.txn_messages import VerifyTxnPartitions
 
 from core.naming import TRANSACTION_STATE_TOPIC, transaction_coordinator_actor_name
-from net.coordinator_router import LocalCoordinators, coordinator_answer, find_actor
+from net.coordinator_router import LocalCoordinators, coordinator_answer
 
 log = logging.getLogger("raykafka.edge.transactions")
 
@@ -34,14 +34,18 @@ __all__ = ["TransactionRouting", "TRANSACTION_STATE_TOPIC"]
 
 
 class TransactionRouting:
-    def __init__(self, edge: Any):
+    def __init__(self, edge: Any, zk: Any = None):
+        """zk: the edge process's KafkaZkClient (metadata/kafka_zk.py), for producer id
+        blocks; None: idempotent producers get no id here."""
         self.edge = edge
+        self.calls = edge.calls
         self._producer_ids = None
-        self._zk = None
-        self._coordinators = LocalCoordinators(edge, TRANSACTION_STATE_TOPIC, transaction_coordinator_actor_name)
+        self._zk = zk
+        self._coordinators = LocalCoordinators(edge, TRANSACTION_STATE_TOPIC, transaction_coordinator_actor_name,
+                                              "transaction")
         self._handles = self._coordinators.handles
         self._handle = self._coordinators.handle
-        self.local_coordinators = self._coordinators.all
+        self.each = self._coordinators.each
         # (partition, leader broker) -> the coordinator on another node, for KIP-890 verification
         self._remote: dict[tuple[int, int], Any] = {}
 
@@ -51,16 +55,9 @@ class TransactionRouting:
 
     # ---- producer ids ------------------------------------------------------------------------------
     def _zk_client(self):
-        """The ZooKeeper client for producer id blocks (blocking: runs in the executor)."""
+        """The ZooKeeper client for producer id blocks (called in the executor)."""
         if self._zk is None:
-            from metadata.kafka_zk import KafkaZkClient
-
-            connect = getattr(self.edge, "zk_connect", None) or self.edge.config["zookeeper.connect"]
-            if not connect:
-                raise RuntimeError("no ZooKeeper address known to this edge")
-            zk = KafkaZkClient(connect, session_timeout_ms=self.edge.config["zookeeper.session.timeout.ms"])
-            zk.start(ensure_paths=False)
-            self._zk = zk
+            raise RuntimeError("no ZooKeeper client given to this edge")
         return self._zk
 
     async def generate_producer_id(self) -> int:
@@ -69,14 +66,6 @@ class TransactionRouting:
 
             self._producer_ids = ProducerIdManager(lambda: self._zk_client().producer_ids, self.edge.broker_id)
         return await asyncio.wait_for(self._producer_ids.generate_producer_id(), self.edge.call_timeout_s)
-
-    def close(self) -> None:
-        if self._zk is not None:
-            zk, self._zk = self._zk, None
-            try:
-                zk.close()
-            except Exception:  # noqa: BLE001 - closing at shutdown
-                pass
 
     # ---- coordinators --------------------------------------------------------------------------------
     def partition_for(self, transactional_id: str) -> Optional[int]:
@@ -120,13 +109,13 @@ class TransactionRouting:
         key = (partition, info.leader)
         handle = self._remote.get(key)
         if handle is None:
-            handle = await find_actor(transaction_coordinator_actor_name(partition, info.leader),
-                                      self.edge.config["raykafka.namespace"], self.edge.call_timeout_s)
+            handle = await self.calls.find(transaction_coordinator_actor_name(partition, info.leader),
+                                           self.edge.call_timeout_s)
             if handle is None:
                 return ErrorCode.not_coordinator, None
             self._remote = {k: v for k, v in self._remote.items() if k[0] != partition}  # one per partition
             self._remote[key] = handle
-        pending = asyncio.wait_for(handle.verify_partitions.remote(request), self.edge.call_timeout_s)
+        pending = self.calls.call_via_runtime(handle, "verify_partitions", (request,), self.edge.call_timeout_s)
         return await coordinator_answer(self._remote, key, "transaction", "verify_partitions", pending,
                                         ErrorCode.request_timed_out)
 
@@ -138,6 +127,6 @@ class TransactionRouting:
             return ErrorCode.not_coordinator, None
         # Over the coordinator's direct channel when it is up (it is on this
         # node: the edge only calls coordinators of partitions it leads), else Ray.
-        pending = self.edge.local_channels.call(handle, method, args, timeout_s or self.edge.call_timeout_s)
+        pending = self.calls.call(handle, method, args, timeout_s or self.edge.call_timeout_s)
         return await coordinator_answer(self._handles, partition, "transaction", method, pending,
                                         ErrorCode.request_timed_out)

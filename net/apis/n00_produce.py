@@ -53,7 +53,7 @@ def _precheck(edge, may, acks, name, unknown, part):
     info = edge.metadata.partition(name, part.index) if name is not None else None
     if info is None:
         return unknown, None
-    if info.leader != edge.broker_id or edge.leader_handle(name, part.index) is None:
+    if info.leader != edge.broker_id or not edge.leaders.leads(name, part.index):
         return ErrorCode.not_leader_or_follower, None
     problem = _single_batch_error(part.records or b"")
     if problem is not None:
@@ -79,8 +79,8 @@ def _issue(edge, entries, acks: int, timeout_ms: int, txn_denied: bool, refused:
             else:
                 info = edge.metadata.partition(name, part.index)
                 epochs[(name, part.index)] = info.leader_epoch
-                fut = edge.appender(name, part.index).append(bytes(part.records or b""), acks, timeout_ms,
-                                                             info.leader_epoch)
+                fut = edge.leaders.append(name, part.index, bytes(part.records or b""), acks, timeout_ms,
+                                          info.leader_epoch)
             futures.append((part.index, fut))
         pending.append((topic, name, futures))
     return pending

@@ -18,6 +18,7 @@ import os
 import time
 
 from core.error_codes import ErrorCode
+from core.replica_messages import PartitionOffset
 
 from net.actor_calls import ActorCallFailed
 from net.client_quotas import fetch_window_bytes
@@ -81,8 +82,7 @@ async def _read(edge, want: _Wanted, isolation: int, zero_copy: bool, min_bytes:
     is parked in the replica until min_bytes are there (see ReplicaActor.read).
     It asks for a run of consecutive reads and keeps the rest for the
     client's next fetches (net/fetch_read_ahead.py)."""
-    handle = edge.leader_handle(want.topic, want.partition)
-    if handle is None:
+    if not edge.leaders.leads(want.topic, want.partition):
         want.error = ErrorCode.not_leader_or_follower
         return
     runs = edge.read_ahead_runs
@@ -110,8 +110,8 @@ async def _read(edge, want: _Wanted, isolation: int, zero_copy: bool, min_bytes:
             return
     for _attempt in range(3):
         try:
-            answer = await edge.node_call(
-                handle, "read_run", want.offset, want.max_bytes, isolation, want.leader_epoch, min_bytes,
+            answer = await edge.leaders.read_run(
+                want.topic, want.partition, want.offset, want.max_bytes, isolation, want.leader_epoch, min_bytes,
                 wait_ms, 1 + runs, timeout_s=wait_ms / 1000 + edge.call_timeout_s)
         except ActorCallFailed as exc:
             want.error = exc.error
@@ -284,7 +284,7 @@ async def _respond(edge, request, schema, session, incremental, wanted, local, i
             break
         # DelayedFetch in the node's purgatory: until some partition's
         # fetchable end moves past what we just read, or max_wait expires.
-        moved = await edge.delay_fetch([(w.topic, w.partition, w.end) for w in local], isolation,
+        moved = await edge.delay_fetch([PartitionOffset(w.topic, w.partition, w.end) for w in local], isolation,
                                        int(remaining * 1000))
         if not moved:
             await asyncio.gather(*(_read(edge, w, isolation, zero_copy) for w in local))

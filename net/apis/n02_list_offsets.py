@@ -13,7 +13,8 @@ from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for
 
 
 async def _one(edge, topic, partition, timestamp, isolation, leader_epoch):
-    return await call_leader(edge, topic, partition, "list_offsets", timestamp, isolation, leader_epoch,
+    return await call_leader(edge, topic, partition,
+                             lambda: edge.leaders.list_offsets(topic, partition, timestamp, isolation, leader_epoch),
                              failure=lambda code: ListOffsetsResult(code, -1, -1, -1))
 
 

@@ -2,12 +2,9 @@
 of an offsets partition it leads), as in Kafka: admin clients ask every
 broker. State filter from v4 (KIP-518), type filter from v5: "classic"
 groups and KIP-848 "consumer" groups."""
-import asyncio
-
 from core.group_messages import ListGroups
 from core.error_codes import ErrorCode
 
-from net.actor_calls import ActorCallFailed
 from net import authorization
 from net.authorization import Operation, ResourceType
 from net.registry import api
@@ -24,15 +21,9 @@ async def handle_list_groups(ctx, request):
     error = ErrorCode.none
     listings = []
     if not types or types & {"classic", "consumer"}:
-        coordinators = await edge.local_coordinators()
-
-        async def one(handle):
-            try:
-                return await edge.call(handle.list_groups.remote(ListGroups(states or None, sorted(types) or None)))
-            except ActorCallFailed:
-                return ErrorCode.coordinator_not_available, []
-
-        for code, groups in await asyncio.gather(*(one(h) for _, h in coordinators)):
+        answers = await edge.coordinators.each("list_groups", ListGroups(states or None, sorted(types) or None))
+        for failure, answer in answers:
+            code, groups = (ErrorCode.coordinator_not_available, []) if failure is not None else answer
             if code != ErrorCode.none:
                 error = ErrorCode(code)  # e.g. COORDINATOR_LOAD_IN_PROGRESS: the list is partial
             listings.extend(groups)

@@ -18,8 +18,9 @@ async def _one(edge, topic, partition, offset, timeout_ms):
     # the edge keeps for the partition (what other edge processes keep
     # expires within raykafka.fetch.read.ahead.ttl.ms).
     edge.forget_cached_reads(topic, partition)
-    return await call_leader(edge, topic, partition, "delete_records", offset, -1, timeout_ms,
-                             failure=lambda code: (code, -1), timeout_s=timeout_ms / 1000 + edge.call_timeout_s)
+    return await call_leader(edge, topic, partition,
+                             lambda: edge.leaders.delete_records(topic, partition, offset, timeout_ms),
+                             failure=lambda code: (code, -1))
 
 
 @api(21, 0, 2, tests=("tests/integration/test_log_management.py::test_delete_records_moves_log_start",))

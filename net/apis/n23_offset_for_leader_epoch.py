@@ -15,7 +15,9 @@ from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for
 
 
 async def _one(edge, topic, partition, current_leader_epoch, leader_epoch):
-    return await call_leader(edge, topic, partition, "offset_for_leader_epoch", current_leader_epoch, leader_epoch,
+    return await call_leader(edge, topic, partition,
+                             lambda: edge.leaders.offset_for_leader_epoch(topic, partition, current_leader_epoch,
+                                                                          leader_epoch),
                              failure=lambda code: EpochEndOffset(code, -1, -1))
 
 

@@ -13,6 +13,7 @@ from core.error_codes import ErrorCode
 from cluster.transactions.marker_writer import TxnMarkerWriter, WrittenMarkers
 from core.txn_messages import TxnCompletion, TxnMarker, TxnMarkerResult
 from net import authorization
+from net.actor_calls import ActorCallFailed
 from net.authorization import Operation, ResourceType
 from net.registry import api
 from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for
@@ -25,44 +26,29 @@ async def _write(edge, topic: str, partition: int, markers: list[TxnMarker]) -> 
     info = edge.metadata.partition(topic, partition)
     if info is None:
         return [ErrorCode.unknown_topic_or_partition] * len(markers)
-    handle = edge.leader_handle(topic, partition) if info.leader == edge.broker_id else None
-    if handle is None:
+    if info.leader != edge.broker_id or not edge.leaders.leads(topic, partition):
         return [ErrorCode.not_leader_or_follower] * len(markers)
-    # The one marker write path (cluster/transactions/marker_writer.py), over this edge's calls.
-    writer = TxnMarkerWriter(functools.partial(_write_to_leader, edge, handle),
+    # The one marker write path (cluster/transactions/marker_writer.py), over this edge's ports.
+    writer = TxnMarkerWriter(functools.partial(_write_to_leader, edge),
                              functools.partial(_complete_group_transactions, edge))
     return [ErrorCode(r.error) for r in await writer.write(topic, partition, markers)]
 
 
-async def _write_to_leader(edge, handle, topic: str, partition: int, markers: list[TxnMarker]) -> WrittenMarkers:
-    def failed(error: ErrorCode) -> WrittenMarkers:
-        return WrittenMarkers([TxnMarkerResult(error, -1)] * len(markers), edge.broker_id)
-
-    try:
-        async with edge.replicas.pinned(handle) as live:  # a hibernated replica wakes (issue 30)
-            if live is None:
-                return failed(ErrorCode.not_leader_or_follower)
-            results = await asyncio.wait_for(live.write_txn_markers.remote(markers, MARKER_TIMEOUT_MS),
-                                             MARKER_TIMEOUT_MS / 1000 + edge.call_timeout_s)
-    except asyncio.TimeoutError:
-        return failed(ErrorCode.request_timed_out)
-    except Exception as exc:  # noqa: BLE001 - the leader is gone or moving
-        log.info("WriteTxnMarkers to %s-%d failed: %s", topic, partition, str(exc).splitlines()[0][:200])
-        return failed(ErrorCode.not_leader_or_follower)
+async def _write_to_leader(edge, topic: str, partition: int, markers: list[TxnMarker]) -> WrittenMarkers:
+    try:  # a hibernated replica wakes for it (issue 30)
+        results = await edge.leaders.write_txn_markers(topic, partition, markers, MARKER_TIMEOUT_MS)
+    except ActorCallFailed as exc:  # gone or moving (NOT_LEADER_OR_FOLLOWER), or slow (REQUEST_TIMED_OUT)
+        log.info("WriteTxnMarkers to %s-%d failed: %s", topic, partition, ErrorCode(exc.error).name)
+        return WrittenMarkers([TxnMarkerResult(ErrorCode(exc.error), -1)] * len(markers), edge.broker_id)
     return WrittenMarkers([TxnMarkerResult(*r) for r in results], edge.broker_id)
 
 
 async def _complete_group_transactions(edge, partition: int, leader: int, done: list[TxnCompletion]) -> None:
-    handle = await edge.coordinator_handle(partition)
-    if handle is None:
-        return
     for completion in done:
-        try:
-            await asyncio.wait_for(handle.complete_transaction.remote(completion), edge.call_timeout_s)
-        except Exception as exc:  # noqa: BLE001 - an older group coordinator, or it moved
+        failure, _ = await edge.coordinators.partition_call(partition, "complete_transaction", completion)
+        if failure is not None and failure != ErrorCode.not_coordinator:  # not_coordinator: not led here
             log.warning("completing producer %d's offsets on __consumer_offsets-%d failed: %s",
-                        completion.producer_id, partition,
-                        str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__)
+                        completion.producer_id, partition, failure.name)
 
 
 @api(27, 1, 1, tests=("tests/integration/test_transactions_coordinator.py::test_write_txn_markers_wire",))

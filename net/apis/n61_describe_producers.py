@@ -15,7 +15,7 @@ from net.schema_build import ZERO_THROTTLE, build, nested, response_schema_for
 
 
 async def _one(edge, topic: str, partition: int) -> DescribeProducersResult:
-    return await call_leader(edge, topic, partition, "describe_producers",
+    return await call_leader(edge, topic, partition, lambda: edge.leaders.describe_producers(topic, partition),
                              failure=lambda code: DescribeProducersResult(code, ()))
 
 

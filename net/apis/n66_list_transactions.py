@@ -3,7 +3,6 @@ broker (admin clients ask every broker and merge), filtered by state,
 producer id and (v1) how long they have been open. Unknown state names are
 listed back, as Kafka does; COORDINATOR_LOAD_IN_PROGRESS while a coordinator
 here is loading."""
-import asyncio
 import logging
 
 from core.error_codes import ErrorCode
@@ -27,16 +26,11 @@ async def handle_list_transactions(ctx, request):
     states = list(request.state_filters)
     producer_ids = [int(p) for p in request.producer_id_filters]
     duration = int(getattr(request, "duration_filter", -1))
-    coordinators = await routing(edge).local_coordinators()
     error, listings = ErrorCode.none, []
     wanted = ListTransactions(producer_ids, states, duration)
-    results = await asyncio.gather(*(asyncio.wait_for(h.list_transactions.remote(wanted), edge.call_timeout_s)
-                                     for _, h in coordinators),
-                                   return_exceptions=True)
-    for result in results:
-        if isinstance(result, BaseException):
-            log.warning("ListTransactions: a coordinator failed: %s", str(result).splitlines()[0][:200]
-                        if str(result) else type(result).__name__)
+    for failure, result in await routing(edge).each("list_transactions", wanted):
+        if failure is not None:
+            log.warning("ListTransactions: a coordinator failed: %s", failure.name)
             error = ErrorCode.coordinator_not_available
             continue
         code, _unknown, found = result

@@ -16,6 +16,7 @@ from core.controller_messages import (AlterReassignmentsResult, CreatePartitions
                                       ListReassignmentsResult, OngoingReassignment, PartitionOutcome, TopicOutcome)
 from net.codec import decode_response, encode_request, request_schema
 from net.actor_calls import ActorCallFailed
+from actors.edge_ports import RayActorCalls
 from net.edge_service import EdgeService
 from net.schema_build import nested
 from net.server import CloseConnection
@@ -40,7 +41,8 @@ class FakeController:
 
 @pytest.fixture
 def edge():
-    service = EdgeService(BrokerConfig.from_sources(), 1, "127.0.0.1", 0)
+    service = EdgeService(BrokerConfig.from_sources(), 1, "127.0.0.1", 0,
+                       calls=RayActorCalls.for_config(BrokerConfig.from_sources()))
     yield service
     service.close()
 

@@ -13,6 +13,7 @@ from core.controller_messages import BrokerEndpoint, MetadataSnapshot, Partition
 from core.local_calls import LocalCallFailed, LocalCallLost
 from core.naming import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from net.coordinator_router import GROUP_TIMEOUT_DEFAULT, GROUP_TIMEOUT_ERRORS, coordinator_failure
+from actors.edge_ports import RayActorCalls
 from net.edge_service import EdgeService
 from net.txn_coordinators import TransactionRouting
 
@@ -67,7 +68,8 @@ class _Coordinator:
 
 
 def _edge() -> EdgeService:
-    edge = EdgeService(BrokerConfig.from_sources(), 1, "127.0.0.1", 0)
+    edge = EdgeService(BrokerConfig.from_sources(), 1, "127.0.0.1", 0,
+                       calls=RayActorCalls.for_config(BrokerConfig.from_sources()))
     edge.metadata.update(MetadataSnapshot(1, 1, "c1", [BrokerEndpoint(1, "127.0.0.1", 1)], {
         name: TopicSnapshot(f"00000000-0000-0000-0000-00000000000{i}", {0: PartitionSnapshot(1, 0, [1], [1])})
         for i, name in enumerate((OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC), start=1)}))

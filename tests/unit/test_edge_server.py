@@ -12,13 +12,15 @@ from core.config import BrokerConfig
 from core.controller_messages import BrokerEndpoint, MetadataSnapshot
 from net import registry
 from net.codec import decode_response, encode_request, request_schema
+from actors.edge_ports import RayActorCalls
 from net.edge_service import EdgeService
 from net.server import ConnectionLimits, KafkaServer
 
 
 def make_server(**limit_overrides):
     config = BrokerConfig.from_sources()
-    service = EdgeService(config, broker_id=1, advertised_host="127.0.0.1", advertised_port=0)
+    service = EdgeService(config, broker_id=1, advertised_host="127.0.0.1", advertised_port=0,
+                          calls=RayActorCalls.for_config(config))
     service.metadata.update(MetadataSnapshot(1, 1, "c1", [BrokerEndpoint(1, "127.0.0.1", 1)], {}))
     limits = dict(max_request_bytes=1 << 20, max_inflight_requests=8, max_inflight_bytes=1 << 22,
                   max_connections=4, idle_timeout_s=30)

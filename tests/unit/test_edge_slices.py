@@ -6,6 +6,7 @@ import struct
 import pytest
 
 from core.config import BrokerConfig
+from actors.edge_ports import RayActorCalls
 from net.edge_service import EdgeService
 
 
@@ -14,7 +15,8 @@ def batch_at(base_offset: int, size: int = 64) -> bytes:
 
 
 def test_slice_from_a_swapped_file_is_refused(tmp_path):
-    edge = EdgeService(BrokerConfig.from_sources(), 1, "127.0.0.1", 0)
+    edge = EdgeService(BrokerConfig.from_sources(), 1, "127.0.0.1", 0,
+                       calls=RayActorCalls.for_config(BrokerConfig.from_sources()))
     path = tmp_path / "00000000000000000000.log"
     path.write_bytes(batch_at(580) + batch_at(590))
     inode = os.stat(path).st_ino
@@ -27,7 +29,8 @@ def test_slice_from_a_swapped_file_is_refused(tmp_path):
     # An fd still open on the old file serves the old, consistent bytes...
     assert edge.read_slices([(str(path), 0, 128, 580, inode)]) == batch_at(580) + batch_at(590)
     # ...but a reader that must open the path finds another file: ask the leader again.
-    fresh = EdgeService(BrokerConfig.from_sources(), 1, "127.0.0.1", 0)
+    fresh = EdgeService(BrokerConfig.from_sources(), 1, "127.0.0.1", 0,
+                       calls=RayActorCalls.for_config(BrokerConfig.from_sources()))
     with pytest.raises(FileNotFoundError):
         fresh.read_slices([(str(path), 0, 128, 580, inode)])
     fresh.close()

@@ -179,7 +179,7 @@ def test_edge_answers_a_waiting_tail_fetch_from_its_next_append(tmp_path):
         log = logs[0]
         leader = service.replicas.leader_handles[(TOPIC, 0)] = _TailLeader(log)
         port = await server.start("127.0.0.1", 0)
-        appender = service.appender(TOPIC, 0)
+        appender = service.leaders.appender(TOPIC, 0)
         assert (await appender.append(_batch(), 1, 1000, 0))[0] == 0  # the edge's first local append
         tail_offset = log.log_end_offset
         fetch = asyncio.ensure_future(

@@ -515,10 +515,12 @@ def txn_offset_commit_exchange(version: int, answer, *, group_error=None):
 
     from core.config import BrokerConfig
     from net.codec import decode_response, encode_request, request_schema
+    from actors.edge_ports import RayActorCalls
     from net.edge_service import EdgeService
     from net.schema_build import nested
 
-    edge = EdgeService(BrokerConfig.from_sources(), 1, "127.0.0.1", 0)
+    edge = EdgeService(BrokerConfig.from_sources(), 1, "127.0.0.1", 0,
+                       calls=RayActorCalls.for_config(BrokerConfig.from_sources()))
     calls = []
     try:
         edge.metadata.partition = lambda name, p: object() if name == "t" and p < 2 else None

@@ -191,14 +191,22 @@ def test_node_sample_reads_metadata_replicas_purgatory_and_groups(monkeypatch, t
     (tmp_path / "t-0").mkdir()
     (tmp_path / "t-0" / "00000000000000000000.log").write_bytes(b"x" * 1000)
     leader = NS(state=_Remote({"log_start_offset": 5, "log_end_offset": 100}))
-    service = NS(metadata=cache, leader_handle=lambda t, p: leader if (t, p) == ("t", 0) else None,
-                 purgatory=NS(stats=_Remote({"produce_delayed": 2, "fetch_delayed": 7})))
 
-    async def local_coordinators():
-        return [(0, NS(list_groups=_Remote((0, [GroupListing("g", "consumer", "Stable")]))))]
+    class Calls:  # net/ports.ActorCalls over the stand-ins
+        def call_via_runtime(self, ref, method, args, timeout_s):
+            return getattr(ref, method).remote(*args)
 
-    service.local_coordinators = local_coordinators
-    sampler = NodeSampler(service, 1, [str(tmp_path)], "ns", min_isr=2)
+        async def find(self, name, timeout_s):
+            return None
+
+    async def each(method, *args, timeout_s=None):
+        assert method == "list_groups"
+        return [(None, (0, [GroupListing("g", "consumer", "Stable")]))]
+
+    service = NS(metadata=cache, calls=Calls(), coordinators=NS(each=each),
+                 replicas=NS(leader_handle=lambda t, p: leader if (t, p) == ("t", 0) else None, pool=None,
+                             purgatory=NS(stats=_Remote({"produce_delayed": 2, "fetch_delayed": 7}))))
+    sampler = NodeSampler(service, 1, [str(tmp_path)], min_isr=2)
     sampler._handles[("t", 1, 1)] = NS(state=_Remote({"log_start_offset": 0, "log_end_offset": 40}))
     sampler._handles[("t", 1, 2)] = NS(state=_Remote({"log_start_offset": 0, "log_end_offset": 50}))
     asyncio.run(sampler.sample())

@@ -16,6 +16,7 @@ from core.config import BrokerConfig
 from core.controller_messages import BrokerEndpoint, MetadataSnapshot, PartitionSnapshot, TopicSnapshot
 from core.replica_messages import FileSlice, ReadResult, ReadRun
 from net.codec import decode_response, encode_request, encode_response, request_schema, response_schema
+from actors.edge_ports import RayActorCalls
 from net.edge_service import EdgeService
 from net.file_region import FileRecords, FileRegion, ResponseFrame, SplicedResponse, compact_length
 from net.schema_build import nested
@@ -92,7 +93,8 @@ def test_compact_length_is_an_unsigned_varint_of_length_plus_one():
 # ---- the edge: regions only from the very file the leader named ----------------------------
 
 def test_region_from_a_swapped_file_is_refused_and_a_checked_region_survives_eviction(tmp_path):
-    edge = EdgeService(BrokerConfig.from_sources(), 1, "127.0.0.1", 0)
+    edge = EdgeService(BrokerConfig.from_sources(), 1, "127.0.0.1", 0,
+                       calls=RayActorCalls.for_config(BrokerConfig.from_sources()))
     path = tmp_path / "00000000000000000000.log"
     original = batch_at(580, 70000) + batch_at(590, 70000)
     path.write_bytes(original)
@@ -120,7 +122,8 @@ def test_region_from_a_swapped_file_is_refused_and_a_checked_region_survives_evi
 
 
 def test_small_slices_and_an_exhausted_fd_budget_give_bytes(tmp_path):
-    edge = EdgeService(BrokerConfig.from_sources(), 1, "127.0.0.1", 0)
+    edge = EdgeService(BrokerConfig.from_sources(), 1, "127.0.0.1", 0,
+                       calls=RayActorCalls.for_config(BrokerConfig.from_sources()))
     path = tmp_path / "00000000000000000000.log"
     data = batch_at(0, 100) + batch_at(1, 200000)
     path.write_bytes(data)
@@ -165,7 +168,8 @@ class FakeLeader:
 
 
 def make_edge(tmp_path, partitions: int, batches_per_partition: int, value_size: int):
-    service = EdgeService(BrokerConfig.from_sources(), 1, "127.0.0.1", 0)
+    service = EdgeService(BrokerConfig.from_sources(), 1, "127.0.0.1", 0,
+                       calls=RayActorCalls.for_config(BrokerConfig.from_sources()))
     service.metadata.update(MetadataSnapshot(1, 1, "c1", [BrokerEndpoint(1, "127.0.0.1", 1)], {
         TOPIC: TopicSnapshot(str(TOPIC_ID), {p: PartitionSnapshot(1, 0, [1], [1]) for p in range(partitions)})}))
     logs = []

@@ -74,9 +74,15 @@ def call_failure(exc: BaseException) -> ActorCallFailed | None:
 
 
 async def call(ref, timeout_s: float):
-    """Await a Ray call's ref, at most ``timeout_s``; failures as ActorCallFailed."""
+    """Await a call's answer, at most ``timeout_s``; failures as ActorCallFailed."""
+    return await settle(asyncio.wait_for(ref, timeout_s))
+
+
+async def settle(pending):
+    """Await a call already bounded by its timeout (net/ports.ActorCalls);
+    failures as ActorCallFailed."""
     try:
-        return await asyncio.wait_for(ref, timeout_s)
+        return await pending
     except Exception as exc:
         failure = call_failure(exc)
         if failure is None:

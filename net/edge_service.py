@@ -26,7 +26,7 @@ from core.error_codes import ErrorCode
 from core.config import BrokerConfig
 from core.controller_messages import MetadataSnapshot
 from net import registry
-from net.actor_calls import ActorCallFailed, call
+from net.actor_calls import ActorCallFailed, settle
 from net.coordinator_router import CoordinatorRouter
 from net.edge_metrics import EdgeMetrics
 from net.fetch_local_tail import LocalTail
@@ -53,8 +53,7 @@ class ControllerClient:
         if self.ref is None:
             raise ActorCallFailed(ErrorCode.not_controller)
         try:
-            return await call(self.calls.call_via_runtime(self.ref, method, args, timeout_s or self.call_timeout_s),
-                              timeout_s or self.call_timeout_s)
+            return await settle(self.calls.call_via_runtime(self.ref, method, args, timeout_s or self.call_timeout_s))
         except ActorCallFailed as exc:
             if exc.error == ErrorCode.not_leader_or_follower:
                 # The controller actor is gone (failover under way): admin clients

@@ -20,9 +20,9 @@ from typing import Any, NamedTuple
 from core.error_codes import ErrorCode
 
 from core.pooled_replica import PooledReplica
-from core.replica_messages import PartitionOffset, PlacedRecordSet, RecordSet, failed_append
+from core.replica_messages import PartitionOffset, RecordSet, failed_append
 from core.shared_region import SharedRegion
-from net.actor_calls import ActorCallFailed, call, call_failure, kafka_message
+from net.actor_calls import ActorCallFailed, call_failure, kafka_message, settle
 from net.edge_metrics import CURRENT as CURRENT_REQUEST
 from net.fetch_local_tail import LocalTail
 from net.ports import ActorCalls
@@ -138,20 +138,20 @@ class PartitionAppender:
         local_tail = router.local_tail
         want_tail = local_tail is not None
         if region is not None and size <= region.size:
-            offset, placed = 0, []
+            offset, placed = 0, []  # PlacedRecordSet each
             for item in batch:
                 records = item.records
                 region.write(offset, records)
-                placed.append(PlacedRecordSet(offset, len(records), item.acks, item.timeout_ms))
+                placed.append((offset, len(records), item.acks, item.timeout_ms))
                 offset += len(records)
             results = await router.node_call(handle, "append_shared", region.path, placed,
                                              leader_epoch, want_tail, timeout_s=timeout_s)
             if results is None:  # the leader cannot map it (another node?): stop trying
                 self.close()
         if results is None:
-            sets = [RecordSet(item.records, item.acks, item.timeout_ms) for item in batch]
-            results = await call(router.calls.call_via_runtime(handle, "append", (sets, leader_epoch, want_tail),
-                                                               timeout_s), timeout_s)
+            sets: list[RecordSet] = [(item.records, item.acks, item.timeout_ms) for item in batch]
+            results = await settle(router.calls.call_via_runtime(handle, "append", (sets, leader_epoch, want_tail),
+                                                                 timeout_s))
         if want_tail:
             # append(..., tail=True) answers (results, CommittedTail or None)
             results, committed = results

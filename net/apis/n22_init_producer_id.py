@@ -25,13 +25,8 @@ NO_PRODUCER_ID, NO_PRODUCER_EPOCH = -1, -1
 
 
 def routing(edge):
-    """The edge's TransactionRouting (created on first use)."""
-    found = getattr(edge, "transactions", None)
-    if found is None:
-        from net.txn_coordinators import TransactionRouting
-
-        found = edge.transactions = TransactionRouting(edge)
-    return found
+    """The edge's TransactionRouting (net/ports.TransactionCoordinators, built by EdgeService)."""
+    return edge.transactions
 
 
 @api(22, 0, 5, tests=("tests/integration/test_transactions_coordinator.py::test_idempotent_producer_gets_an_id",

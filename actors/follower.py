@@ -150,7 +150,7 @@ class Follower:
         that is not pooled (or another epoch) is left to the controller, as before."""
         if not self.replica_config.get("hibernate.replicated"):
             return
-        from actors.replica_keeper import named_actor
+        from actors.replica_lookup import named_actor
         from core.naming import edge_actor_name, replica_actor_name
 
         namespace = self.namespace

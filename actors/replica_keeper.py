@@ -30,6 +30,7 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from actors.replica_lookup import named_actor
 from core.error_codes import ErrorCode
 from core.naming import edge_actor_name, replica_actor_name
 from core.pooled_replica import HibernateAnswer
@@ -324,11 +325,3 @@ class RayReplicaStarter:
 
     async def call(self, handle: Any, method: str, args: tuple, timeout_s: float | None = None):
         return await asyncio.wait_for(getattr(handle, method).remote(*args), timeout_s or self.call_timeout_s)
-
-
-def named_actor(name: str, namespace: str):
-    """The live actor of that name, or None (blocks on Ray's GCS: off the event loop)."""
-    try:
-        return ray.get_actor(name, namespace=namespace)
-    except ValueError:
-        return None

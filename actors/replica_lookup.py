@@ -15,7 +15,8 @@ import ray
 from core.naming import edge_actor_name, replica_actor_name
 
 
-def _by_name(name: str, namespace: str) -> Any:
+def named_actor(name: str, namespace: str) -> Any:
+    """The live actor of that name, or None (blocks on Ray's GCS: off the event loop)."""
     try:
         return ray.get_actor(name, namespace=namespace)
     except ValueError:
@@ -30,8 +31,8 @@ async def find_replicas(keys: list[tuple[str, int]], broker_id: int, namespace: 
     loop = asyncio.get_running_loop()
 
     def lookup() -> tuple[list[Any], Any]:
-        found = [_by_name(replica_actor_name(t, p, broker_id), namespace) for t, p in keys]
-        edge = _by_name(edge_actor_name(broker_id), namespace) if any(h is None for h in found) else None
+        found = [named_actor(replica_actor_name(t, p, broker_id), namespace) for t, p in keys]
+        edge = named_actor(edge_actor_name(broker_id), namespace) if any(h is None for h in found) else None
         return found, edge
 
     found, edge = await asyncio.wait_for(loop.run_in_executor(None, lookup), timeout_s)

@@ -81,7 +81,7 @@ from storage.record_batch import (
     TRANSACTIONAL_MASK,
     unpack_header,
 )
-from storage import records as _records
+import storage.records as _records
 from storage.segment import LogSegment
 
 __all__ = [

@@ -4,7 +4,7 @@ compression.type, and refusing records without a key on a compacted topic."""
 
 from __future__ import annotations
 
-from storage import records
+import storage.records as records
 from storage.errors import InvalidRecordsError, RecordsFault
 from storage.record_batch import COMPRESSION_MASK, CONTROL_MASK, LOG_OVERHEAD
 

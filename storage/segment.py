@@ -35,7 +35,7 @@ from storage.record_batch import (
     batch_layout,
     unpack_header,
 )
-from storage import records as _records
+import storage.records as _records
 
 # tuple.__new__ builds a BatchHeader without NamedTuple's Python-level
 # __new__: scans make one per batch.

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Optional
 
 from cluster.groups.api import GroupListing, TopicPartition
-from cluster.groups.consumer import records as R
+import cluster.groups.consumer.records as R
 from cluster.groups.consumer.api import (ConsumerGroupDescription, ConsumerHeartbeat, ConsumerHeartbeatResult,
                                          DescribedConsumerMember, DescribedTopicPartitions, TopicsImage,
                                          WireAssignment)

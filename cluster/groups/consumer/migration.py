@@ -40,7 +40,7 @@ import struct
 from typing import Any, Optional
 
 from cluster.groups.api import JoinGroupResult, SyncGroupResult
-from cluster.groups.consumer import records as R
+import cluster.groups.consumer.records as R
 from cluster.groups.consumer.embedded_protocol import EmbeddedProtocolError, decode_subscription, encode_assignment
 from cluster.groups.consumer.failure import RequestFailure
 from cluster.groups.consumer.model import ConsumerGroup, ConsumerMember, MemberState

@@ -329,12 +329,16 @@ class BrokerProcess:
             self.cluster = Cluster(initialize_head=True, head_node_args={
                 **labels(0), **metrics_port_of(0), "num_cpus": cpus, "include_dashboard": self.options.dashboard,
                 "object_store_memory": 256 * 1024 * 1024, "_system_config": system_config})
-            for i in range(1, count):
+            # In the order they were added: node i carries labels(i). (cluster_utils keeps its
+            # worker nodes in a set, so list_all_nodes() comes back in no particular order, and a
+            # broker revived on racks[i] would then share a rack with a live one.)
+            ray_nodes = [self.cluster.head_node] + [
                 self.cluster.add_node(num_cpus=cpus, object_store_memory=256 * 1024 * 1024, **labels(i),
                                       **metrics_port_of(i))
+                for i in range(1, count)]
             ray.init(address=self.cluster.address, namespace=namespace, logging_level=logging.WARNING)
-            node_ids = [n.node_id for n in self.cluster.list_all_nodes()]
-            self._raylet_pids = [raylet_pid(n) for n in self.cluster.list_all_nodes()]
+            node_ids = [n.node_id for n in ray_nodes]
+            self._raylet_pids = [raylet_pid(n) for n in ray_nodes]
         self.started_ray = True
         # ray.init installs a SIGTERM handler that aborts the driver; SIGTERM
         # here means controlled shutdown, so take the signals back.

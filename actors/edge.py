@@ -111,7 +111,7 @@ class EdgeActor:
         from net.sasl import ScramStore
 
         # SCRAM credentials (/config/users): SaslAuthenticate and the SCRAM credential APIs.
-        self.service.scram_store = ScramStore(self.zk_connect, self.config["zookeeper.session.timeout.ms"])
+        self.service.scram_store = ScramStore(self.zk_connect, self.config["zookeeper.session.timeout.ms"], zk=zk)
         self.listeners = build_listeners(self.config, self.service.scram_store)
         self.server = KafkaServer(listener_dispatch(self.listeners[0], self.service.dispatch), self._limits())
         self.server.metrics = self.service.metrics
@@ -144,10 +144,9 @@ class EdgeActor:
         first = self.listeners[0]
         first.endpoints.set_own(self.broker_id, {r.spec.name: r.advertised for r in self.listeners})
         if len(self.listeners) > 1:
-            config = self.config
             loop = asyncio.get_running_loop()
             await loop.run_in_executor(
-                None, first.endpoints.start_watch, self.zk_connect, config["zookeeper.session.timeout.ms"], loop)
+                None, first.endpoints.start_watch, self.zk, loop)
 
     def _start_sampler(self) -> None:
         """The primary edge samples its node's partitions, purgatory and groups
@@ -505,7 +504,7 @@ class EdgeActor:
             # The ACLs' ZooKeeper session (net/authorization.py); kazoo's close blocks.
             await asyncio.get_running_loop().run_in_executor(None, self.service.acl_store.close)
         if self.service is not None and getattr(self.service, "client_quotas", None) is not None:
-            # The client quotas' ZooKeeper session and watch (net/client_quotas.py).
+            # The client quotas' watch (net/client_quotas.py; the session is the edge's own, closed below).
             await asyncio.get_running_loop().run_in_executor(None, self.service.client_quotas.close)
         if self.zk is not None:
             await asyncio.get_running_loop().run_in_executor(None, self.zk.close)

@@ -64,7 +64,9 @@ class EdgeClientQuotas:
     """One edge process's quota values and measured rates."""
 
     def __init__(self, config, zk_connect: str | None, session_timeout_ms: int = 18000, edge_processes: int = 1,
-                 clock=time.monotonic):
+                 clock=time.monotonic, zk=None):
+        """`zk`: the edge process's ZooKeeper client, shared and never closed here; without
+        one, a session of its own to `zk_connect` opens on first use."""
         samples, window_s = config["quota.window.num"], config["quota.window.size.seconds"]
         share = 1.0 / max(1, edge_processes)
         self.produce = ClientQuotaManager(PRODUCER_BYTE_RATE, samples, window_s, share=share)
@@ -75,6 +77,7 @@ class EdgeClientQuotas:
         self.configs = QuotaConfigs()
         self.zk_connect = zk_connect
         self.session_timeout_ms = session_timeout_ms
+        self._shared_zk = zk
         self._zk = None
         self._lock = threading.Lock()
         self._watch = None
@@ -89,7 +92,8 @@ class EdgeClientQuotas:
     def ensure_watching(self) -> None:
         """On the event loop: start (or, after a failure and its back-off,
         retry) loading and watching the quotas, off the loop."""
-        if self.watching or self._starting or not self.zk_connect or self._clock() < self._retry_at:
+        if self.watching or self._starting or not (self.zk_connect or self._shared_zk) or \
+                self._clock() < self._retry_at:
             return
         self._starting = True
         future = asyncio.get_running_loop().run_in_executor(None, self.start_watching)
@@ -113,6 +117,8 @@ class EdgeClientQuotas:
 
     def zk_client(self):
         """Blocking: the ZooKeeper session of this edge's quotas, opened on first use."""
+        if self._shared_zk is not None:
+            return self._shared_zk
         with self._lock:
             if self._zk is None:
                 if not self.zk_connect:
@@ -157,7 +163,8 @@ def quotas_of(edge) -> EdgeClientQuotas:
         config = getattr(edge, "config", None)
         try:
             quotas = EdgeClientQuotas(config, getattr(edge, "zk_connect", None),
-                                      config["zookeeper.session.timeout.ms"], config["raykafka.edge.processes"])
+                                      config["zookeeper.session.timeout.ms"], config["raykafka.edge.processes"],
+                                      zk=getattr(edge, "zk", None))
         except (TypeError, KeyError):  # an edge without a broker config (unit tests): no quotas
             quotas = EdgeClientQuotas(_DEFAULT_WINDOWS, None)
         edge.client_quotas = quotas

@@ -93,13 +93,11 @@ class BrokerEndpoints:
             return host, port
         return found
 
-    def start_watch(self, zk_connect: str, session_timeout_ms: int, loop: asyncio.AbstractEventLoop) -> None:
-        """Blocking (run it in an executor); refreshes run on `loop`, the edge's."""
-        from metadata.kafka_zk import KafkaZkClient
-
+    def start_watch(self, zk, loop: asyncio.AbstractEventLoop) -> None:
+        """Blocking (run it in an executor); refreshes run on `loop`, the edge's. `zk`: the
+        edge process's ZooKeeper client (shared: close() leaves it open)."""
         self._loop = loop
-        self._zk = KafkaZkClient(zk_connect, session_timeout_ms=session_timeout_ms)
-        self._zk.start()
+        self._zk = zk
         self._watch = self._zk.brokers.watch(lambda ids: self._schedule_refresh_threadsafe())
 
     def _schedule_refresh_threadsafe(self) -> None:
@@ -125,9 +123,7 @@ class BrokerEndpoints:
     def close(self) -> None:
         if self._watch is not None:
             self._watch.cancel()
-        if self._zk is not None:
-            self._zk.close()
-            self._zk = None
+        self._zk = None  # the edge's client: the edge closes it
 
 
 def parse_registration_endpoints(body: dict) -> dict[str, tuple[str, int]]:

@@ -294,9 +294,12 @@ class ScramStore:
     notification for a user entity rereads that user only. An unauthenticated
     client's first SCRAM message therefore costs no ZooKeeper read."""
 
-    def __init__(self, zk_connect: str, session_timeout_ms: int = 18000):
+    def __init__(self, zk_connect: str | None, session_timeout_ms: int = 18000, zk=None):
+        """`zk`: the process's ZooKeeper client (metadata.kafka_zk.KafkaZkClient), shared and
+        never closed here; without one, a session of its own to `zk_connect` opens on first use."""
         self.zk_connect = zk_connect
         self.session_timeout_ms = session_timeout_ms
+        self._shared_zk = zk
         self._zk = None
         self._lock = threading.Lock()
         self._cache: dict[str, dict[str, str]] | None = None  # user -> {mechanism: credential}
@@ -304,6 +307,8 @@ class ScramStore:
         self._watch = None
 
     def _client(self):
+        if self._shared_zk is not None:
+            return self._shared_zk
         with self._lock:
             if self._zk is None:
                 from metadata.kafka_zk import KafkaZkClient

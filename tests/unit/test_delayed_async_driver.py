@@ -12,8 +12,22 @@ from delayed.clock import ManualClock, monotonic_ms
 from delayed.operation import DelayedOperation, DelayedOperationPurgatory
 from delayed.timing_wheel import AsyncTimerDriver, SystemTimer, TimerTask
 
-# "Within a few ms" plus headroom for a loaded test machine.
+# "Within a few ms" of when the event loop itself runs a plain call_later set for the
+# same moment: on a starved machine both are late together, and only the driver's own
+# lateness is the wheel's doing.
 LATENESS_BOUND_MS = 15
+
+
+def loop_reference(loop: asyncio.AbstractEventLoop, delay_ms: int) -> asyncio.Future:
+    """When the loop runs a plain callback due in `delay_ms` (monotonic ms)."""
+    ran = loop.create_future()
+    loop.call_later(delay_ms / 1000, lambda: ran.set_result(monotonic_ms()))
+    return ran
+
+
+async def within_bound(at: int, deadline: int, reference: asyncio.Future) -> bool:
+    loop_ran = await asyncio.wait_for(reference, 10.0)
+    return deadline <= at <= max(deadline, loop_ran) + LATENESS_BOUND_MS
 
 
 def test_20ms_task_fires_on_time_with_few_wakeups():
@@ -26,9 +40,10 @@ def test_20ms_task_fires_on_time_with_few_wakeups():
         added_at = monotonic_ms()
         deadline = added_at + 20
         timer.add(TimerTask(20, lambda: fired.set_result(monotonic_ms())))
+        reference = loop_reference(loop, 20)
         assert driver.armed_expiration_ms is not None
-        at = await asyncio.wait_for(fired, 1.0)
-        assert deadline <= at <= deadline + LATENESS_BOUND_MS
+        at = await asyncio.wait_for(fired, 10.0)
+        assert await within_bound(at, deadline, reference)
         # One wake-up per wheel level involved (20 ms spills into the first
         # overflow wheel), plus at most one early-by-a-fraction-of-a-ms retry.
         assert driver.wakeups <= 3
@@ -49,9 +64,10 @@ def test_earlier_bucket_rearms_the_single_wakeup():
         fired = loop.create_future()
         deadline = monotonic_ms() + 20
         driver.add(TimerTask(20, lambda: fired.set_result(monotonic_ms())))
+        reference = loop_reference(loop, 20)
         assert driver.armed_expiration_ms < armed_for_late
-        at = await asyncio.wait_for(fired, 1.0)
-        assert deadline <= at <= deadline + LATENESS_BOUND_MS
+        at = await asyncio.wait_for(fired, 10.0)
+        assert await within_bound(at, deadline, reference)
         # After firing, the wake-up is re-armed for the remaining far bucket.
         assert driver.armed_expiration_ms == timer.next_expiration_ms() is not None
         assert driver.wakeups <= 3
@@ -88,6 +104,7 @@ def test_purgatory_on_driven_timer_expires_and_completes():
         times_out = Waiting(30, loop.create_future())
         deadline = monotonic_ms() + 30
         assert purgatory.try_complete_else_watch(times_out, ["p0"]) is False
+        reference = loop_reference(loop, 30)
 
         satisfied = Waiting(10_000, loop.create_future())
         purgatory.try_complete_else_watch(satisfied, ["p1"])
@@ -95,8 +112,8 @@ def test_purgatory_on_driven_timer_expires_and_completes():
 
         kind, at = await asyncio.wait_for(satisfied.done, 1.0)
         assert kind == "completed"
-        kind, at = await asyncio.wait_for(times_out.done, 1.0)
-        assert kind == "expired" and deadline <= at <= deadline + LATENESS_BOUND_MS
+        kind, at = await asyncio.wait_for(times_out.done, 10.0)
+        assert kind == "expired" and await within_bound(at, deadline, reference)
         assert purgatory.delayed == 0 and timer.size == 0
         driver.close()
 

@@ -178,16 +178,22 @@ def test_edge_answers_a_waiting_tail_fetch_from_its_next_append(tmp_path):
         service, server, logs = make_edge(tmp_path, partitions=1, batches_per_partition=2, value_size=100)
         log = logs[0]
         leader = service.replicas.leader_handles[(TOPIC, 0)] = _TailLeader(log)
+        # The mechanism, not its production timing (a 50 ms wait, a 0.5 s tail): a loaded
+        # machine may take longer than that between the steps below.
+        service.local_tail.wait_s, service.local_tail.ttl_s = 5.0, 30.0
         port = await server.start("127.0.0.1", 0)
         appender = service.leaders.appender(TOPIC, 0)
         assert (await appender.append(_batch(), 1, 1000, 0))[0] == 0  # the edge's first local append
         tail_offset = log.log_end_offset
         fetch = asyncio.ensure_future(
             exchange(port, fetch_request(16, 1, 1, fetch_offset=tail_offset, max_wait_ms=5000), 1))
-        await asyncio.sleep(0.02)  # the fetch now waits on the edge
+        parked_by = asyncio.get_running_loop().time() + 10
+        while service.local_tail.waits < 1:  # until the fetch waits on the edge
+            assert not fetch.done() and asyncio.get_running_loop().time() < parked_by, "the fetch did not wait"
+            await asyncio.sleep(0.005)
         assert not fetch.done()
         assert (await appender.append(_batch(4), 1, 1000, 0))[0] == 0
-        (frame,) = await asyncio.wait_for(fetch, 2)
+        (frame,) = await asyncio.wait_for(fetch, 10)
         _, body = decode_response(1, 16, frame)
         records = body.responses[0].partitions[0].records
         expected = log.read_bytes(tail_offset, 1 << 30, None, True)

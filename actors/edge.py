@@ -108,10 +108,7 @@ class EdgeActor:
         self.service = EdgeService(self.config, self.broker_id, "", 0, calls=self._ports(), zk=zk)
         self.service.set_purgatory(self.purgatory)
         from net.listeners import build_listeners, listener_dispatch
-        from net.sasl import ScramStore
 
-        # SCRAM credentials (/config/users): SaslAuthenticate and the SCRAM credential APIs.
-        self.service.scram_store = ScramStore(self.zk_connect, self.config["zookeeper.session.timeout.ms"], zk=zk)
         self.listeners = build_listeners(self.config, self.service.scram_store)
         self.server = KafkaServer(listener_dispatch(self.listeners[0], self.service.dispatch), self._limits())
         self.server.metrics = self.service.metrics
@@ -498,12 +495,12 @@ class EdgeActor:
             await server.stop()
         if self.listeners:
             self.listeners[0].endpoints.close()
-        if self.service is not None and getattr(self.service, "scram_store", None) is not None:
+        if self.service is not None and self.service.scram_store is not None:
             self.service.scram_store.close()
-        if self.service is not None and getattr(self.service, "acl_store", None) is not None:
+        if self.service is not None and self.service.acl_store is not None:
             # The ACLs' ZooKeeper session (net/authorization.py); kazoo's close blocks.
             await asyncio.get_running_loop().run_in_executor(None, self.service.acl_store.close)
-        if self.service is not None and getattr(self.service, "client_quotas", None) is not None:
+        if self.service is not None and self.service.client_quotas is not None:
             # The client quotas' watch (net/client_quotas.py; the session is the edge's own, closed below).
             await asyncio.get_running_loop().run_in_executor(None, self.service.client_quotas.close)
         if self.zk is not None:

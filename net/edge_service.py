@@ -27,6 +27,7 @@ from core.config import BrokerConfig
 from core.controller_messages import MetadataSnapshot
 from net import registry
 from net.actor_calls import ActorCallFailed, settle
+from net.client_quotas import EdgeClientQuotas
 from net.coordinator_router import CoordinatorRouter
 from net.edge_metrics import EdgeMetrics
 from net.fetch_local_tail import LocalTail
@@ -102,8 +103,20 @@ class EdgeService:
         self.replicas = ReplicaRouter(broker_id, self.call_timeout_s, calls, self.local_tail)
         self.leaders = self.replicas
         self.coordinators = CoordinatorRouter(self)
-        self.zk = zk  # the ACL store's (net/authorization.py)
+        self.zk = zk
         self.transactions = TransactionRouting(self, zk)
+        # On the edge's ZooKeeper session, each loading from it on first use: SCRAM
+        # credentials (SaslAuthenticate, the SCRAM credential APIs), client quotas, and the
+        # ACL store (net/authorization.py starts it off the loop when an authorizer is set).
+        from net.sasl import ScramStore
+
+        session_timeout_ms = config["zookeeper.session.timeout.ms"]
+        self.scram_store: ScramStore | None = (ScramStore(None, session_timeout_ms, zk=zk)
+                                                if zk is not None else None)
+        self.client_quotas = EdgeClientQuotas(config, None, session_timeout_ms, config["raykafka.edge.processes"],
+                                              zk=zk)
+        self.acl_store = None
+        self.acl_store_starting: asyncio.Future | None = None
         self.segments = SegmentReader()
 
         self.handlers = handlers

@@ -63,10 +63,9 @@ _BOUND_KEYS = (PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE, REQUEST_PERCENTAGE)
 class EdgeClientQuotas:
     """One edge process's quota values and measured rates."""
 
-    def __init__(self, config, zk_connect: str | None, session_timeout_ms: int = 18000, edge_processes: int = 1,
-                 clock=time.monotonic, zk=None):
-        """`zk`: the edge process's ZooKeeper client, shared and never closed here; without
-        one, a session of its own to `zk_connect` opens on first use."""
+    def __init__(self, config, zk=None, edge_processes: int = 1, clock=time.monotonic):
+        """`zk`: the edge process's ZooKeeper client (shared: close() leaves it open); None
+        keeps no quotas there (unit tests' edges)."""
         samples, window_s = config["quota.window.num"], config["quota.window.size.seconds"]
         share = 1.0 / max(1, edge_processes)
         self.produce = ClientQuotaManager(PRODUCER_BYTE_RATE, samples, window_s, share=share)
@@ -75,10 +74,7 @@ class EdgeClientQuotas:
                                           share=share)
         # Replaced whole by the ZooKeeper thread; read on the event loop.
         self.configs = QuotaConfigs()
-        self.zk_connect = zk_connect
-        self.session_timeout_ms = session_timeout_ms
-        self._shared_zk = zk
-        self._zk = None
+        self._zk = zk
         self._lock = threading.Lock()
         self._watch = None
         # The watch: started once it succeeds; retried after _retry_at while not.
@@ -92,8 +88,7 @@ class EdgeClientQuotas:
     def ensure_watching(self) -> None:
         """On the event loop: start (or, after a failure and its back-off,
         retry) loading and watching the quotas, off the loop."""
-        if self.watching or self._starting or not (self.zk_connect or self._shared_zk) or \
-                self._clock() < self._retry_at:
+        if self.watching or self._starting or self._zk is None or self._clock() < self._retry_at:
             return
         self._starting = True
         future = asyncio.get_running_loop().run_in_executor(None, self.start_watching)
@@ -116,19 +111,10 @@ class EdgeClientQuotas:
         return any(configs.resolve(key, user, client_id)[1] is not None for key in _BOUND_KEYS)
 
     def zk_client(self):
-        """Blocking: the ZooKeeper session of this edge's quotas, opened on first use."""
-        if self._shared_zk is not None:
-            return self._shared_zk
-        with self._lock:
-            if self._zk is None:
-                if not self.zk_connect:
-                    raise RuntimeError("no ZooKeeper to keep client quotas in")
-                from metadata.kafka_zk import KafkaZkClient
-
-                zk = KafkaZkClient(self.zk_connect, session_timeout_ms=self.session_timeout_ms)
-                zk.start()
-                self._zk = zk
-            return self._zk
+        """The edge's ZooKeeper client the quotas are kept in."""
+        if self._zk is None:
+            raise RuntimeError("no ZooKeeper to keep client quotas in")
+        return self._zk
 
     def start_watching(self) -> None:
         """Blocking: load the quotas and reload them on every change notification.
@@ -151,9 +137,7 @@ class EdgeClientQuotas:
         with self._lock:
             if self._watch is not None:
                 self._watch.cancel()
-            if self._zk is not None:
-                self._zk.close()
-                self._zk = None
+                self._watch = None
 
 
 def quotas_of(edge) -> EdgeClientQuotas:
@@ -162,11 +146,9 @@ def quotas_of(edge) -> EdgeClientQuotas:
     if quotas is None:
         config = getattr(edge, "config", None)
         try:
-            quotas = EdgeClientQuotas(config, getattr(edge, "zk_connect", None),
-                                      config["zookeeper.session.timeout.ms"], config["raykafka.edge.processes"],
-                                      zk=getattr(edge, "zk", None))
+            quotas = EdgeClientQuotas(config, getattr(edge, "zk", None), config["raykafka.edge.processes"])
         except (TypeError, KeyError):  # an edge without a broker config (unit tests): no quotas
-            quotas = EdgeClientQuotas(_DEFAULT_WINDOWS, None)
+            quotas = EdgeClientQuotas(_DEFAULT_WINDOWS)
         edge.client_quotas = quotas
     if not quotas.watching:
         quotas.ensure_watching()

@@ -110,11 +110,8 @@ class EdgeService:
         # ACL store (net/authorization.py starts it off the loop when an authorizer is set).
         from net.sasl import ScramStore
 
-        session_timeout_ms = config["zookeeper.session.timeout.ms"]
-        self.scram_store: ScramStore | None = (ScramStore(None, session_timeout_ms, zk=zk)
-                                                if zk is not None else None)
-        self.client_quotas = EdgeClientQuotas(config, None, session_timeout_ms, config["raykafka.edge.processes"],
-                                              zk=zk)
+        self.scram_store: ScramStore | None = ScramStore(zk) if zk is not None else None
+        self.client_quotas = EdgeClientQuotas(config, zk, config["raykafka.edge.processes"])
         self.acl_store = None
         self.acl_store_starting: asyncio.Future | None = None
         self.segments = SegmentReader()

@@ -294,29 +294,17 @@ class ScramStore:
     notification for a user entity rereads that user only. An unauthenticated
     client's first SCRAM message therefore costs no ZooKeeper read."""
 
-    def __init__(self, zk_connect: str | None, session_timeout_ms: int = 18000, zk=None):
-        """`zk`: the process's ZooKeeper client (metadata.kafka_zk.KafkaZkClient), shared and
-        never closed here; without one, a session of its own to `zk_connect` opens on first use."""
-        self.zk_connect = zk_connect
-        self.session_timeout_ms = session_timeout_ms
-        self._shared_zk = zk
-        self._zk = None
+    def __init__(self, zk):
+        """`zk`: the process's ZooKeeper client (metadata.kafka_zk.KafkaZkClient), started or
+        starting; shared, so close() leaves it open."""
+        self._zk = zk
         self._lock = threading.Lock()
         self._cache: dict[str, dict[str, str]] | None = None  # user -> {mechanism: credential}
         self._last_change: str | None = None  # the newest /config/changes entry applied
         self._watch = None
 
     def _client(self):
-        if self._shared_zk is not None:
-            return self._shared_zk
-        with self._lock:
-            if self._zk is None:
-                from metadata.kafka_zk import KafkaZkClient
-
-                zk = KafkaZkClient(self.zk_connect, session_timeout_ms=self.session_timeout_ms)
-                zk.start()
-                self._zk = zk
-            return self._zk
+        return self._zk
 
     def user_config(self, user: str) -> dict[str, str]:
         from metadata import zk_paths
@@ -402,9 +390,6 @@ class ScramStore:
             if self._watch is not None:
                 self._watch.cancel()
                 self._watch = None
-            if self._zk is not None:
-                self._zk.close()
-                self._zk = None
 
 
 def _scram_only(config: dict[str, str]) -> dict[str, str]:

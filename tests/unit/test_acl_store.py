@@ -121,7 +121,10 @@ def test_scram_credentials_come_from_memory_and_follow_change_notifications(chro
     """Issue 28 item 10: Kafka's CredentialCache: no ZooKeeper read per SCRAM first message."""
     from net.sasl import ScramStore
 
-    edge, admin = ScramStore(chroot_connect, 4000), ScramStore(chroot_connect, 4000)
+    from metadata.kafka_zk import KafkaZkClient
+
+    clients = [KafkaZkClient(chroot_connect, session_timeout_ms=4000).start() for _ in range(2)]
+    edge, admin = ScramStore(clients[0]), ScramStore(clients[1])
     try:
         admin.alter("alice", {"SCRAM-SHA-256": "salt=a,stored_key=b,server_key=c,iterations=4096"}, [])
         assert edge.credential("alice", "SCRAM-SHA-256").startswith("salt=a")  # loads everything once
@@ -138,3 +141,5 @@ def test_scram_credentials_come_from_memory_and_follow_change_notifications(chro
     finally:
         edge.close()
         admin.close()
+        for client in clients:
+            client.close()

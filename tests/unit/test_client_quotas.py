@@ -103,7 +103,8 @@ def test_the_quota_watch_is_retried_until_zookeeper_answers():
     from net.client_quotas import WATCH_RETRY_MIN_S, EdgeClientQuotas
 
     now = [0.0]
-    quotas = EdgeClientQuotas({"quota.window.num": 11, "quota.window.size.seconds": 1}, "127.0.0.1:1",
+    unreachable = object()  # a client whose ZooKeeper is down: start_watching below fails twice
+    quotas = EdgeClientQuotas({"quota.window.num": 11, "quota.window.size.seconds": 1}, unreachable,
                               clock=lambda: now[0])
     attempts = []
 
@@ -250,7 +251,7 @@ def test_enforcement_sets_throttle_time_and_mutes_the_connection():
     class Response:
         throttle_time: datetime.timedelta
 
-    quotas = EdgeClientQuotas({"quota.window.num": 11, "quota.window.size.seconds": 1}, None)
+    quotas = EdgeClientQuotas({"quota.window.num": 11, "quota.window.size.seconds": 1})
     edge = types.SimpleNamespace(client_quotas=quotas)
     conn = types.SimpleNamespace(principal="User:alice", muted_until=0.0, quota_bound=None)
     ctx = types.SimpleNamespace(edge=edge, conn=conn, header=types.SimpleNamespace(client_id="app"))

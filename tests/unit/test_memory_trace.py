@@ -5,13 +5,25 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 
+# Waits for reports, not for time: the list is allocated once a first report is written
+# (so after the tracer's first snapshot), and the program ends once a later one is.
 PROGRAM = """
-import time
+import glob, os, time
 from core import memory_trace
 assert memory_trace.start_if_asked("probe")
 assert not memory_trace.start_if_asked("probe")  # once per process
+
+def reports():
+    found = glob.glob(os.path.join(os.environ["RAYKAFKA_TRACEMALLOC_DIR"], "probe-*.txt"))
+    return open(found[0]).read().count("since the first report, by allocation site:") if found else 0
+
+deadline = time.monotonic() + 50
+while reports() < 1 and time.monotonic() < deadline:
+    time.sleep(0.05)
 kept = [bytes(1000) for _ in range(3000)]  # ~3 MiB that stay
-time.sleep(3)
+seen = reports()
+while reports() < seen + 1 and time.monotonic() < deadline:
+    time.sleep(0.05)
 """
 
 

@@ -185,13 +185,31 @@ def phases_for(name: str, a) -> list[dict]:
                 # --pacing both: the old busy-polling client first, then the ticking one.
                 for pacing in (("spin", "tick") if a.pacing == "both" else (a.pacing,)):
                     out.append({"target": name, "rf": rf, "min_insync": mis, "acks": acks,
-                                "mode": f"{a.rate:g}/s" + (" spin" if pacing == "spin" else ""),
-                                "records": a.latency_records, "rate": a.rate, "pacing": pacing})
+                                "mode": paced_mode(a) + (" spin" if pacing == "spin" else ""),
+                                "records": a.latency_records, "rate": a.rate, "pacing": pacing,
+                                "rate_of_max": a.rate_of_max})
         if a.profile and name == "raykafka":
             # Deletes the topic, so the last profiled phase can be read first.
             out.append({"target": name, "rf": rf, "min_insync": mis, "acks": "1",
                         "mode": "cleanup", "records": 100, "rate": 0})
     return out
+
+
+def paced_mode(a) -> str:
+    """The paced phases' label: a fixed rate, or a fraction of the round's flat-out rate."""
+    return f"{a.rate_of_max:g}x max" if a.rate_of_max else f"{a.rate:g}/s"
+
+
+def paced_rate(ph: dict, done: list[dict]) -> float:
+    """records/s of a paced phase: --rate, or --rate-of-max times the records/s of this
+    round's flat-out phase with the same RF and acks (0 when that phase failed)."""
+    if not ph.get("rate_of_max"):
+        return ph["rate"]
+    for res in reversed(done):
+        p = res["phase"]
+        if p["rf"] == ph["rf"] and p["acks"] == ph["acks"] and p["mode"] == "max":
+            return round(ph["rate_of_max"] * res["records_s"]) if res.get("ok") else 0
+    return 0
 
 
 def key_of(ph: dict) -> str:
@@ -222,6 +240,14 @@ def run_round(t, r: int, a, run_id: str) -> list[dict]:
         held: dict[str, int] = {}  # topic -> records produced to it so far
         ends: dict[str, dict] = {}  # topic -> partition -> next offset
         for i, ph in enumerate(phases):
+            if ph.get("rate_of_max"):
+                ph = dict(ph, rate=paced_rate(ph, done))
+                if ph["rate"] <= 0:
+                    print(f"  {t.name} #{r} RF={ph['rf']} acks={ph['acks']:3s} {ph['mode']}: skipped, "
+                          f"no flat-out rate to pace at", flush=True)
+                    continue
+                print(f"  {t.name} #{r} RF={ph['rf']} acks={ph['acks']:3s} {ph['mode']}: "
+                      f"paced at {ph['rate']:g} records/s", flush=True)
             topic = f"repl-{run_id}-{t.name}-r{r}-rf{ph['rf']}"
             create = topic not in held
             last = i + 1 == len(phases) or phases[i + 1]["rf"] != ph["rf"]
@@ -310,8 +336,8 @@ def ratios(summary: dict, a) -> list[dict]:
     """raykafka RF=3 vs tansu RF=1, and raykafka RF=3 vs raykafka RF=1."""
     rf = a.nodes if a.rf is None else a.rf
     out = []
-    modes = ["max"] + ([] if a.no_paced else [f"{a.rate:g}/s"] + (
-        [f"{a.rate:g}/s spin"] if a.pacing == "both" else []))
+    modes = ["max"] + ([] if a.no_paced else [paced_mode(a)] + (
+        [f"{paced_mode(a)} spin"] if a.pacing == "both" else []))
     for other, other_rf, label in (("tansu", 1, f"raykafka RF={rf} / tansu RF=1"),
                                    ("raykafka", 1, f"raykafka RF={rf} / raykafka RF=1")):
         for acks in ("1", "all"):
@@ -345,7 +371,9 @@ def print_report(summary: dict, rat: list[dict], a, machine: dict, notes: list[s
     rf = a.nodes if a.rf is None else a.rf
     print()
     print(f"Workload: {a.records} records x {a.record_size} B flat out ('max') and "
-          f"{a.latency_records} records paced at {a.rate:g} records/s ({a.pacing} pacing); "
+          f"{a.latency_records} records paced at " + (
+              f"{a.rate_of_max:g} x the round's flat-out records/s with the same RF and acks"
+              if a.rate_of_max else f"{a.rate:g} records/s") + f" ({a.pacing} pacing); "
           f"{'unkeyed' if a.unkeyed else 'keyed'}, {a.partitions} partitions, lz4, "
           f"linger.ms={a.linger_ms:g}, batch.size={a.batch_size}, a delivery report per record; "
           f"median of {a.repeat} round(s); MB = 10^6 bytes of record values")
@@ -397,6 +425,9 @@ def parse_args(argv=None):
                     help="records per flat-out phase (100,000; 150,000 with --workload external)")
     ap.add_argument("--latency-records", type=int, default=20000, help="records per paced phase")
     ap.add_argument("--rate", type=float, default=5000, help="records/s in the paced phases")
+    ap.add_argument("--rate-of-max", type=float, default=0, metavar="F",
+                    help="pace at F times the records/s of the same round's flat-out phase with the "
+                         "same RF and acks instead of --rate (issue 27's target: 0.5, half the max)")
     ap.add_argument("--record-size", type=int, default=1024)
     ap.add_argument("--partitions", type=int, default=3)
     ap.add_argument("--nodes", type=int, default=3, help="raykafka brokers (Ray nodes)")
@@ -447,7 +478,7 @@ def parse_args(argv=None):
     if not a.targets or any(x not in ("raykafka", "tansu") for x in a.targets):
         ap.error("--targets: a subset of raykafka,tansu")
     if min(a.records, a.latency_records, a.record_size, a.partitions, a.nodes, a.repeat) <= 0 \
-            or a.rate <= 0:
+            or a.rate <= 0 or not 0 <= a.rate_of_max <= 1:
         ap.error("counts, sizes and --rate must be positive")
     rf = a.nodes if a.rf is None else a.rf
     if not 1 <= rf <= a.nodes or not 0 <= a.min_insync <= rf:

@@ -723,3 +723,37 @@ def test_txn_variant_target_starts_raykafka_with_its_configs_only(tmp_path, monk
     assert a.targets == ["raykafka", VARIANT, "tansu"]
     with pytest.raises(SystemExit):
         parse_args(["--targets", "tansu", "--raykafka-variant", "a.b=1"])
+
+
+# ---- bench.replication: pacing at a fraction of the round's flat-out rate ------------------------
+
+def test_paced_rate_follows_the_same_rounds_flat_out_phase_with_the_same_rf_and_acks():
+    from bench.replication import paced_rate
+
+    done = [
+        {"phase": {"rf": 3, "acks": "1", "mode": "max"}, "ok": True, "records_s": 200_000},
+        {"phase": {"rf": 3, "acks": "all", "mode": "max"}, "ok": True, "records_s": 180_000},
+        {"phase": {"rf": 1, "acks": "all", "mode": "max"}, "ok": True, "records_s": 300_000},
+    ]
+    paced = {"rf": 3, "acks": "all", "mode": "0.5x max", "rate": 5000, "rate_of_max": 0.5}
+    assert paced_rate(paced, done) == 90_000
+    assert paced_rate(dict(paced, acks="1"), done) == 100_000
+    assert paced_rate(dict(paced, rate_of_max=0), done) == 5000  # a fixed --rate
+    failed = [dict(done[1], ok=False)]
+    assert paced_rate(paced, failed) == 0  # no flat-out figure: the phase is skipped
+
+
+def test_replica_check_allows_partitions_unkeyed_records_never_reached(tmp_path):
+    from bench.repl_client import check_replicas
+
+    dirs = {}
+    for broker in ("1001", "1002"):
+        d = tmp_path / broker
+        dirs[broker] = [str(d)]
+        for p, size in ((0, 100), (1, 0)):
+            (d / f"t-{p}").mkdir(parents=True)
+            (d / f"t-{p}" / "00000000000000000000.log").write_bytes(b"x" * size)
+    assert check_replicas(dirs, "t", 2, 2, timeout=0, written={0})["ok"]
+    assert not check_replicas(dirs, "t", 2, 2, timeout=0)["ok"]  # every partition must hold data
+    (tmp_path / "1002" / "t-0" / "00000000000000000000.log").write_bytes(b"x" * 50)
+    assert not check_replicas(dirs, "t", 2, 2, timeout=0, written={0})["ok"]  # copies differ

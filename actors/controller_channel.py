@@ -208,19 +208,13 @@ class RayControllerChannel(ControllerChannel):
                                     **throttled_replicas: Any) -> Awaitable:
         key = ReplicaKey(*key)
         edge = self._edge_or_none(key)
-        if edge is not None and self.replicated:
-            # A live replica applies it now; a hibernated one is not woken for it (a set
-            # being reassigned is not idle: its replicas are live).
-            args = (leader_rate, follower_rate) + ((throttled_replicas.get("leader_throttled_replicas"),
-                                                   throttled_replicas.get("follower_throttled_replicas"))
-                                                  if throttled_replicas else ())
-            return edge.pool_call.remote(key.topic, key.partition, "update_replication_throttle", args, True)
         if edge is not None:
-            # An unreplicated replica has no replication to throttle: not woken for it.
-            async def nothing():
-                return 0
-
-            return nothing()
+            # A live replica applies it now; a hibernated one is not woken for it and
+            # wakes with it (the edge keeps it in the replica's spec).
+            return edge.pool_update_replication_throttle.remote(
+                key.topic, key.partition, leader_rate, follower_rate,
+                throttled_replicas.get("leader_throttled_replicas"),
+                throttled_replicas.get("follower_throttled_replicas"))
         return self.handle(key).update_replication_throttle.remote(leader_rate, follower_rate, **throttled_replicas)
 
     async def close_replicas(self, broker_id: int, timeout_s: float) -> int:

@@ -307,6 +307,20 @@ class EdgeActor:
                              hibernated_ok=True)
         return 0
 
+    async def pool_update_replication_throttle(self, topic: str, partition: int, leader_rate, follower_rate,
+                                               leader_throttled_replicas: str | None = None,
+                                               follower_throttled_replicas: str | None = None):
+        """A replication throttle change: a live replica applies it now, a hibernated one
+        when it wakes (kept in its spec; not woken for it). None: not pooled here."""
+        pool = self.service.replicas.pool
+        if pool is None or not pool.keep_replication_throttle(
+                (topic, partition), leader_rate, follower_rate, leader_throttled_replicas,
+                follower_throttled_replicas):
+            return None
+        args = (leader_rate, follower_rate, leader_throttled_replicas, follower_throttled_replicas)
+        answer = await self.pool_call(topic, partition, "update_replication_throttle", args, hibernated_ok=True)
+        return ErrorCode.none if answer is None else answer
+
     async def pool_forget(self, topic: str, partition: int, end: bool = False) -> None:
         """The replica left the pool: deleted (end: its stopped actor ends), or replicated
         now (its live actor stays, found by name from then on)."""

@@ -48,6 +48,7 @@ import logging
 import time
 from typing import Any, Awaitable, Callable, NamedTuple, Protocol
 
+from cluster.replication_quota import parse_throttled_replicas
 from core.error_codes import ErrorCode
 from core.naming import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from core.pooled_replica import HibernateAnswer
@@ -296,6 +297,32 @@ class ReplicaPool:
         self._changed.set()
         self._tell_spares()
         return entry.handle if entry is not None and entry.state is State.LIVE else None
+
+    def keep_replication_throttle(self, key: PoolKey, leader_rate: int | None, follower_rate: int | None,
+                                  leader_throttled_replicas: str | None = None,
+                                  follower_throttled_replicas: str | None = None) -> bool:
+        """A replication throttle change (KIP-73: the broker's rates, None keeps
+        one, and the topic's two throttled-replica lists, None keeps one) kept in
+        the replica's spec, so a hibernated replica wakes with it instead of the
+        settings it was created with. The caller tells a live one as well.
+        False: not pooled here, or a malformed list (nothing kept)."""
+        entry = self.entries.get(PoolKey(*key))
+        if entry is None or not hasattr(entry.spec, "replica_config"):
+            return False
+        try:
+            for value in (leader_throttled_replicas, follower_throttled_replicas):
+                parse_throttled_replicas(value)
+        except ValueError:
+            return False
+        config = dict(entry.spec.replica_config)
+        for name, value in (("leader.replication.throttled.rate", leader_rate),
+                            ("follower.replication.throttled.rate", follower_rate),
+                            ("leader.replication.throttled.replicas", leader_throttled_replicas),
+                            ("follower.replication.throttled.replicas", follower_throttled_replicas)):
+            if value is not None:
+                config[name] = value
+        entry.spec = entry.spec._replace(replica_config=config)
+        return True
 
     def knows(self, key: PoolKey) -> bool:
         return PoolKey(*key) in self.entries

@@ -261,3 +261,34 @@ def test_a_wake_with_every_live_replica_busy_adopts_a_ready_spare_at_once():
         await asyncio.wait_for(pool.acquire(("t", 2)), 1)
         assert starter.adopted_by == {"t-2": "spare-1"} and pool.stats().over_limit == 0
     run(scenario())
+
+
+def test_a_throttle_change_while_hibernated_is_kept_for_the_wake():
+    from cluster.controller.channel import ReplicaSpec
+
+    class SpecStarter(FakeStarter):
+        async def start(self, spec, request, spare=None):
+            self.started.append(spec)
+            self.live[spec.topic] = request
+            return f"{spec.topic}-{spec.partition}"
+
+    async def scenario():
+        starter, clock = SpecStarter(), Clock()
+        pool = ReplicaPool(starter, live_max=2, hibernate_s=60, clock=clock)
+        created = {"leader.replication.throttled.rate": 1000, "follower.replication.throttled.rate": 2000,
+                   "leader.replication.throttled.replicas": "", "follower.replication.throttled.replicas": "",
+                   "replica.lag.time.max.ms": 30000}
+        spec = ReplicaSpec("t", 0, 0, None, ["/tmp/x"], None, 1, created)
+        await pool.leader_and_isr(("t", 0), spec, request())
+        # A reassignment throttles partition 0's replicas on brokers 0 and 1; the rates stay.
+        assert pool.keep_replication_throttle(("t", 0), None, None, "0:0,0:1", "0:1")
+        assert not pool.keep_replication_throttle(("t", 0), None, None, "zero:one")  # malformed: nothing kept
+        assert not pool.keep_replication_throttle(("t", 9), 5, 5)  # not pooled here
+        assert pool.keep_replication_throttle(("t", 0), 3000, None)
+        await pool.acquire(("t", 0))
+        [woken] = starter.started
+        assert woken.replica_config == dict(created, **{
+            "leader.replication.throttled.rate": 3000, "leader.replication.throttled.replicas": "0:0,0:1",
+            "follower.replication.throttled.replicas": "0:1"})
+        assert spec.replica_config == created  # the controller's spec object is not changed under it
+    run(scenario())

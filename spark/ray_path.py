@@ -87,6 +87,37 @@ def _reachable(address: str, timeout_s: float = 2.0) -> bool:
         return False
 
 
+def _leader_replicas(ray, keys: set[tuple[str, int, int]], namespace: str, timeout_s: float) -> dict:
+    """(topic, partition, leader broker) -> the leader replica's actor handle, where
+    one is found: by its name, else through its node's edge. With hibernation on
+    (issue 30) a hibernated replica has no actor and one a spare adopted has no
+    name; the edge's pool knows both and wakes the hibernated one for this read,
+    as a Kafka fetch would."""
+    from core.naming import edge_actor_name, replica_actor_name
+
+    found: dict[tuple[str, int, int], object] = {}
+    missing: dict[int, list[tuple[str, int]]] = {}
+    for topic, partition, leader in keys:
+        if leader < 0:
+            continue
+        try:
+            found[(topic, partition, leader)] = ray.get_actor(replica_actor_name(topic, partition, leader),
+                                                              namespace=namespace)
+        except ValueError:
+            missing.setdefault(leader, []).append((topic, partition))
+    for leader, pooled in missing.items():
+        try:
+            edge = ray.get_actor(edge_actor_name(leader), namespace=namespace)
+            answers = ray.get(edge.pooled_replicas.remote(pooled, True), timeout=timeout_s)
+        except Exception as exc:  # no such edge, a wake that failed or took too long: no handle
+            log.warning("Ray-native planning: broker %d's edge found no replica for %s: %s", leader, pooled, exc)
+            continue
+        for (topic, partition), handle in zip(pooled, answers):
+            if handle is not None:
+                found[(topic, partition, leader)] = handle
+    return found
+
+
 def plan_slices(ranges, leaders: dict[tuple[str, int], int], namespace: str, isolation_level: int = 0,
                 timeout_s: float = 60.0, required: bool = False,
                 address: str | None = None, auth_token_path: str | None = None) -> list[list[Slice] | None]:
@@ -109,19 +140,15 @@ def plan_slices(ranges, leaders: dict[tuple[str, int], int], namespace: str, iso
 
     from core.naming import replica_actor_name
 
-    handles: dict[str, object] = {}
+    handles = _leader_replicas(ray, {(r.topic, r.partition, leaders.get((r.topic, r.partition), -1))
+                                     for r in ranges}, namespace, timeout_s)
     refs = []
     for r in ranges:
         leader = leaders.get((r.topic, r.partition), -1)
-        name = replica_actor_name(r.topic, r.partition, leader)
-        handle = handles.get(name)
-        if handle is None and leader >= 0:
-            try:
-                handle = handles[name] = ray.get_actor(name, namespace=namespace)
-            except ValueError:
-                handle = None
+        handle = handles.get((r.topic, r.partition, leader))
         if handle is None:
             if required:
+                name = replica_actor_name(r.topic, r.partition, leader)
                 raise RayPathUnavailable(f"readPath=ray: no replica actor {name!r} in Ray namespace {namespace!r} "
                                          "(is this driver connected to the broker's Ray cluster?)")
             refs.append(None)

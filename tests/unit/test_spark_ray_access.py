@@ -70,3 +70,48 @@ def test_every_ray_on_spark_node_gets_the_mode_and_the_token(monkeypatch):
     monkeypatch.delenv("RAY_AUTH_MODE")
     monkeypatch.delenv("RAY_AUTH_TOKEN_PATH")
     assert LocalStartHook().custom_environment_variables()["RAY_AUTH_MODE"] == "token"  # the default
+
+
+# ---- finding the leader replicas: by name, else through the node's edge (issue 30) ------------------
+
+class FakeRay:
+    """The three calls _leader_replicas makes: get_actor by name, a pooled_replicas call, get."""
+
+    def __init__(self, named: dict, pooled: dict):
+        self.named, self.pooled = named, pooled
+        self.edge_asked: list = []
+
+    def get_actor(self, name, namespace):
+        if name not in self.named:
+            raise ValueError(f"Failed to look up actor {name}")
+        return self.named[name]
+
+    def get(self, value, timeout):
+        return value
+
+    def edge(self, broker_id):
+        ray = self
+
+        class Method:
+            def remote(self, keys, wake):
+                ray.edge_asked.append((broker_id, list(keys), wake))
+                return [ray.pooled.get((t, p, broker_id)) for t, p in keys]
+
+        return type("Edge", (), {"pooled_replicas": Method()})()
+
+
+def test_leader_replicas_without_a_name_are_found_and_woken_through_their_edge():
+    from core.naming import edge_actor_name, replica_actor_name
+    from spark.ray_path import _leader_replicas
+
+    ray = FakeRay({}, {("adopted", 0, 1): "spare-7", ("hibernated", 1, 2): "woken"})
+    ray.named = {replica_actor_name("named", 0, 1): "named-0", edge_actor_name(1): ray.edge(1),
+                 edge_actor_name(2): ray.edge(2)}
+    found = _leader_replicas(ray, {("named", 0, 1), ("adopted", 0, 1), ("hibernated", 1, 2), ("gone", 0, 2),
+                                   ("no-leader", 0, -1)}, "raykafka", 5)
+    assert found == {("named", 0, 1): "named-0", ("adopted", 0, 1): "spare-7", ("hibernated", 1, 2): "woken"}
+    # One call per broker for its unnamed replicas, asking it to wake the hibernated ones.
+    assert sorted((b, sorted(k), w) for b, k, w in ray.edge_asked) == [(1, [("adopted", 0)], True),
+                                                                        (2, [("gone", 0), ("hibernated", 1)], True)]
+    # A broker without an edge: nothing found there, no error.
+    assert _leader_replicas(ray, {("x", 0, 3)}, "raykafka", 5) == {}

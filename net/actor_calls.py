@@ -46,11 +46,16 @@ def internal_error(exc: BaseException, what: str = "request") -> str:
 
 class ActorCallFailed(Exception):
     """A replica/controller call timed out or its actor is gone. ``str()`` is
-    Kafka's message for ``error``, safe to send to a client."""
+    Kafka's message for ``error``, safe to send to a client. ``actor_gone``:
+    the callee's process is gone (Ray says it died, or its direct channel
+    dropped under the caller); False when the call ended otherwise (a
+    timeout, the callee's method raised, the caller closed the channel
+    itself), so nobody restarts an actor that is still running."""
 
-    def __init__(self, error: ErrorCode, message: str | None = None):
+    def __init__(self, error: ErrorCode, message: str | None = None, actor_gone: bool = False):
         super().__init__(message or kafka_message(error))
         self.error = error
+        self.actor_gone = actor_gone
 
 
 def call_failure(exc: BaseException) -> ActorCallFailed | None:
@@ -66,10 +71,13 @@ def call_failure(exc: BaseException) -> ActorCallFailed | None:
         # here (a metadata update): calls still parked on it end as expected.
         quiet = isinstance(exc, LocalCallLost) and exc.closed_by_caller
         log.log(logging.INFO if quiet else logging.WARNING, "direct actor call failed: %s", str(exc)[:300])
-        return ActorCallFailed(ErrorCode.not_leader_or_follower)
+        return ActorCallFailed(ErrorCode.not_leader_or_follower,
+                               actor_gone=isinstance(exc, LocalCallLost) and not exc.closed_by_caller)
     if type(exc).__module__.startswith("ray"):
         log.warning("actor call failed: %s", str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__)
-        return ActorCallFailed(ErrorCode.not_leader_or_follower)
+        # RayTaskError: the actor's method raised, the actor runs on.
+        return ActorCallFailed(ErrorCode.not_leader_or_follower,
+                               actor_gone=not type(exc).__name__.startswith("RayTaskError"))
     return None
 
 

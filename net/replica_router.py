@@ -277,7 +277,7 @@ class ReplicaRouter:
         try:
             yield live
         except ActorCallFailed as exc:
-            if exc.error == ErrorCode.not_leader_or_follower:  # the actor is gone: the next request restarts it
+            if exc.actor_gone:  # the next request starts it again (not when the edge closed its channel)
                 self.pool.lost(key, live)
             raise
         finally:

@@ -210,7 +210,12 @@ class BrokerProcess:
                   "zk_connect": self.zk_connect, "ray_address": ray_address,
                   "ray_auth_token_path": self.ray_auth_token_path, "zk_digest_file": self.zk_digest_file}
                  for n in self.nodes]
-        (self.data_dir / "nodes.json").write_text(json.dumps(plain, indent=1))
+        # Written whole and renamed into place: readers (the tests, `raykafka balancer
+        # --data-dir`) poll it while nodes come and go and must never see it half-written.
+        target = self.data_dir / "nodes.json"
+        staging = target.with_name(f".nodes.json.{os.getpid()}")
+        staging.write_text(json.dumps(plain, indent=1))
+        os.replace(staging, target)
 
     def _revive_dead_nodes(self) -> None:
         import psutil

@@ -215,15 +215,9 @@ class ReplicaPool:
     async def _follow_if_leader_live(self, key: PoolKey, entry: Entry) -> None:
         """A hibernated follower told of a leader that is live (its node came back, a new
         leader elected while the set was live) wakes now, in the background, to fetch
-        from it: otherwise it would never catch up and rejoin the ISR. So does one left
-        out of the ISR whatever its leader's state: the partition is under-replicated
-        until it catches up (a returning Kafka replica catches up at once, idle or not),
-        and its first fetch wakes a hibernated leader. Followers in the ISR of a
+        from it: otherwise it would never catch up and rejoin the ISR. Followers of a
         hibernated leader stay hibernated: the leader's wake wakes them."""
         if not _is_follower(entry, self.broker_id) or entry.request.leader < 0:
-            return
-        if self.broker_id not in entry.request.isr:
-            self._spawn(self._wake_and_release(key))
             return
         try:
             live = await self.starter.leader_is_live(entry.spec, entry.request)

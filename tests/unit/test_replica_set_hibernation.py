@@ -411,18 +411,3 @@ def test_replicated_sets_count_against_the_live_limit_only_where_they_never_hibe
                                replicated_hibernate=True)
     assert hibernating.check(rf3) is None, "they hibernate: only the hosted limit applies"
     assert hibernating.check({p: [0, 1, 2] for p in range(11)}).key == HOSTED_KEY
-
-
-def test_a_follower_left_out_of_the_isr_wakes_to_catch_up_even_while_its_leader_hibernates():
-    async def scenario():
-        cluster = FakeCluster()
-        await hosted_set(cluster, lai())
-        await settle(cluster)
-        assert cluster.live == {}, "the set hibernates"
-        # Broker 3's node restarts while the set hibernates with 3 dropped from the ISR.
-        cluster.pools[3] = ReplicaPool(FakeStarter(cluster, 3), 10, 60, clock=cluster.clock, broker_id=3)
-        assert await cluster.pools[3].leader_and_isr(KEY, Spec("t", 0, 3), lai(isr=(1, 2))) == 0
-        await settle(cluster)
-        assert 3 in cluster.live, "under-replicated until it catches up: it must fetch (and so wake its leader)"
-        assert 2 not in cluster.live, "a follower in the ISR stays hibernated with its leader"
-    run(scenario())

@@ -226,6 +226,8 @@ def main(argv=None) -> int:
     ap.add_argument("--phase-timeout", type=float, default=120.0)
     ap.add_argument("--idle-timeout", type=float, default=30.0)
     ap.add_argument("--start-timeout", type=float, default=180.0)
+    ap.add_argument("--raykafka-cmd", metavar="CMD",
+                    help="command prefix that starts raykafka (default .venv/bin/raykafka): another tree, for A/B")
     ap.add_argument("--latency-rate", type=float, default=None,
                     help="profile bench.run's latency phase at this many records/s (1 KiB, acks=1, "
                          "subscribed consumer) instead of the produce and consume phases")
@@ -239,7 +241,7 @@ def main(argv=None) -> int:
     out_dir = RESULTS / f"profile-{run_id}"
     out_dir.mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix=f"raykafka-profile-{run_id}-"))
-    target = RaykafkaTarget(workdir, a.start_timeout)
+    target = RaykafkaTarget(workdir, a.start_timeout, cmd=a.raykafka_cmd)
     wl = Workload(a.records, a.record_size, a.partitions, "1")
     docs = []
     try:

@@ -149,8 +149,9 @@ def check_replicas(log_dirs: dict, topic: str, partitions: int, rf: int, timeout
                    written: set[int] | None = None) -> dict:
     """Wait until every partition has rf copies of equal size on disk
     (followers append the leader's batches byte for byte), non-zero for the
-    partitions in ``written`` (all when None). Unkeyed records can leave a
-    partition empty: librdkafka's sticky partitioner fills one at a time."""
+    partitions in ``written`` (all when None): the ones the phase delivered to
+    (unkeyed records can leave a partition empty, as librdkafka's sticky
+    partitioner fills one at a time)."""
     t0 = time.monotonic()
     written = set(range(partitions)) if written is None else written
     while True:
@@ -361,7 +362,7 @@ def run(a) -> dict:
     if a.replica_dirs:
         rep = res["replica_files"] = check_replicas(
             json.loads(a.replica_dirs), topic, a.partitions, a.replication_factor,
-            a.replica_timeout, written=set(per) if a.unkeyed else None)
+            a.replica_timeout, written=set(per))
         if not rep["ok"]:
             return res | {"ok": False, "error": f"the {a.replication_factor} replicas' segment "
                           f"files still differ or are missing {rep['after_s']}s after the "

@@ -307,7 +307,7 @@ class ReplicaPool:
         settings it was created with. The caller tells a live one as well.
         False: not pooled here, or a malformed list (nothing kept)."""
         entry = self.entries.get(PoolKey(*key))
-        if entry is None or not hasattr(entry.spec, "replica_config"):
+        if entry is None:
             return False
         try:
             for value in (leader_throttled_replicas, follower_throttled_replicas):

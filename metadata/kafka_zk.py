@@ -26,6 +26,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from kazoo.client import KazooClient
+
 from metadata import zk_security
 from metadata.zk.acls import AclsZk
 from metadata.zk.admin import AdminZk
@@ -51,7 +53,7 @@ from metadata.zk.payloads import (BROKER_REGISTRATION_KEYS, BROKER_REGISTRATION_
 from metadata.zk.producer_ids import ProducerIdsZk
 from metadata.zk.topics import TopicsZk
 from metadata.zk.events import WatchHandle  # noqa: F401 (re-exported)
-from metadata.zk.session import DEFAULT_SESSION_TIMEOUT_MS, ZkSession  # noqa: F401 (re-exported)
+from metadata.zk.session import DEFAULT_SESSION_TIMEOUT_MS, KazooClientFactory, ZkSession  # noqa: F401 (re-exported)
 
 
 class KafkaZkClient:
@@ -64,11 +66,13 @@ class KafkaZkClient:
         connection_timeout_ms: int | None = None,
         request_timeout_ms: int | None = None,
         security: "zk_security.ZkClientSecurity | None" = None,
+        client_factory: KazooClientFactory = KazooClient,
     ):
         """See ZkSession: connect_string "host:port[,host:port...][/chroot]"; every
-        request is bounded by request_timeout_ms (default: the session timeout)."""
+        request is bounded by request_timeout_ms (default: the session timeout);
+        client_factory builds the kazoo client (an in-memory one in unit tests)."""
         self.session = ZkSession(connect_string, session_timeout_ms, connection_timeout_ms, request_timeout_ms,
-                                 security)
+                                 security, client_factory)
         self.cluster = ClusterZk(self.session)
         self.brokers = BrokersZk(self.session)
         self.topics = TopicsZk(self.session)

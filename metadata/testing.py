@@ -1,6 +1,7 @@
-"""Test helpers for code that talks to ZooKeeper: a throwaway server, unique
-chroots so tests sharing one server do not see each other's znodes, and ways to
-lose a session the way a crash or a network partition does."""
+"""Test helpers for code that talks to ZooKeeper: a throwaway server (a real
+one, or metadata/zk/memory.py's in-memory one), unique chroots so tests sharing
+one server do not see each other's znodes, and ways to lose a session the way a
+crash or a network partition does."""
 from __future__ import annotations
 
 import contextlib
@@ -10,12 +11,13 @@ import sys
 import textwrap
 import uuid
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator, NamedTuple
 
 from kazoo.client import KazooClient
 
 from metadata.embedded_zookeeper import EmbeddedZooKeeper
-from metadata.kafka_zk import KafkaZkClient
+from metadata.kafka_zk import KafkaZkClient, KazooClientFactory
+from metadata.zk.memory import MemoryKazooClient, MemoryZooKeeper
 
 # The smallest tick keeps session expiry (bounded below by 2 ticks) fast in tests;
 # fsync off because test data need not survive a power cut.
@@ -40,14 +42,34 @@ def unique_chroot(connect_string: str, prefix: str = "test") -> str:
     return f"{connect_string}/{prefix}-{uuid.uuid4().hex[:8]}"
 
 
+class ZkTarget(NamedTuple):
+    """Where a test's ZooKeeper clients go: a connect string (usually with the
+    test's own chroot) and what builds the kazoo client that reaches it."""
+    connect_string: str
+    client_factory: KazooClientFactory = KazooClient
+
+    @classmethod
+    def on(cls, server: "EmbeddedZooKeeper | MemoryZooKeeper", prefix: str = "test") -> "ZkTarget":
+        """A fresh chroot on `server`, real or in memory."""
+        factory = server.client if isinstance(server, MemoryZooKeeper) else KazooClient
+        return cls(unique_chroot(server.connect_string, prefix), factory)
+
+    def client(self, **settings: Any) -> KafkaZkClient:
+        """A KafkaZkClient (not started) on this target; `settings` as KafkaZkClient takes them."""
+        return KafkaZkClient(self.connect_string, client_factory=self.client_factory, **settings)
+
+
 def expire_session(client: KafkaZkClient, timeout_s: float = 10.0) -> int:
     """Make ZooKeeper end `client`'s session, as after a long partition: a second
-    connection takes over the session with its id and password and closes it.
-    Returns the expired session id."""
+    connection takes over the session with its id and password and closes it
+    (the in-memory server is told to expire it). Returns the expired session id."""
     kazoo_client = client.session._kazoo
     if kazoo_client is None or kazoo_client.client_id is None:
         raise RuntimeError("the client has no session to expire")
     session_id, password = kazoo_client.client_id
+    if isinstance(kazoo_client, MemoryKazooClient):
+        kazoo_client.server.expire_session(session_id)
+        return session_id
     hosts, _chroot = client.session._hosts, client.chroot
     intruder = KazooClient(hosts=hosts, client_id=(session_id, password), timeout=client.session_timeout_ms / 1000.0)
     intruder.start(timeout=timeout_s)

@@ -40,6 +40,10 @@ log = logging.getLogger(__name__)
 # defaults to the session timeout.
 DEFAULT_SESSION_TIMEOUT_MS = 18_000
 
+# Builds a kazoo client from KazooClient's keyword arguments: KazooClient itself,
+# or a stand-in with its interface (metadata/zk/memory.py, for unit tests).
+KazooClientFactory = Callable[..., KazooClient]
+
 
 class ZkSession:
     """One kazoo session: connect (and the chroot), close, session events, and
@@ -52,6 +56,7 @@ class ZkSession:
         connection_timeout_ms: int | None = None,
         request_timeout_ms: int | None = None,
         security: "zk_security.ZkClientSecurity | None" = None,
+        client_factory: KazooClientFactory = KazooClient,
     ):
         """
         connect_string: "host:port[,host:port...][/chroot]"; the chroot is created on start().
@@ -60,6 +65,8 @@ class ZkSession:
         connection_timeout_ms: how long start() waits for a session (default: the session timeout).
         request_timeout_ms: how long any single call waits (default: the session timeout,
             since a request cannot usefully outlive the session it was sent on).
+        client_factory: what builds the kazoo clients (default KazooClient); the seam
+            through which unit tests run on an in-memory ZooKeeper (metadata/zk/memory.py).
         """
         self.connect_string = connect_string
         self._hosts, self.chroot = zk_paths.split_chroot(connect_string)
@@ -76,6 +83,7 @@ class ZkSession:
         self._new_session_callbacks: list[Callable[[int], Any]] = []
         self._kazoo_watches: list[Any] = []  # keep recipe objects alive with the client
         self.security = security if security is not None else zk_security.current()
+        self._client_factory = client_factory
 
     # ---- lifecycle -------------------------------------------------------------------------------------------
 
@@ -88,7 +96,7 @@ class ZkSession:
         if self.chroot:
             self._create_chroot()
         self._events = EventThread(name=f"kafka-zk-events[{self.connect_string}]")
-        self._kazoo = KazooClient(
+        self._kazoo = self._client_factory(
             hosts=self.connect_string,
             timeout=self.session_timeout_ms / 1000.0,
             **self.security.kazoo_kwargs(),
@@ -198,8 +206,8 @@ class ZkSession:
     def _create_chroot(self) -> None:
         # kazoo expects the chroot to exist; Kafka creates it the same way, with a
         # short-lived session on the bare hosts.
-        bootstrap = KazooClient(hosts=self._hosts, timeout=self.session_timeout_ms / 1000.0,
-                                **self.security.kazoo_kwargs())
+        bootstrap = self._client_factory(hosts=self._hosts, timeout=self.session_timeout_ms / 1000.0,
+                                         **self.security.kazoo_kwargs())
         try:
             bootstrap.start(timeout=self.connection_timeout_ms / 1000.0)
         except KazooTimeoutError:

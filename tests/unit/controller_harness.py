@@ -1,8 +1,10 @@
-"""A controller under test: its logic with a fake channel (no Ray) and a real
-embedded ZooKeeper (metadata/testing.py), so elections, fencing and the znodes
-it writes are the real ones. Brokers are registrations written by a separate
-ZooKeeper session; a broker's death is its edge's death watch firing, or its
-registration going away, as with Ray and ZooKeeper."""
+"""A controller under test: its logic with a fake channel (no Ray) and, by
+default, the in-memory ZooKeeper (metadata/zk/memory.py, no JVM; held to the
+real server's behaviour by test_zk_contract.py) under our real ZooKeeper client,
+so elections, fencing and the znodes it writes are the real ones. Brokers are
+registrations written by a separate ZooKeeper session; a broker's death is its
+edge's death watch firing, or its registration going away, as with Ray and
+ZooKeeper."""
 from __future__ import annotations
 
 import asyncio
@@ -15,6 +17,7 @@ from cluster.controller.internal_topics import OFFSETS_TOPIC, InternalTopic
 from core.config import BrokerConfig
 from core.controller_messages import CreateTopicSpec
 from metadata.kafka_zk import KafkaZkClient
+from metadata.testing import ZkTarget
 
 
 class FakeChannel(ControllerChannel):
@@ -176,8 +179,8 @@ async def _noop() -> None:
     return None
 
 
-def start_zk(connect: str) -> KafkaZkClient:
-    return KafkaZkClient(connect, session_timeout_ms=6000, connection_timeout_ms=10_000).start()
+def start_zk(target: ZkTarget) -> KafkaZkClient:
+    return target.client(session_timeout_ms=6000, connection_timeout_ms=10_000).start()
 
 
 def register(admin: KafkaZkClient, broker_id: int, **extra: Any) -> None:

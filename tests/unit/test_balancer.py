@@ -1,6 +1,7 @@
 """The balancer as part of the controller (cluster/controller/balancer.py): the
-controller's logic with a fake channel (no Ray), a real embedded ZooKeeper and a
-manual clock. Replicas catching up are the leader's ISR writes plus the
+controller's logic with a fake channel (no Ray), the in-memory ZooKeeper (no
+JVM; the console tool's test runs on the real one) and a manual clock.
+Replicas catching up are the leader's ISR writes plus the
 /isr_change_notification, as a real leader makes them. Balance on join, heal
 after the healing delay (and never before), the throttles, pause honoured at
 once and across a controller failover, stale replicas deleted on return."""
@@ -12,7 +13,7 @@ import pytest
 
 from cluster.controller.balancer_plan import measure, BrokerView
 from metadata.kafka_zk import PartitionState as ZkPartitionState
-from metadata.testing import unique_chroot
+from metadata.testing import ZkTarget
 from tests.unit.controller_harness import (ControllerService, FakeChannel, config, eventually, idle, register,
                                            start_zk, topic_spec)
 
@@ -24,8 +25,14 @@ SETTINGS = {"raykafka.balancer.max.concurrent.moves": "3",
 
 
 @pytest.fixture
-def connect(zookeeper):
-    return unique_chroot(zookeeper.connect_string, "balancer")
+def connect(memory_zookeeper):
+    return ZkTarget.on(memory_zookeeper, "balancer")
+
+
+@pytest.fixture
+def real_connect(zookeeper):
+    """For the console tool, which opens its own ZooKeeper session from a connect string."""
+    return ZkTarget.on(zookeeper, "balancer")
 
 
 class Clock:
@@ -37,7 +44,7 @@ class Clock:
 
 
 class Cluster:
-    def __init__(self, connect: str, brokers=(1, 2, 3), **overrides: str):
+    def __init__(self, connect: ZkTarget, brokers=(1, 2, 3), **overrides: str):
         self.connect = connect
         self.settings = {**SETTINGS, **overrides}
         self.admin = start_zk(connect)
@@ -52,7 +59,7 @@ class Cluster:
     async def start_controller(self, broker_id: int = 1):
         self.channel = FakeChannel(edges=self.brokers)
         self.service = ControllerService(broker_id, config(**self.settings), start_zk(self.connect), "test",
-                                         self.connect, channel=self.channel)
+                                         self.connect.connect_string, channel=self.channel)
         self.service.balancer.clock = self.clock
         self.services.append(self.service)
         self.service.start()
@@ -304,12 +311,12 @@ def test_disabled_balancer_does_nothing(connect):
     run(connect, scenario, **{"raykafka.balancer.enabled": "false"})
 
 
-def test_the_balancer_command_shows_the_plan_and_pauses(connect, capsys):
+def test_the_balancer_command_shows_the_plan_and_pauses(real_connect, capsys):
     from cli.main import main
 
     async def cli(*argv: str) -> tuple[int, str]:
         code = await asyncio.get_running_loop().run_in_executor(
-            None, lambda: main(["balancer", "--zookeeper", connect, *argv]))
+            None, lambda: main(["balancer", "--zookeeper", real_connect.connect_string, *argv]))
         return code, capsys.readouterr().out
 
     async def scenario(c: Cluster):
@@ -329,4 +336,4 @@ def test_the_balancer_command_shows_the_plan_and_pauses(connect, capsys):
         assert code == 0 and "Balancer resumed." in out
         await eventually(lambda: not c.service.balancer.paused, what="the controller to see the resume")
 
-    run(connect, scenario)
+    run(real_connect, scenario)

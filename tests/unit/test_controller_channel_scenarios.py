@@ -1,4 +1,4 @@
-"""The controller's logic with a fake channel and a real embedded ZooKeeper: no Ray.
+"""The controller's logic with a fake channel and the in-memory ZooKeeper: no Ray, no JVM.
 Broker death and return, ISR change notifications, topic deletion, partition
 increase, the two phases of a reassignment, preferred and controlled-shutdown
 elections, and epoch fencing of a deposed controller."""
@@ -14,7 +14,7 @@ from core.controller_messages import (ConfigChange, ConfigOp, ConfigResource, Co
                                       PartitionOutcome, PartitionReassignment, TopicOutcome)
 from core.error_codes import ErrorCode
 from metadata.kafka_zk import ControllerMovedError, PartitionState as ZkPartitionState
-from metadata.testing import unique_chroot
+from metadata.testing import ZkTarget
 from tests.unit.controller_harness import (ControllerService, FakeChannel, config, eventually, idle, register,
                                            start_zk, topic_spec)
 
@@ -22,21 +22,21 @@ BROKERS = (1, 2, 3)
 
 
 @pytest.fixture
-def connect(zookeeper):
-    return unique_chroot(zookeeper.connect_string, "controller")
+def connect(memory_zookeeper):
+    return ZkTarget.on(memory_zookeeper, "controller")
 
 
 class Cluster:
     """Brokers registered by one admin session, a controller with a fake channel."""
 
-    def __init__(self, connect: str, brokers=BROKERS, **overrides: str):
+    def __init__(self, connect: ZkTarget, brokers=BROKERS, **overrides: str):
         self.connect = connect
         self.admin = start_zk(connect)
         for b in brokers:
             register(self.admin, b)
         self.channel = FakeChannel(edges=brokers)
         self.controller_zk = start_zk(connect)
-        self.service = ControllerService(1, config(**overrides), self.controller_zk, "test", connect,
+        self.service = ControllerService(1, config(**overrides), self.controller_zk, "test", connect.connect_string,
                                          channel=self.channel)
 
     async def start(self) -> "Cluster":
@@ -336,7 +336,7 @@ def test_a_deposed_controller_is_fenced_and_the_new_one_sends_a_higher_epoch(con
         # Another candidate takes over once /controller goes (the old one's session is cut off
         # from it; it still believes it is active).
         successor_channel = FakeChannel(edges=BROKERS)
-        successor = ControllerService(2, config(), start_zk(c.connect), "test", c.connect,
+        successor = ControllerService(2, config(), start_zk(c.connect), "test", c.connect.connect_string,
                                       channel=successor_channel)
         successor.start()
         await asyncio.sleep(0.2)

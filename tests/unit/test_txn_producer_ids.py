@@ -80,18 +80,18 @@ def test_manager_hands_out_ids_in_order_across_blocks():
     asyncio.run(main())
 
 
-def test_against_real_zookeeper(tmp_path):
-    from metadata.testing import running_zookeeper, unique_chroot
+def test_against_real_zookeeper(zookeeper):
+    # The unit session's shared server (tests/unit/conftest.py), in a chroot of its own: no JVM of its own.
+    from metadata.testing import unique_chroot
     from metadata.kafka_zk import KafkaZkClient
 
-    with running_zookeeper(tmp_path / "zk") as server:
-        connect = unique_chroot(server.connect_string)
-        with KafkaZkClient(connect) as a, KafkaZkClient(connect) as b:
-            a.start()
-            b.start()
-            blocks = [allocate_block(a.producer_ids, 1), allocate_block(b.producer_ids, 2), allocate_block(a.producer_ids, 1)]
-            assert [x.first_producer_id for x in blocks] == [0, 1000, 2000]
-            data, version = a.producer_ids.latest_block()
-            assert json.loads(data) == {"version": 1, "broker": 1, "block_start": "2000", "block_end": "2999"}
-            assert version == 3
-            assert a.producer_ids.set_latest_block(b"x", 1) == (False, -1)
+    connect = unique_chroot(zookeeper.connect_string)
+    with KafkaZkClient(connect) as a, KafkaZkClient(connect) as b:
+        a.start()
+        b.start()
+        blocks = [allocate_block(a.producer_ids, 1), allocate_block(b.producer_ids, 2), allocate_block(a.producer_ids, 1)]
+        assert [x.first_producer_id for x in blocks] == [0, 1000, 2000]
+        data, version = a.producer_ids.latest_block()
+        assert json.loads(data) == {"version": 1, "broker": 1, "block_start": "2000", "block_end": "2999"}
+        assert version == 3
+        assert a.producer_ids.set_latest_block(b"x", 1) == (False, -1)

@@ -331,6 +331,34 @@ def test_another_sessions_writes_fire_my_watches_in_commit_order(kazoo_clients):
     assert [events.next() for _ in range(3)] == [(EventType.CREATED, f"/{n}") for n in ("c", "a", "b")]
 
 
+def test_a_watch_callback_may_call_back_into_the_client(kz):
+    # Callbacks run on kazoo's handler thread, never under the lock of the request that fired them.
+    seen: "queue.Queue[Any]" = queue.Queue()
+    kz.create("/w", b"1")
+    kz.get("/w", watch=lambda event: seen.put(kz.get(event.path)[0]))
+    kz.set("/w", b"2")
+    assert seen.get(timeout=10) == b"2"
+
+
+def test_concurrent_writers_get_distinct_sequence_numbers(kazoo_clients):
+    writers = [kazoo_clients() for _ in range(4)]
+    writers[0].create("/seq")
+    created: "queue.Queue[str]" = queue.Queue()
+
+    def write(client: Any) -> None:
+        for _ in range(20):
+            created.put(client.create("/seq/n-", sequence=True))
+
+    threads = [threading.Thread(target=write, args=(client,)) for client in writers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    names = sorted(created.get_nowait() for _ in range(created.qsize()))
+    assert names == [f"/seq/n-{i:010d}" for i in range(80)]
+    assert writers[1].exists("/seq").numChildren == 80
+
+
 def test_ephemerals_go_with_their_session(kazoo_clients):
     owner, other = kazoo_clients(), kazoo_clients()
     events = Events()

@@ -14,7 +14,7 @@ from core.controller_messages import (ConfigChange, ConfigOp, ConfigResource, Co
                                       PartitionOutcome, PartitionReassignment, TopicOutcome)
 from core.error_codes import ErrorCode
 from metadata.kafka_zk import ControllerMovedError, PartitionState as ZkPartitionState
-from metadata.testing import ZkTarget
+from metadata.testing import ZkTarget, expire_session
 from tests.unit.controller_harness import (ControllerService, FakeChannel, config, eventually, idle, register,
                                            start_zk, topic_spec)
 
@@ -358,6 +358,30 @@ def test_a_deposed_controller_is_fenced_and_the_new_one_sends_a_higher_epoch(con
                                                     state.zk_version))
         assert c.state("t", 0).leader == 1
         await successor.close()
+
+    run(connect, scenario)
+
+
+def test_a_controller_whose_session_expires_is_elected_again_at_a_higher_epoch(connect):
+    async def scenario(c: Cluster):
+        await c.create("t", {0: [1, 2]})
+        old_epoch = c.service.ctx.epoch
+        c.channel.clear()
+        # A long partition: ZooKeeper ends the session and /controller goes with it; kazoo opens a
+        # new session, the controller's /controller watch fires, and it is the only candidate.
+        expire_session(c.controller_zk)
+        await eventually(lambda: c.service.is_active and c.service.ctx.epoch == old_epoch + 1,
+                         what="the controller to be elected again")
+        await idle(c.service)
+        assert c.admin.controller.id() == 1 and c.admin.controller.epoch()[0] == old_epoch + 1
+        requests = [r for _, r in c.channel.leader_and_isr()]
+        assert requests and {r.controller_epoch for r in requests} == {old_epoch + 1}
+        # Its watches work on the new session: a broker leaving still moves leadership.
+        c.channel.clear()
+        c.admin.brokers.deregister(1)
+        await eventually(lambda: 1 not in c.service.ctx.brokers, what="broker 1 to leave")
+        await idle(c.service)
+        assert c.state("t", 0).leader == 2 and c.state("t", 0).controller_epoch == old_epoch + 1
 
     run(connect, scenario)
 

@@ -74,6 +74,7 @@ class Controller:
         self.channel = channel
         # LeaderAndIsr / UpdateMetadata rounds over the channel (Kafka's ControllerBrokerRequestBatch).
         self.requests = BrokerRequests(self)
+        self._role_watches: list = []  # the active controller's ZooKeeper watches (WatchHandle each)
         self.channel.attach(self._replica_spec)
         # __consumer_offsets and __transaction_state: created on first use (FindCoordinator).
         self.offsets_topic = offsets_topic
@@ -158,6 +159,7 @@ class Controller:
                 return
             log.warning("broker %d lost the controller role", self.broker_id)
             self.ctx = None
+            self._cancel_role_watches()
         started = time.monotonic()
         epoch = await self.azk.controller.try_elect(self.broker_id)
         if epoch is None:
@@ -167,16 +169,21 @@ class Controller:
         log.info("broker %d is the active controller, epoch %d", self.broker_id, epoch)
         self.ctx = ControllerContext(epoch, await self.azk.cluster.get_or_create_id())
         azk = self.azk
+        # The watches of an earlier term of this controller (kazoo re-arms them on
+        # a new session) would deliver every later change once more.
+        self._cancel_role_watches()
         # One after another: each fires once at once, and those first events queue in this order.
-        await azk.brokers.watch(lambda _ids: self.from_zk_thread(self._on_broker_change))
-        await azk.topics.watch_names(lambda _names: self.from_zk_thread(self._on_topic_change))
-        await azk.admin.watch_topic_deletions(lambda _names: self.from_zk_thread(self.deletion.on_marked))
-        await azk.isr_changes.watch(lambda _names: self.from_zk_thread(self._on_isr_change))
-        await azk.configs.watch_changes(lambda _names: self.from_zk_thread(self.configs.on_config_change))
-        await azk.admin.watch_reassignment(
-            lambda _body: self.from_zk_thread(self.reassignment._on_reassign_partitions_znode))
-        await azk.admin.watch_preferred_replica_election(
-            lambda _body: self.from_zk_thread(self.elections._on_preferred_replica_election))
+        self._role_watches = [
+            await azk.brokers.watch(lambda _ids: self.from_zk_thread(self._on_broker_change)),
+            await azk.topics.watch_names(lambda _names: self.from_zk_thread(self._on_topic_change)),
+            await azk.admin.watch_topic_deletions(lambda _names: self.from_zk_thread(self.deletion.on_marked)),
+            await azk.isr_changes.watch(lambda _names: self.from_zk_thread(self._on_isr_change)),
+            await azk.configs.watch_changes(lambda _names: self.from_zk_thread(self.configs.on_config_change)),
+            await azk.admin.watch_reassignment(
+                lambda _body: self.from_zk_thread(self.reassignment._on_reassign_partitions_znode)),
+            await azk.admin.watch_preferred_replica_election(
+                lambda _body: self.from_zk_thread(self.elections._on_preferred_replica_election)),
+        ]
         await self._load_brokers()
         await self._load_topics()
         await self.configs.load_broker_overrides()
@@ -196,6 +203,11 @@ class Controller:
             log.exception("the balancer could not take over")
         log.info("controller %d ready (epoch %d) in %.0f ms", self.broker_id, epoch,
                  (time.monotonic() - started) * 1000)
+
+    def _cancel_role_watches(self) -> None:
+        for handle in self._role_watches:
+            handle.cancel()
+        self._role_watches = []
 
     def _initialize_state_machines(self) -> None:
         ctx = self.ctx

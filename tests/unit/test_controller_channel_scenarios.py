@@ -5,6 +5,7 @@ elections, and epoch fencing of a deposed controller."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -376,12 +377,22 @@ def test_a_controller_whose_session_expires_is_elected_again_at_a_higher_epoch(c
         assert c.admin.controller.id() == 1 and c.admin.controller.epoch()[0] == old_epoch + 1
         requests = [r for _, r in c.channel.leader_and_isr()]
         assert requests and {r.controller_epoch for r in requests} == {old_epoch + 1}
-        # Its watches work on the new session: a broker leaving still moves leadership.
+        # Its watches work on the new session: a broker leaving still moves leadership,
+        # and is handled once (the first term's watches, re-armed by kazoo, are cancelled).
         c.channel.clear()
+        broker_changes = []
+        on_broker_change = c.service._on_broker_change
+
+        async def counted_broker_change():
+            broker_changes.append(time.monotonic())
+            await on_broker_change()
+
+        c.service._on_broker_change = counted_broker_change
         c.admin.brokers.deregister(1)
         await eventually(lambda: 1 not in c.service.ctx.brokers, what="broker 1 to leave")
         await idle(c.service)
         assert c.state("t", 0).leader == 2 and c.state("t", 0).controller_epoch == old_epoch + 1
+        assert len(broker_changes) == 1, f"the broker change was handled {len(broker_changes)} times"
 
     run(connect, scenario)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import abc
 from typing import Any, Awaitable, Callable, Iterable, NamedTuple
 
-from core.controller_messages import MetadataSnapshot
+from core.controller_messages import MetadataDelta, MetadataSnapshot
 
 
 class ReplicaKey(NamedTuple):
@@ -120,9 +120,11 @@ class ControllerChannel(abc.ABC):
         """Whether the broker's edge can be reached (found by name)."""
 
     @abc.abstractmethod
-    def update_metadata(self, broker_id: int, snapshot: MetadataSnapshot,
+    def update_metadata(self, broker_id: int, update: MetadataSnapshot | MetadataDelta,
                         leaders: Iterable[ReplicaKey]) -> Awaitable[Outcome]:
-        """UpdateMetadata to the broker's edge, with the partitions it leads (replicas ensured first)."""
+        """UpdateMetadata (whole or a delta) to the broker's edge, with the
+        handles of the leader replicas it names (replicas ensured first);
+        answered with a MetadataApplied."""
 
     @abc.abstractmethod
     def forget_edge(self, broker_id: int) -> None:

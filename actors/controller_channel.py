@@ -241,18 +241,10 @@ class RayControllerChannel(ControllerChannel):
     def has_edge(self, broker_id: int) -> bool:
         return self._edge(broker_id) is not None
 
-    def leader_handle(self, key: ReplicaKey):
-        """What the edge routes a leader's requests to: its pool's name for a
-        pooled replica, else the actor's handle."""
-        return PooledReplica(*key) if tuple(key) in self.pooled else self.handle(key)
-
-    def leader_identity(self, key: ReplicaKey):
-        # Ray's handles compare by actor id: a re-created actor is a new identity.
-        return self.leader_handle(ReplicaKey(*key))
-
     def update_metadata(self, broker_id: int, update: MetadataSnapshot | MetadataDelta,
                         leaders: Iterable[ReplicaKey]) -> Awaitable:
-        handles = {(k.topic, k.partition): self.leader_handle(k) for k in map(ReplicaKey._make, leaders)}
+        handles = {(k.topic, k.partition): PooledReplica(*k) if tuple(k) in self.pooled else self.handle(k)
+                   for k in map(ReplicaKey._make, leaders)}
         return self._edge(broker_id).update_metadata.remote(update, handles, self.self_handle)
 
     def forget_edge(self, broker_id: int) -> None:

@@ -179,13 +179,11 @@ class BrokerRequests:
                                                               self._leaders_on(broker_id, without_leaders)))
                                  for broker_id in refused if self.c.channel.has_edge(broker_id)])
 
-    def _leaders_on(self, broker_id: int, without_leaders: frozenset[tuple[str, int]]) -> dict[ReplicaKey, Any]:
-        """The leader replicas on ``broker_id`` whose handles its edge gets, each with its handle's identity."""
+    def _leaders_on(self, broker_id: int, without_leaders: frozenset[tuple[str, int]]) -> list[ReplicaKey]:
         ctx = self.c.ctx
-        keys = [ReplicaKey(topic, p, broker_id) for (topic, p), state in ctx.states.items()
+        return [ReplicaKey(topic, p, broker_id) for (topic, p), state in ctx.states.items()
                 if state.leader == broker_id and topic not in ctx.topics_being_deleted
                 and (topic, p) not in without_leaders]
-        return {key: self.c.channel.leader_identity(key) for key in keys}
 
     async def _deliver(self, planned: list[tuple[int, PlannedUpdate]]) -> list[int]:
         """Send each edge its update -> the brokers whose edges asked for a whole snapshot."""

@@ -13,7 +13,7 @@ one UpdateMetadata round), as Kafka's channel does per broker.
 from __future__ import annotations
 
 import abc
-from typing import Any, Awaitable, Callable, Hashable, Iterable, NamedTuple
+from typing import Any, Awaitable, Callable, Iterable, NamedTuple
 
 from core.controller_messages import MetadataDelta, MetadataSnapshot
 
@@ -125,14 +125,6 @@ class ControllerChannel(abc.ABC):
         """UpdateMetadata (whole or a delta) to the broker's edge, with the
         handles of the leader replicas it names (replicas ensured first);
         answered with a MetadataApplied."""
-
-    def leader_identity(self, key: ReplicaKey) -> Hashable:
-        """What tells apart the handles update_metadata would send for ``key``
-        over time (a re-created actor, a pooled replica turned live): when it
-        changes, the controller sends the key's topic to the edge again even
-        if its metadata did not change. Not abstract: a channel whose handles
-        never change answers the key itself."""
-        return tuple(key)
 
     @abc.abstractmethod
     def forget_edge(self, broker_id: int) -> None:

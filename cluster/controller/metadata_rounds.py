@@ -16,7 +16,7 @@ without Ray or ZooKeeper.
 """
 from __future__ import annotations
 
-from typing import Hashable, Mapping, NamedTuple, Sequence, Union
+from typing import Iterable, Mapping, NamedTuple, Sequence, Union
 
 from cluster.controller.channel import ReplicaKey
 from core.controller_messages import BrokerEndpoint, MetadataDelta, MetadataSnapshot, TopicSnapshot
@@ -26,16 +26,14 @@ MetadataUpdate = Union[MetadataSnapshot, MetadataDelta]
 
 class EdgeImage(NamedTuple):
     """What an edge holds once it applied a round: the round's number and
-    epoch, the brokers, every topic, and per topic the partitions whose
-    leader replica it was handed, each with the identity of that handle (a
-    re-created actor, or a pooled replica turned live, is a new handle
-    under the same snapshot: its topic goes again)."""
+    epoch, the brokers, every topic, and the partitions of each topic whose
+    leader replica it was handed."""
 
     controller_epoch: int
     version: int
     brokers: Sequence[BrokerEndpoint]
     topics: Mapping[str, TopicSnapshot]
-    leaders: Mapping[str, frozenset[tuple[int, Hashable]]]
+    leaders: Mapping[str, frozenset[int]]
 
 
 class PlannedUpdate(NamedTuple):
@@ -44,10 +42,10 @@ class PlannedUpdate(NamedTuple):
     image: EdgeImage  # what the edge holds once it applied it
 
 
-def leaders_by_topic(leaders: Mapping[ReplicaKey, Hashable]) -> dict[str, frozenset[tuple[int, Hashable]]]:
-    by_topic: dict[str, set[tuple[int, Hashable]]] = {}
-    for key, identity in leaders.items():
-        by_topic.setdefault(key.topic, set()).add((key.partition, identity))
+def leaders_by_topic(leaders: Iterable[ReplicaKey]) -> dict[str, frozenset[int]]:
+    by_topic: dict[str, set[int]] = {}
+    for key in leaders:
+        by_topic.setdefault(key.topic, set()).add(key.partition)
     return {topic: frozenset(partitions) for topic, partitions in by_topic.items()}
 
 
@@ -64,17 +62,14 @@ class MetadataRounds:
         self._version += 1
         return snapshot._replace(version=self._version)
 
-    def plan(self, broker_id: int, snapshot: MetadataSnapshot,
-             leaders: Mapping[ReplicaKey, Hashable]) -> PlannedUpdate:
+    def plan(self, broker_id: int, snapshot: MetadataSnapshot, leaders: list[ReplicaKey]) -> PlannedUpdate:
         """A delta against what ``broker_id``'s edge acknowledged last, or the
-        whole snapshot when there is nothing to build one on. ``leaders``: the
-        leader replicas on that broker, each with its handle's identity
-        (ControllerChannel.leader_identity)."""
+        whole snapshot when there is nothing to build one on."""
         image = EdgeImage(snapshot.controller_epoch, snapshot.version, tuple(snapshot.brokers), snapshot.topics,
                           leaders_by_topic(leaders))
         told = self._told.get(broker_id)
         if told is None or told.controller_epoch != image.controller_epoch or told.brokers != image.brokers:
-            return PlannedUpdate(snapshot, list(leaders), image)
+            return PlannedUpdate(snapshot, leaders, image)
         changed = {name: topic for name, topic in image.topics.items()
                    if told.topics.get(name) != topic or told.leaders.get(name) != image.leaders.get(name)}
         removed = tuple(name for name in told.topics if name not in image.topics)
@@ -82,8 +77,7 @@ class MetadataRounds:
                               changed, removed)
         return PlannedUpdate(delta, [key for key in leaders if key.topic in changed], image)
 
-    def full(self, broker_id: int, snapshot: MetadataSnapshot,
-             leaders: Mapping[ReplicaKey, Hashable]) -> PlannedUpdate:
+    def full(self, broker_id: int, snapshot: MetadataSnapshot, leaders: list[ReplicaKey]) -> PlannedUpdate:
         """The whole snapshot, whatever the edge was told before (it asked for it)."""
         self._told.pop(broker_id, None)
         return self.plan(broker_id, snapshot, leaders)

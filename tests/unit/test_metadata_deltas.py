@@ -27,15 +27,13 @@ def snapshot(topics: dict, epoch: int = 1, brokers=BROKERS) -> MetadataSnapshot:
     return MetadataSnapshot(epoch, 1, "c", brokers, topics)
 
 
-def led_by(broker_id: int, snap: MetadataSnapshot, incarnation: int = 0) -> dict[ReplicaKey, tuple]:
-    """The leaders on broker_id, each with its handle's identity (as ControllerChannel.leader_identity)."""
-    return {ReplicaKey(name, p, broker_id): (name, p, broker_id, incarnation) for name, t in snap.topics.items()
-            for p, s in t.partitions.items() if s.leader == broker_id}
+def led_by(broker_id: int, snap: MetadataSnapshot) -> list[ReplicaKey]:
+    return [ReplicaKey(name, p, broker_id) for name, t in snap.topics.items()
+            for p, s in t.partitions.items() if s.leader == broker_id]
 
 
-def handles_of(keys, identities: dict) -> dict:
-    """What the channel sends for ``keys``: the handle (here its identity) of each."""
-    return {(k.topic, k.partition): identities[k] for k in keys}
+def handles_of(keys: list[ReplicaKey]) -> dict:
+    return {(k.topic, k.partition): f"handle-{k.topic}-{k.partition}-{k.broker_id}" for k in keys}
 
 
 def test_the_first_round_is_whole_and_the_next_only_what_changed():
@@ -65,42 +63,35 @@ def test_a_leader_handed_over_alone_changes_the_topic():
     leaders' handles, then the same snapshot with them."""
     rounds = MetadataRounds()
     snap = rounds.number(snapshot({"t": topic("t", [1, 1])}))
-    plan = rounds.plan(1, snap, {})
+    plan = rounds.plan(1, snap, [])
     rounds.delivered(1, plan.image)
     again = rounds.number(snapshot({"t": topic("t", [1, 1])}))
     plan = rounds.plan(1, again, led_by(1, again))
     assert isinstance(plan.update, MetadataDelta) and set(plan.update.topics) == {"t"}
     assert plan.leaders == [ReplicaKey("t", 0, 1), ReplicaKey("t", 1, 1)]
-    rounds.delivered(1, plan.image)
-    # The same snapshot and leaders, but a re-created leader actor (a new handle): t goes again.
-    plan = rounds.plan(1, rounds.number(again), led_by(1, again, incarnation=1))
-    assert isinstance(plan.update, MetadataDelta) and set(plan.update.topics) == {"t"}
-    rounds.delivered(1, plan.image)
-    plan = rounds.plan(1, rounds.number(again), led_by(1, again, incarnation=1))
-    assert isinstance(plan.update, MetadataDelta) and not plan.update.topics and not plan.leaders
 
 
 def test_whole_snapshots_when_the_image_is_unknown_or_the_brokers_or_epoch_changed():
     rounds = MetadataRounds()
     snap = rounds.number(snapshot({"t": topic("t", [1])}))
-    rounds.delivered(1, rounds.plan(1, snap, {}).image)
-    assert isinstance(rounds.plan(2, rounds.number(snap), {}).update, MetadataSnapshot), "never told"
+    rounds.delivered(1, rounds.plan(1, snap, []).image)
+    assert isinstance(rounds.plan(2, rounds.number(snap), []).update, MetadataSnapshot), "never told"
     fewer = rounds.number(snapshot({"t": topic("t", [1])}, brokers=BROKERS[:1]))
-    assert isinstance(rounds.plan(1, fewer, {}).update, MetadataSnapshot), "brokers changed"
+    assert isinstance(rounds.plan(1, fewer, []).update, MetadataSnapshot), "brokers changed"
     later_epoch = rounds.number(snapshot({"t": topic("t", [1])}, epoch=2))
-    assert isinstance(rounds.plan(1, later_epoch, {}).update, MetadataSnapshot), "a new controller epoch"
+    assert isinstance(rounds.plan(1, later_epoch, []).update, MetadataSnapshot), "a new controller epoch"
     rounds.forget(1)
-    assert isinstance(rounds.plan(1, rounds.number(snap), {}).update, MetadataSnapshot), "forgotten"
-    assert isinstance(rounds.full(1, rounds.number(snap), {}).update, MetadataSnapshot)
+    assert isinstance(rounds.plan(1, rounds.number(snap), []).update, MetadataSnapshot), "forgotten"
+    assert isinstance(rounds.full(1, rounds.number(snap), []).update, MetadataSnapshot)
 
 
 def test_an_older_acknowledgement_does_not_replace_a_newer_one():
     rounds = MetadataRounds()
-    older = rounds.plan(1, rounds.number(snapshot({"t": topic("t", [1])})), {})
-    newer = rounds.plan(1, rounds.number(snapshot({"t": topic("t", [2])})), {})
+    older = rounds.plan(1, rounds.number(snapshot({"t": topic("t", [1])})), [])
+    newer = rounds.plan(1, rounds.number(snapshot({"t": topic("t", [2])})), [])
     rounds.delivered(1, newer.image)
     rounds.delivered(1, older.image)
-    plan = rounds.plan(1, rounds.number(snapshot({"t": topic("t", [2])})), {})
+    plan = rounds.plan(1, rounds.number(snapshot({"t": topic("t", [2])})), [])
     assert isinstance(plan.update, MetadataDelta) and plan.update.base_version == newer.image.version
 
 
@@ -153,32 +144,22 @@ def test_rounds_lost_refused_or_reordered_always_converge_to_the_controllers_ima
     held: dict[int, HeldMetadata | None] = {1: None, 2: None, 3: None}
     names = [f"t{i}" for i in range(8)]
     epoch = 1
-    incarnations: dict[ReplicaKey, int] = {}
     for _ in range(400):
         if rng.random() < 0.02:
             epoch += 1  # a controller failover: same rounds object is fine, the epoch decides
         topics = {name: topic(name, [rng.choice([1, 2, 3]) for _ in range(2)], epoch=rng.randrange(3))
                   for name in names if rng.random() < 0.8}
         snap = rounds.number(snapshot(topics, epoch=epoch))
-
-        def leaders(broker: int) -> dict:
-            keys = led_by(broker, snap)
-            for key in keys:
-                if rng.random() < 0.02:
-                    incarnations[key] = incarnations.get(key, 0) + 1  # the leader actor was re-created
-            return {key: (key, incarnations.get(key, 0)) for key in keys}
-
         for broker in held:
             if rng.random() < 0.03:
                 held[broker] = None  # the edge restarted
-            identities = leaders(broker)
-            plan = rounds.plan(broker, snap, identities)
+            plan = rounds.plan(broker, snap, led_by(broker, snap))
             for attempt in range(2):
                 fate = rng.random()
                 if fate < 0.05:
                     rounds.forget(broker)  # lost on the way
                     break
-                answer = resolve_update(held[broker], plan.update, handles_of(plan.leaders, identities))
+                answer = resolve_update(held[broker], plan.update, handles_of(plan.leaders))
                 if isinstance(answer, HeldMetadata):
                     held[broker] = answer
                     answer = MetadataApplied()
@@ -188,11 +169,11 @@ def test_rounds_lost_refused_or_reordered_always_converge_to_the_controllers_ima
                 if answer.needs_full:
                     assert attempt == 0, "a whole snapshot is never refused"
                     rounds.forget(broker)
-                    plan = rounds.full(broker, snap, identities)
+                    plan = rounds.full(broker, snap, led_by(broker, snap))
                     continue
                 assert answer.error == ErrorCode.none
                 rounds.delivered(broker, plan.image)
                 assert held[broker].snapshot.topics == snap.topics
                 assert held[broker].snapshot.version == snap.version
-                assert dict(held[broker].leader_handles) == handles_of(identities, identities)
+                assert dict(held[broker].leader_handles) == handles_of(led_by(broker, snap))
                 break

@@ -15,7 +15,7 @@ from __future__ import annotations
 import abc
 from typing import Any, Awaitable, Callable, Iterable, NamedTuple
 
-from core.controller_messages import MetadataDelta, MetadataSnapshot
+from core.controller_messages import MetadataSnapshot
 
 
 class ReplicaKey(NamedTuple):
@@ -120,11 +120,9 @@ class ControllerChannel(abc.ABC):
         """Whether the broker's edge can be reached (found by name)."""
 
     @abc.abstractmethod
-    def update_metadata(self, broker_id: int, update: MetadataSnapshot | MetadataDelta,
+    def update_metadata(self, broker_id: int, snapshot: MetadataSnapshot,
                         leaders: Iterable[ReplicaKey]) -> Awaitable[Outcome]:
-        """UpdateMetadata (whole or a delta) to the broker's edge, with the
-        handles of the leader replicas it names (replicas ensured first);
-        answered with a MetadataApplied."""
+        """UpdateMetadata to the broker's edge, with the partitions it leads (replicas ensured first)."""
 
     @abc.abstractmethod
     def forget_edge(self, broker_id: int) -> None:

@@ -176,7 +176,10 @@ def test_wrong_password_fails(secured, mechanism, user):
                                                           "error_cb": errors.append})
     producer = Producer(config)
     producer.produce("never", b"x")
-    producer.flush(5)
+    # Until librdkafka reports the failed authentication (it would retry the record forever).
+    deadline = time.monotonic() + 15
+    while not any(e.code() == KafkaError._AUTHENTICATION for e in errors) and time.monotonic() < deadline:
+        producer.poll(0.1)
     assert any(e.code() == KafkaError._AUTHENTICATION for e in errors), errors
 
 

@@ -8,7 +8,7 @@
 // topic of its own through that listener and reads them back with a consumer
 // group; a case with expectFailure only connects (it must be refused). Prints
 // one JSON object {name: {ok, values | error}} on stdout; kafkajs' own log goes
-// to stderr.
+// to stderr. The cases run concurrently.
 'use strict'
 
 const fs = require('fs')
@@ -71,20 +71,24 @@ async function refused (c) {
   return null
 }
 
-async function main () {
-  const results = {}
-  for (const c of args.cases) {
-    try {
-      if (c.expectFailure) {
-        const error = await refused(c)
-        results[c.name] = { ok: error !== null, error }
-      } else {
-        results[c.name] = { ok: true, values: await roundTrip(c) }
-      }
-    } catch (error) {
-      results[c.name] = { ok: false, error: String(error && error.stack ? error.stack : error) }
+async function runCase (c) {
+  try {
+    if (c.expectFailure) {
+      const error = await refused(c)
+      return { ok: error !== null, error }
     }
+    return { ok: true, values: await roundTrip(c) }
+  } catch (error) {
+    return { ok: false, error: String(error && error.stack ? error.stack : error) }
   }
+}
+
+async function main () {
+  // The cases are independent (a topic and a group each) and mostly wait (a
+  // group's join, the first fetch): run them together.
+  const outcomes = await Promise.all(args.cases.map(runCase))
+  const results = {}
+  args.cases.forEach((c, i) => { results[c.name] = outcomes[i] })
   process.stdout.write(JSON.stringify(results) + '\n')
 }
 

@@ -50,6 +50,8 @@ from kazoo.protocol.states import Callback, EventType, KazooState, KeeperState, 
 from kazoo.retry import KazooRetry
 from kazoo.security import OPEN_ACL_UNSAFE
 
+from metadata.zk_paths import split_chroot
+
 log = logging.getLogger(__name__)
 
 # KazooClient options a test's client may be given (ZkSession passes the
@@ -432,12 +434,12 @@ class MemoryKazooClient:
         if unknown:
             # e.g. client_id (taking over another session): not modelled, so refused rather than ignored.
             raise TypeError(f"MemoryKazooClient does not model the KazooClient options {sorted(unknown)}")
-        host_part, _, chroot = hosts.partition("/")
+        host_part, chroot = split_chroot(hosts)
         if host_part != server.connect_string:
             raise ValueError(f"{hosts!r} does not name the in-memory server {server.connect_string!r}")
         self.server = server
         self.hosts = hosts
-        self.chroot = normpath("/" + chroot) if chroot.strip("/") else ""
+        self.chroot = chroot or ""
         self.timeout = timeout
         self.default_acl = default_acl
         self.handler = SequentialThreadingHandler()

@@ -262,6 +262,16 @@ class RayReplicaStarter:
     async def leader_is_live(self, spec: Any, request: Any) -> bool:
         return await self._leader_handle(spec, request) is not None
 
+    async def wake_leader(self, spec: Any, request: Any) -> ErrorCode:
+        if request.leader < 0:
+            return ErrorCode.leader_not_available
+        edge = await asyncio.get_running_loop().run_in_executor(None, named_actor, edge_actor_name(request.leader),
+                                                                 self.namespace)
+        if edge is None:
+            return ErrorCode.broker_not_available
+        return ErrorCode(await asyncio.wait_for(
+            edge.pool_wake_leader.remote(spec.topic, spec.partition, request.leader_epoch), self.call_timeout_s))
+
     async def _to_follower_edges(self, spec: Any, request: Any, method: str, *args: Any) -> list:
         loop = asyncio.get_running_loop()
         followers = [b for b in request.replicas if b != spec.broker_id]

@@ -69,6 +69,10 @@ SLOT_WAIT_S = 10.0
 # queue there, each waiting longer; here they queue in order and each start
 # gets the CPU it needs.
 MAX_CONCURRENT_STARTS = 4
+# A follower out of the ISR of a hibernated leader asks the leader's pool to wake the set
+# this many times (the controller's LeaderAndIsr may reach the leader's node after it).
+LEADER_WAKE_ATTEMPTS = 5
+LEADER_WAKE_BACKOFF_S = 0.5
 
 
 class PoolKey(NamedTuple):
@@ -119,6 +123,9 @@ class ReplicaStarter(Protocol):
 
     def leader_is_live(self, spec: Any, request: Any) -> Awaitable[bool]:
         """Whether the leader `request` names has a live actor (a follower is woken to follow it)."""
+
+    def wake_leader(self, spec: Any, request: Any) -> Awaitable[ErrorCode]:
+        """Ask the pool of the leader `request` names to wake it (it then wakes its followers)."""
 
     def spares(self, wanted: int) -> None:
         """Keep `wanted` started, empty replica actors for wakes to adopt (only called with spares > 0)."""
@@ -215,8 +222,12 @@ class ReplicaPool:
     async def _follow_if_leader_live(self, key: PoolKey, entry: Entry) -> None:
         """A hibernated follower told of a leader that is live (its node came back, a new
         leader elected while the set was live) wakes now, in the background, to fetch
-        from it: otherwise it would never catch up and rejoin the ISR. Followers of a
-        hibernated leader stay hibernated: the leader's wake wakes them."""
+        from it: otherwise it would never catch up and rejoin the ISR. Followers in the
+        ISR of a hibernated leader stay hibernated: the leader's wake wakes them. One left
+        out of the ISR of a hibernated leader (its node was away) has the leader woken, so
+        it catches up and rejoins now, as a returning Kafka replica does, idle partition or
+        not; until then the partition is under-replicated and its preferred leader, if this
+        is it, cannot be elected. The set hibernates again once idle."""
         if not _is_follower(entry, self.broker_id) or entry.request.leader < 0:
             return
         try:
@@ -226,6 +237,25 @@ class ReplicaPool:
             return
         if live:
             self._spawn(self._wake_and_release(key))
+        elif self.broker_id not in entry.request.isr:
+            self._spawn(self._wake_hibernated_leader(key, entry.request))
+
+    async def _wake_hibernated_leader(self, key: PoolKey, request: Any) -> None:
+        """Ask the leader's pool to wake the set, for this follower out of its ISR. Retried a
+        few times: the leader's pool may not have this leader epoch's LeaderAndIsr yet."""
+        for attempt in range(LEADER_WAKE_ATTEMPTS):
+            entry = self.entries.get(key)
+            if entry is None or entry.request is not request or entry.state is State.LIVE:
+                return  # a newer LeaderAndIsr took over, or the leader's wake woke this one
+            try:
+                error = await self.starter.wake_leader(entry.spec, request)
+            except Exception as exc:  # noqa: BLE001 - tried again below
+                error = exc
+            if error == ErrorCode.none:
+                return
+            log.info("waking the leader of %s-%d for its follower out of the ISR: %r", key.topic, key.partition,
+                     error)
+            await asyncio.sleep(LEADER_WAKE_BACKOFF_S * 2 ** attempt)
 
     def _spawn(self, coro) -> None:
         task = asyncio.get_running_loop().create_task(coro)

@@ -182,6 +182,11 @@ class FakeStarter:
     async def leader_is_live(self, spec, request):
         return request.leader in self.cluster.live and self.cluster.live[request.leader].leader == request.leader
 
+    async def wake_leader(self, spec, request):
+        self.cluster.log.append(("wake_leader", self.broker, request.leader))
+        return await self.cluster.pools[request.leader].wake_leader((spec.topic, spec.partition),
+                                                                    request.leader_epoch)
+
 
 def lai(leader=1, epoch=3, controller_epoch=1, isr=(1, 2, 3)):
     return LeaderAndIsr(controller_epoch, leader, epoch, list(isr), [1, 2, 3], 5)
@@ -332,6 +337,33 @@ def test_a_hibernated_follower_told_of_a_live_leader_wakes_to_follow_it():
         assert await cluster.pools[3].leader_and_isr(KEY, Spec("t", 0, 3), lai(isr=(1, 2))) == 0
         await settle(cluster)
         assert 3 in cluster.live, "it must fetch to rejoin the ISR of a live leader"
+    run(scenario())
+
+
+def test_a_returning_follower_out_of_the_isr_of_a_hibernated_leader_has_the_set_woken_to_catch_up():
+    async def scenario():
+        cluster = FakeCluster()
+        await hosted_set(cluster, lai())
+        await settle(cluster)
+        assert cluster.live == {}
+        # Broker 3's node was lost and came back while the set hibernated: the controller took it
+        # out of the ISR, and its fresh pool gets its LeaderAndIsr as a follower outside the ISR.
+        shrunk = lai(epoch=3, isr=(1, 2))
+        for b in (1, 2):
+            assert await cluster.pools[b].leader_and_isr(KEY, Spec("t", 0, b), shrunk) == 0
+        cluster.pools[3] = ReplicaPool(FakeStarter(cluster, 3), 10, 60, clock=cluster.clock, broker_id=3)
+        assert await cluster.pools[3].leader_and_isr(KEY, Spec("t", 0, 3), shrunk) == 0
+        await settle(cluster)
+        assert ("wake_leader", 3, 1) in cluster.log
+        assert sorted(cluster.live) == [1, 2, 3], "the leader woke, and woke its followers: 3 fetches to catch up"
+        assert cluster.log.index(("start", 1, 1)) < cluster.log.index(("start", 3, 1))
+        # A follower in the ISR of a hibernated leader wakes nothing (the first request does).
+        quiet = FakeCluster()
+        await hosted_set(quiet, lai())
+        quiet.pools[3] = ReplicaPool(FakeStarter(quiet, 3), 10, 60, clock=quiet.clock, broker_id=3)
+        assert await quiet.pools[3].leader_and_isr(KEY, Spec("t", 0, 3), lai()) == 0
+        await settle(quiet)
+        assert quiet.live == {} and quiet.log == []
     run(scenario())
 
 

@@ -4,6 +4,7 @@ produced by a Kafka client, read into DataFrames over both read paths, and
 everything torn down again."""
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 
@@ -43,9 +44,17 @@ def test_ray_on_spark_broker_read_into_dataframes(tmp_path):
                 producer.produce(topic, b"value-%d" % i, b"key-%d" % i, partition=i % 2)
             assert producer.flush(60) == 0
 
-            # The broker's replicas are actors of the Ray-on-Spark cluster.
-            names = [a for a in ray.util.list_named_actors(all_namespaces=True) if a["namespace"] == "raykafka"]
-            assert any(a["name"].startswith(f"{topic}-0@") for a in names), names
+            # The broker's replicas are actors of the Ray-on-Spark cluster: found by name, or (a
+            # replica its node's pool woke from a spare has none) through its node's edge.
+            from actors.replica_lookup import find_replica
+            from core.naming import edge_actor_name
+
+            names = {a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+                     if a["namespace"] == "raykafka"}
+            broker_id = producer.list_topics(topic, timeout=30).topics[topic].partitions[0].leader
+            assert edge_actor_name(broker_id) in names, names
+            replica = asyncio.run(find_replica(topic, 0, broker_id, "raykafka", False, 30))
+            assert ray.get(replica.state.remote(), timeout=30)["log_end_offset"] == 1000
 
             def load(path: str):
                 return (spark.read.format("raykafka").option("kafka.bootstrap.servers", bootstrap)

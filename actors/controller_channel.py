@@ -17,7 +17,7 @@ from actors.transaction_coordinator import forget_broker as forget_txn_coordinat
 from actors.transaction_coordinator import sync_transaction_coordinators
 from cluster.controller.channel import ControllerChannel, LeaderAndIsr, ReplicaKey, SpecFor
 from core.config import BrokerConfig
-from core.controller_messages import MetadataSnapshot
+from core.controller_messages import MetadataDelta, MetadataSnapshot
 from cluster.replica_pool import HIBERNATE_KEY
 from core.naming import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, controller_actor_name, edge_actor_name, replica_actor_name
 from core.pooled_replica import PooledReplica
@@ -241,10 +241,19 @@ class RayControllerChannel(ControllerChannel):
     def has_edge(self, broker_id: int) -> bool:
         return self._edge(broker_id) is not None
 
-    def update_metadata(self, broker_id: int, snapshot: MetadataSnapshot, leaders: Iterable[ReplicaKey]) -> Awaitable:
-        handles = {(k.topic, k.partition): PooledReplica(*k) if tuple(k) in self.pooled else self.handle(k)
-                   for k in map(ReplicaKey._make, leaders)}
-        return self._edge(broker_id).update_metadata.remote(snapshot, handles, self.self_handle)
+    def leader_handle(self, key: ReplicaKey):
+        """What the edge routes a leader's requests to: its pool's name for a
+        pooled replica, else the actor's handle."""
+        return PooledReplica(*key) if tuple(key) in self.pooled else self.handle(key)
+
+    def leader_identity(self, key: ReplicaKey):
+        # Ray's handles compare by actor id: a re-created actor is a new identity.
+        return self.leader_handle(ReplicaKey(*key))
+
+    def update_metadata(self, broker_id: int, update: MetadataSnapshot | MetadataDelta,
+                        leaders: Iterable[ReplicaKey]) -> Awaitable:
+        handles = {(k.topic, k.partition): self.leader_handle(k) for k in map(ReplicaKey._make, leaders)}
+        return self._edge(broker_id).update_metadata.remote(update, handles, self.self_handle)
 
     def forget_edge(self, broker_id: int) -> None:
         self.edge_handles.pop(broker_id, None)

@@ -34,11 +34,10 @@ import ray
 
 from actors.edge_ports import RayActorCalls
 from core.config import BrokerConfig, parse_listener
-from core.controller_messages import MetadataSnapshot
+from core.controller_messages import MetadataApplied, MetadataDelta, MetadataSnapshot
 from core.error_codes import ErrorCode
 from metadata.kafka_zk import KafkaZkClient
 from net.edge_service import EdgeService
-from net.metadata_cache import StaleControllerEpoch
 from net.server import ConnectionLimits, KafkaServer
 
 log = logging.getLogger("raykafka.edge")
@@ -382,9 +381,8 @@ class EdgeActor:
             if isinstance(result, Exception):
                 log.error("UpdateMetadata to edge %d of broker %d failed: %s", index, self.broker_id,
                           str(result).splitlines()[0][:300] if str(result) else repr(result))
-            elif result != 0:
-                log.warning("UpdateMetadata to edge %d of broker %d answered error %d", index, self.broker_id,
-                            result)
+            elif result.error != ErrorCode.none or result.needs_full:
+                log.warning("UpdateMetadata to edge %d of broker %d answered %s", index, self.broker_id, result)
 
     async def wait_ready(self, timeout_s: float) -> bool:
         """True once the controller has sent this edge its first metadata, and,
@@ -403,24 +401,23 @@ class EdgeActor:
                 return False
         return True
 
-    async def update_metadata(self, snapshot: MetadataSnapshot, leader_handles: dict, controller_handle,
-                              forward_seq: tuple[int, int] | None = None) -> ErrorCode:
-        """From the controller (forward_seq None), or forwarded by the primary
-        edge of this node (numbered)."""
+    async def update_metadata(self, update: MetadataSnapshot | MetadataDelta, leader_handles: dict,
+                              controller_handle, forward_seq: tuple[int, int] | None = None) -> MetadataApplied:
+        """From the controller, whole or a delta (forward_seq None), or
+        forwarded whole by the primary edge of this node (numbered)."""
         if forward_seq is not None:
             forward_seq = tuple(forward_seq)
             if forward_seq <= self._applied_forward_seq:
-                return ErrorCode.none  # an older update overtaken by a newer one
+                return MetadataApplied()  # an older update overtaken by a newer one
             self._applied_forward_seq = forward_seq
-        try:
-            self.service.apply_update_metadata(snapshot, leader_handles, controller_handle)
-        except StaleControllerEpoch as exc:
-            log.warning("%s", exc)
-            return ErrorCode.stale_controller_epoch
-        self._last_update = (snapshot, leader_handles, controller_handle)
+        answer = self.service.apply_update_metadata(update, leader_handles, controller_handle)
+        if answer.error != ErrorCode.none or answer.needs_full:
+            return answer
+        held = self.service.held_metadata
+        self._last_update = (held.snapshot, held.leader_handles, controller_handle)
         if self.siblings:
-            await self._forward(snapshot, leader_handles, controller_handle)
-        return ErrorCode.none
+            await self._forward(*self._last_update)
+        return answer
 
     async def listener_ports(self) -> dict[str, int]:
         """Listener name -> bound port (tests, tools)."""

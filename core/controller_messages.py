@@ -190,18 +190,44 @@ class TopicSnapshot(NamedTuple):
 
 
 class MetadataSnapshot(NamedTuple):
-    """The whole cluster metadata an edge serves (Kafka's UpdateMetadata),
-    sent whole each round: an edge that missed one (a reconnect, a controller
-    failover, a restarted edge) is right again with the next."""
+    """The whole cluster metadata an edge serves (Kafka's UpdateMetadata).
+    Sent whole to an edge the controller has not yet told anything in its
+    epoch (a new or restarted edge, a controller failover, a call that failed
+    or timed out, a changed broker set); otherwise a MetadataDelta follows it."""
 
     controller_epoch: int
     controller_id: int
     cluster_id: Optional[str]
     brokers: Sequence[BrokerEndpoint]
     topics: Mapping[str, TopicSnapshot]
+    # The controller's number for this round, within its epoch (0: unnumbered).
+    version: int = 0
 
 
-__all__ = ["AlterReassignmentsResult", "BrokerEndpoint", "MetadataSnapshot", "PartitionSnapshot", "TopicSnapshot",
+class MetadataDelta(NamedTuple):
+    """An UpdateMetadata round as a change of the snapshot numbered
+    ``base_version`` (same controller epoch, same brokers): the topics that
+    changed, whole, with their leaders' handles, and the topics gone. An edge
+    that does not hold ``base_version`` applies nothing and answers
+    ``MetadataApplied(needs_full=True)``; the controller then sends it a whole
+    snapshot, so a lost or reordered round never leaves an edge wrong."""
+
+    controller_epoch: int
+    controller_id: int
+    base_version: int
+    version: int
+    topics: Mapping[str, TopicSnapshot]  # changed or new topics
+    removed_topics: Sequence[str] = ()
+
+
+class MetadataApplied(NamedTuple):
+    """An edge's answer to UpdateMetadata."""
+
+    error: ErrorCode = ErrorCode.none
+    needs_full: bool = False  # a delta whose base this edge does not hold
+
+
+__all__ = ["AlterReassignmentsResult", "BrokerEndpoint", "MetadataApplied", "MetadataDelta", "MetadataSnapshot", "PartitionSnapshot", "TopicSnapshot",
            "ConfigChange", "ConfigOp", "ConfigResource", "ControlledShutdownResult",
            "CreatePartitionsSpec", "CreateTopicResult", "CreateTopicSpec", "DescribedConfigs", "ElectLeadersResult",
            "InternalTopicOutcome", "ListReassignmentsResult", "NOT_CONTROLLER_MESSAGE", "OngoingReassignment",

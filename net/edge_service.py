@@ -19,12 +19,13 @@ cost what a call cost when one class held them all.
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any, Optional
 
 from core.error_codes import ErrorCode
 
 from core.config import BrokerConfig
-from core.controller_messages import MetadataSnapshot
+from core.controller_messages import MetadataApplied, MetadataDelta, MetadataSnapshot
 from net import registry
 from net.actor_calls import ActorCallFailed, settle
 from net.client_quotas import EdgeClientQuotas
@@ -33,12 +34,15 @@ from net.edge_metrics import EdgeMetrics
 from net.fetch_local_tail import LocalTail
 from net.fetch_read_ahead import FetchReadAhead
 from net.fetch_session import FetchSessionCache
-from net.metadata_cache import MetadataCache
+from net.metadata_cache import MetadataCache, StaleControllerEpoch
+from net.metadata_updates import HeldMetadata, resolve_update
 from net.ports import ActorCalls, ActorRef
 from net.replica_router import ReplicaRouter
 from net.request_dispatch import RequestDispatch
 from net.segment_reader import SegmentReader
 from net.txn_coordinators import TransactionRouting
+
+log = logging.getLogger("raykafka.edge")
 
 
 class ControllerClient:
@@ -75,6 +79,8 @@ class EdgeService:
         self.advertised_port = advertised_port
         self.metadata = MetadataCache()
         self.metadata_ready = asyncio.Event()
+        # The whole image the last applied UpdateMetadata left (deltas build on it).
+        self.held_metadata: HeldMetadata | None = None
         self.call_timeout_s = config["raykafka.actor.call.timeout.ms"] / 1000
         # How other actors are reached (net/ports.ActorCalls): direct channels to the
         # replicas, purgatory and coordinators of this node when it can, else the runtime.
@@ -152,17 +158,28 @@ class EdgeService:
             else:
                 cache.forget(topic, partition)
 
-    def apply_update_metadata(self, snapshot: MetadataSnapshot, leader_handles: dict, controller_handle: Any) -> None:
+    def apply_update_metadata(self, update: MetadataSnapshot | MetadataDelta, leader_handles: dict,
+                              controller_handle: Any) -> MetadataApplied:
+        """UpdateMetadata, whole or a delta (net/metadata_updates.py)."""
+        resolved = resolve_update(self.held_metadata, update, leader_handles)
+        if isinstance(resolved, MetadataApplied):
+            return resolved
         before = self.metadata.topics
-        self.metadata.update(snapshot)
+        try:
+            self.metadata.update(resolved.snapshot)
+        except StaleControllerEpoch as exc:
+            log.warning("%s", exc)
+            return MetadataApplied(ErrorCode.stale_controller_epoch)
+        self.held_metadata = resolved
         if self.metrics is not None and before:
             self.metrics.metadata_changed(before, self.metadata.topics, self.metadata.controller_id, self.broker_id)
-        self.replicas.set_leaders(leader_handles)
+        self.replicas.set_leaders(resolved.leader_handles)
         self.calls.keep_only([*self.replicas.live_handles(), self.replicas.purgatory,
                               *self.coordinators.handles.values(), *self.transactions.coordinator_handles()])
         self.forget_cached_reads()  # leaders may have moved: nothing read before is answered again
         self.controller.ref = controller_handle
         self.metadata_ready.set()
+        return MetadataApplied()
 
     def close(self) -> None:
         self.calls.close()

@@ -48,6 +48,7 @@ class MetadataCache:
         self.brokers: dict[int, BrokerInfo] = {}
         self.topics: dict[str, TopicInfo] = {}
         self.topics_by_id: dict[uuid.UUID, TopicInfo] = {}
+        self._sources: dict = {}  # topic -> the TopicSnapshot its TopicInfo was built from
         self.version = 0
 
     def update(self, snapshot: MetadataSnapshot) -> None:
@@ -59,9 +60,17 @@ class MetadataCache:
         self.controller_epoch = epoch
         self.controller_id = snapshot.controller_id
         self.cluster_id = snapshot.cluster_id
-        self.brokers = {b.id: BrokerInfo(b.id, b.host, b.port, b.rack) for b in snapshot.brokers}
+        brokers = {b.id: BrokerInfo(b.id, b.host, b.port, b.rack) for b in snapshot.brokers}
+        # A topic whose snapshot is the very object of the previous update (a
+        # delta's unchanged topics) keeps its TopicInfo while the brokers, on
+        # which its offline replicas depend, are the same.
+        reusable = self._sources if brokers == self.brokers else {}
+        self.brokers = brokers
         topics = {}
         for name, t in snapshot.topics.items():
+            if reusable.get(name) is t and name in self.topics:
+                topics[name] = self.topics[name]
+                continue
             partitions = {
                 int(p): PartitionInfo(
                     leader=s.leader, leader_epoch=s.leader_epoch,
@@ -71,6 +80,7 @@ class MetadataCache:
                 for p, s in t.partitions.items()
             }
             topics[name] = TopicInfo(name, uuid.UUID(t.topic_id), partitions, t.internal)
+        self._sources = dict(snapshot.topics)
         self.topics = topics
         self.topics_by_id = {t.topic_id: t for t in topics.values()}
         self.version += 1

@@ -11,8 +11,10 @@ import logging
 from typing import Any
 
 from cluster.controller.channel import LeaderAndIsr, ReplicaKey, ReplicaSpec
+from cluster.controller.metadata_rounds import MetadataRounds, PlannedUpdate
 from cluster.log_config import log_config_for, throttled_replicas_for
 from core.config import TOPIC_CONFIGS
+from core.controller_messages import MetadataApplied
 from core.error_codes import ErrorCode
 
 log = logging.getLogger("raykafka.controller")
@@ -34,6 +36,7 @@ class BrokerRequests:
 
     def __init__(self, controller: Any):
         self.c = controller
+        self.rounds = MetadataRounds()
 
     def replica_spec(self, key: ReplicaKey) -> ReplicaSpec:
         """How the channel creates a replica it does not know yet."""
@@ -158,22 +161,49 @@ class BrokerRequests:
         return failed
 
     async def send_update_metadata(self, without_leaders: frozenset[tuple[str, int]] = frozenset()) -> None:
-        """``without_leaders``: partitions whose leader replicas are still
-        starting: in the snapshot, but no handle for them yet (the edge
-        answers NOT_LEADER_OR_FOLLOWER for them until the next UpdateMetadata)."""
+        """An UpdateMetadata round to every live edge: a delta of what changed
+        since the round it acknowledged last, or the whole snapshot
+        (metadata_rounds.py). ``without_leaders``: partitions whose leader
+        replicas are still starting: in the snapshot, but no handle for them yet
+        (the edge answers NOT_LEADER_OR_FOLLOWER for them until the next round)."""
         ctx = self.c.ctx
-        snapshot = ctx.metadata_snapshot(self.c.broker_id)
-        calls = []
-        for broker_id in ctx.live_broker_ids:
-            if not self.c.channel.has_edge(broker_id):
-                continue
-            leaders = [ReplicaKey(topic, p, broker_id) for (topic, p), state in ctx.states.items()
-                       if state.leader == broker_id and topic not in ctx.topics_being_deleted
-                       and (topic, p) not in without_leaders]
-            calls.append((broker_id, self.c.channel.update_metadata(broker_id, snapshot, leaders)))
-        results = await asyncio.gather(
-            *(asyncio.wait_for(ref, self.c.call_timeout_s) for _, ref in calls), return_exceptions=True)
-        for (broker_id, _), result in zip(calls, results):
+        snapshot = self.rounds.number(ctx.metadata_snapshot(self.c.broker_id))
+        planned = [(broker_id, self.rounds.plan(broker_id, snapshot, self._leaders_on(broker_id, without_leaders)))
+                   for broker_id in ctx.live_broker_ids if self.c.channel.has_edge(broker_id)]
+        refused = await self._deliver(planned)
+        if refused:
+            # Edges that do not hold the round a delta was built on (restarted,
+            # or a round lost or overtaken): the whole image, as it is now.
+            snapshot = self.rounds.number(ctx.metadata_snapshot(self.c.broker_id))
+            await self._deliver([(broker_id, self.rounds.full(broker_id, snapshot,
+                                                              self._leaders_on(broker_id, without_leaders)))
+                                 for broker_id in refused if self.c.channel.has_edge(broker_id)])
+
+    def _leaders_on(self, broker_id: int, without_leaders: frozenset[tuple[str, int]]) -> dict[ReplicaKey, Any]:
+        """The leader replicas on ``broker_id`` whose handles its edge gets, each with its handle's identity."""
+        ctx = self.c.ctx
+        keys = [ReplicaKey(topic, p, broker_id) for (topic, p), state in ctx.states.items()
+                if state.leader == broker_id and topic not in ctx.topics_being_deleted
+                and (topic, p) not in without_leaders]
+        return {key: self.c.channel.leader_identity(key) for key in keys}
+
+    async def _deliver(self, planned: list[tuple[int, PlannedUpdate]]) -> list[int]:
+        """Send each edge its update -> the brokers whose edges asked for a whole snapshot."""
+        calls = [self.c.channel.update_metadata(broker_id, plan.update, plan.leaders) for broker_id, plan in planned]
+        results = await asyncio.gather(*(asyncio.wait_for(ref, self.c.call_timeout_s) for ref in calls),
+                                       return_exceptions=True)
+        refused = []
+        for (broker_id, plan), result in zip(planned, results):
             if isinstance(result, Exception):
                 log.error("UpdateMetadata to broker %d failed: %r", broker_id, result)
                 self.c.channel.forget_edge(broker_id)
+                self.rounds.forget(broker_id)
+            elif isinstance(result, MetadataApplied) and result.needs_full:
+                self.rounds.forget(broker_id)
+                refused.append(broker_id)
+            elif isinstance(result, MetadataApplied) and result.error != ErrorCode.none:
+                log.warning("UpdateMetadata to broker %d answered %s", broker_id, result.error.name)
+                self.rounds.forget(broker_id)
+            else:
+                self.rounds.delivered(broker_id, plan.image)
+        return refused

@@ -13,9 +13,9 @@ one UpdateMetadata round), as Kafka's channel does per broker.
 from __future__ import annotations
 
 import abc
-from typing import Any, Awaitable, Callable, Iterable, NamedTuple
+from typing import Any, Awaitable, Callable, Hashable, Iterable, NamedTuple
 
-from core.controller_messages import MetadataSnapshot
+from core.controller_messages import MetadataDelta, MetadataSnapshot
 
 
 class ReplicaKey(NamedTuple):
@@ -120,9 +120,19 @@ class ControllerChannel(abc.ABC):
         """Whether the broker's edge can be reached (found by name)."""
 
     @abc.abstractmethod
-    def update_metadata(self, broker_id: int, snapshot: MetadataSnapshot,
+    def update_metadata(self, broker_id: int, update: MetadataSnapshot | MetadataDelta,
                         leaders: Iterable[ReplicaKey]) -> Awaitable[Outcome]:
-        """UpdateMetadata to the broker's edge, with the partitions it leads (replicas ensured first)."""
+        """UpdateMetadata (whole or a delta) to the broker's edge, with the
+        handles of the leader replicas it names (replicas ensured first);
+        answered with a MetadataApplied."""
+
+    def leader_identity(self, key: ReplicaKey) -> Hashable:
+        """What tells apart the handles update_metadata would send for ``key``
+        over time (a re-created actor, a pooled replica turned live): when it
+        changes, the controller sends the key's topic to the edge again even
+        if its metadata did not change. Not abstract: a channel whose handles
+        never change answers the key itself."""
+        return tuple(key)
 
     @abc.abstractmethod
     def forget_edge(self, broker_id: int) -> None:

@@ -486,6 +486,7 @@ class Controller:
             del ctx.brokers[broker_id]
             ctx.shutting_down.discard(broker_id)
             self.channel.forget_broker(broker_id)  # its edge, replicas and coordinators
+            self.requests.rounds.forget(broker_id)  # a returning broker's edge starts from a whole snapshot
         for broker_id in new_ids:
             log.info("broker %d joined", broker_id)
             ctx.brokers[broker_id] = _broker_state(broker_id, current[broker_id])

@@ -351,7 +351,7 @@ out = {
     "stop_replica": ray.get(leader.stop_replica.remote(old, False), timeout=30),
     # ... and the edge would forget every broker and topic.
     "update_metadata": ray.get(edge.update_metadata.remote(
-        MetadataSnapshot(old, args["old_controller"], "stale", [], {}), {}, None), timeout=30),
+        MetadataSnapshot(old, args["old_controller"], "stale", [], {}), {}, None), timeout=30).error,
 }
 print("RESULT " + json.dumps(out), flush=True)
 ray.shutdown()

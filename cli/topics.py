@@ -216,9 +216,12 @@ def describe_lines(topics: list[TopicInfo], configs: dict[str, list[ConfigEntry]
 def broker_usage_lines(topics: list[TopicInfo], brokers: list[int],
                        capacities: dict[int, Optional[int]], pools: Optional[dict[int, str]] = None) -> list[str]:
     """One line per live broker: the partition replicas it hosts (every topic,
-    internal ones included) and its raykafka.replicas.per.node.max ("unknown"
-    when the broker states none). Not in kafka-topics.sh: every replica here is
-    a process, and a broker refuses creations past its capacity (issue 18)."""
+    internal ones included) and its capacity, the limit creations are refused
+    past ("unknown" when the broker states none): raykafka.replicas.per.node.max,
+    or raykafka.partitions.per.node.max where replicas hibernate (issue 30; the
+    live limit then shows as Live: n/max). Not in kafka-topics.sh: every live
+    replica here is a process, and a broker refuses creations past its capacity
+    (issue 18)."""
     hosted = {b: 0 for b in brokers}
     for topic in topics:
         for partition in topic.partitions.values():
@@ -239,15 +242,18 @@ def broker_usage_lines(topics: list[TopicInfo], brokers: list[int],
 
 
 CAPACITY_KEY = "raykafka.replicas.per.node.max"
+HOSTED_KEY = "raykafka.partitions.per.node.max"  # stated by brokers whose replicas hibernate
 POOL_STATS_KEY = "raykafka.replica.pool.stats"  # net/apis/n32_describe_configs.py
 RESOURCE_BROKER = 4
 
 
 def broker_capacities(client: AdminClient, brokers: list[int],
                       pools: Optional[dict[int, str]] = None) -> dict[int, Optional[int]]:
-    """Each broker's raykafka.replicas.per.node.max, by DescribeConfigs on the
-    broker resources (the controller answers each with that broker's own value,
-    computed on its node when not set). Missing or unparsable: None. With
+    """Each broker's capacity, by DescribeConfigs on the broker resources (the
+    controller answers each with that broker's own values, computed on its node
+    when not set): its raykafka.partitions.per.node.max where it states one
+    (its replicas hibernate), else its raykafka.replicas.per.node.max. Missing
+    or unparsable: None. With
     `pools`, fills it with the replica pool counts of brokers that answer them
     (the bootstrap broker's own, where replicas hibernate)."""
     from net.codec import request_schema
@@ -260,7 +266,8 @@ def broker_capacities(client: AdminClient, brokers: list[int],
                           "DescribeConfigsResource")
     answer = conn.request(DESCRIBE_CONFIGS, include_synonyms=False, include_documentation=False,
                           resources=tuple(build(resource_cls, resource_type=RESOURCE_BROKER, resource_name=str(b),
-                                                configuration_keys=(CAPACITY_KEY, POOL_STATS_KEY)) for b in brokers))
+                                                configuration_keys=(CAPACITY_KEY, HOSTED_KEY, POOL_STATS_KEY))
+                                     for b in brokers))
     out: dict[int, Optional[int]] = {}
     for r in answer.results:
         pool = next((c.value for c in r.configs if c.name == POOL_STATS_KEY), None)
@@ -269,7 +276,8 @@ def broker_capacities(client: AdminClient, brokers: list[int],
                 pools[int(r.resource_name)] = pool
             except ValueError:
                 pass
-        value = next((c.value for c in r.configs if c.name == CAPACITY_KEY), None)
+        values = {c.name: c.value for c in r.configs}
+        value = values.get(HOSTED_KEY) or values.get(CAPACITY_KEY)
         try:
             out[int(r.resource_name)] = int(value) if value is not None else None
         except ValueError:

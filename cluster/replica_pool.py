@@ -31,7 +31,7 @@ leader (it refuses); one left without a leader to follow (the leader
 hibernated while it was away) hibernates when idle, as a leader does.
 
 The idle time to hibernate after (`raykafka.replica.hibernate.ms`; 60 s
-recommended, 0 = off, the default until the whole suite has run with it) is the ski-rental break-even on this machine: a wake costs about one
+the default, 0 = off) is the ski-rental break-even on this machine: a wake costs about one
 actor start (~0.4-0.7 s of a core, ENVIRONMENT.md), an idle live replica
 ~0.011 core-seconds per second, so staying live for ~40-60 s costs what one
 wake does. Hibernating after that long costs at most about twice the best

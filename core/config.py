@@ -388,17 +388,17 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     # raykafka.replicas.per.node.max bounds the live replica actors (the
     # least recently used idle one is hibernated when a wake would pass it),
     # and the hosted limit below bounds the partitions a node holds.
-    # Off (0) by default until the whole suite has run with it on; 60000 is the
-    # value to turn it on with (cluster/replica_pool.py: the ski-rental break-even).
-    ConfigDef("raykafka.replica.hibernate.ms", "int", 0,
+    # On by default at 60000 (cluster/replica_pool.py: the ski-rental break-even);
+    # 0 turns it off.
+    ConfigDef("raykafka.replica.hibernate.ms", "int", 60_000,
               "An unreplicated (RF=1), non-internal leader replica with no request for this long checkpoints "
-              "and ends its actor; the next request wakes it (same name, log, epoch). Recommended 60000: a "
+              "and ends its actor; the next request wakes it (same name, log, epoch). Default 60000: a "
               "wake costs about as much CPU as 40-60 s of an idle live replica (cluster/replica_pool.py). "
               "0: replicas never hibernate (every replica a live actor, as before)", min=0),
     # RF > 1 (issue 30): the whole replica set hibernates together once every
     # ISR member is caught up (HW = LEO), and the leader's wake wakes its
-    # followers. Off by default: it needs raykafka.replica.hibernate.ms > 0 too.
-    ConfigDef("raykafka.replica.hibernate.replicated", "bool", False,
+    # followers. On by default; it needs raykafka.replica.hibernate.ms > 0 too.
+    ConfigDef("raykafka.replica.hibernate.replicated", "bool", True,
               "With raykafka.replica.hibernate.ms > 0: replicated (RF > 1), non-internal partitions hibernate "
               "too, the whole replica set at once when every ISR member has caught up (HW = LEO); the first "
               "request that needs the leader wakes it and it wakes its followers. false: only RF=1 leaders "

@@ -176,8 +176,11 @@ class PartitionOperations:
         from core.config import BrokerConfig
 
         explicit = {k for k in self.config.as_dict() if self.config.is_explicit(k)}
+        stated = {CAPACITY_KEY: info.replicas_max}
+        if info.partitions_max is not None:  # its replicas hibernate: its hosted limit too (issue 30)
+            stated[HOSTED_KEY] = info.partitions_max
         # Keep the source honest: a computed default stays DEFAULT_CONFIG.
-        return BrokerConfig({**self.config.as_dict(), CAPACITY_KEY: info.replicas_max}, explicit)
+        return BrokerConfig({**self.config.as_dict(), **stated}, explicit)
 
 
 

@@ -1,6 +1,8 @@
-"""raykafka.replicas.per.node.max (issue 18): a node states its capacity and
-refuses creations beyond it, whole per topic, with POLICY_VIOLATION, and
-keeps serving. Real broker subprocesses, the confluent-kafka AdminClient.
+"""A node states its capacity and refuses creations beyond it, whole per
+topic, with POLICY_VIOLATION, and keeps serving: the hosted limit
+raykafka.partitions.per.node.max where replicas hibernate (issue 30, the
+default), the live limit raykafka.replicas.per.node.max on a node where they
+do not (issue 18). Real broker subprocesses, the confluent-kafka AdminClient.
 
 Each broker here is its own (not the session's shared one): the limit must be
 hit exactly, which the shared broker's other tests would disturb.
@@ -16,7 +18,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic
 
-from cluster.capacity import CAPACITY_KEY, node_capacity
+from cluster.capacity import CAPACITY_KEY, HOSTED_KEY, node_capacity
 from metadata.kafka_zk import KafkaZkClient
 from tests.broker_process import BrokerProcess
 from tests.wire_client import WireClient
@@ -46,12 +48,12 @@ def create(admin: AdminClient, topics: list[NewTopic], validate_only: bool = Fal
                                          validate_only=validate_only))
 
 
-def assert_policy_violation(exc: KafkaException | None, limit: int) -> str:
+def assert_policy_violation(exc: KafkaException | None, limit: int, key: str = CAPACITY_KEY) -> str:
     assert exc is not None, "expected POLICY_VIOLATION, the topic was created"
     err = exc.args[0]
     assert err.code() == POLICY_VIOLATION, err
     message = err.str()
-    assert f"{CAPACITY_KEY}={limit}" in message and "add a node or raise the limit" in message, message
+    assert f"{key}={limit}" in message and "add a node or raise the limit" in message, message
     return message
 
 
@@ -107,14 +109,14 @@ def roundtrip(bootstrap: str, topic: str, n: int = 20) -> None:
     assert sorted(got) == sorted(f"v{i}".encode() for i in range(n))
 
 
-# ---- (a) an explicit limit of 50 ---------------------------------------------------------------------------------
+# ---- (a) an explicit hosted limit of 50, replicas hibernating (the default) ----------------------------------------
 LIMIT = 50
 
 
 @pytest.fixture(scope="class")
 def limited(tmp_path_factory):
     process = BrokerProcess(tmp_path_factory.mktemp("capacity-50") / "data",
-                            overrides={CAPACITY_KEY: str(LIMIT), "offsets.topic.num.partitions": "1"})
+                            overrides={HOSTED_KEY: str(LIMIT), "offsets.topic.num.partitions": "1"})
     process.start()
     yield process
     assert process.stop() == 0, process.log_tail()
@@ -134,12 +136,12 @@ class TestExplicitLimit:
 
         # The 51st replica: refused, with validate_only answering the same.
         message = assert_policy_violation(create(admin, [NewTopic("one-more", 1, 1)], validate_only=True)["one-more"],
-                                          LIMIT)
+                                          LIMIT, HOSTED_KEY)
         assert "holding 50 of" in message
-        assert_policy_violation(create(admin, [NewTopic("one-more", 1, 1)])["one-more"], LIMIT)
+        assert_policy_violation(create(admin, [NewTopic("one-more", 1, 1)])["one-more"], LIMIT, HOSTED_KEY)
         # Growing a topic and auto-creation are held to the same limit.
         grow = admin.create_partitions([NewPartitions("fill-1", 8)], operation_timeout=30)
-        assert_policy_violation(_outcomes(grow)["fill-1"], LIMIT)
+        assert_policy_violation(_outcomes(grow)["fill-1"], LIMIT, HOSTED_KEY)
         client = WireClient(limited.bootstrap)
         try:
             md = _metadata_auto_create(client, "auto-x")
@@ -166,7 +168,7 @@ class TestExplicitLimit:
         # 43 hosted: "fits" (5) is created, "straddles" (5 more: 53) is refused as a whole.
         results = create(admin, [NewTopic("fits", 5, 1), NewTopic("straddles", 5, 1)])
         assert results["fits"] is None
-        message = assert_policy_violation(results["straddles"], LIMIT)
+        message = assert_policy_violation(results["straddles"], LIMIT, HOSTED_KEY)
         assert "would place 5 replicas on broker" in message and "holding 48 of" in message
         zk = zk_client(limited)
         try:
@@ -190,11 +192,17 @@ class TestExplicitLimit:
                              timeout=60)
         assert out.returncode == 0, out.stderr
         [usage] = [line for line in out.stdout.splitlines() if line.startswith("Broker: ")]
-        assert usage.split("\t")[1:] == ["Replicas: 48", f"Capacity: {LIMIT}"]
+        fields = usage.split("\t")
+        assert fields[1:3] == ["Replicas: 48", f"Capacity: {LIMIT}"], usage
+        # The live limit (the node's computed default) bounds live replica processes only.
+        live = node_capacity(None)
+        assert any(f.startswith("Live: ") and f.endswith(f"/{live}") for f in fields), usage
         admin = admin_client(limited.bootstrap)
         broker_id = next(iter(admin.list_topics(timeout=30).brokers))
         [described] = admin.describe_configs([ConfigResource("BROKER", str(broker_id))]).values()
-        assert described.result(timeout=30)[CAPACITY_KEY].value == str(LIMIT)
+        configs = described.result(timeout=30)
+        assert configs[HOSTED_KEY].value == str(LIMIT)
+        assert configs[CAPACITY_KEY].value == str(live)
 
 
 def _metadata_auto_create(client: WireClient, name: str) -> int:
@@ -209,10 +217,12 @@ def _metadata_auto_create(client: WireClient, name: str) -> int:
     return int(topic.error_code)
 
 
-# ---- (b) the default capacity, asked for far more -----------------------------------------------------------------
+# ---- (b) the default live capacity, replicas not hibernating, asked for far more --------------------------------
 def test_default_capacity_refuses_cleanly_and_the_node_survives(tmp_path):
     capacity = node_capacity(None)  # what the broker computes on this machine
-    broker = BrokerProcess(tmp_path / "data")
+    # A node whose replicas never hibernate: every hosted replica is a live process, so its
+    # live limit is the one creations are refused past.
+    broker = BrokerProcess(tmp_path / "data", overrides={"raykafka.replica.hibernate.ms": "0"})
     broker.start()
     try:
         admin = admin_client(broker.bootstrap)

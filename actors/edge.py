@@ -243,6 +243,8 @@ class EdgeActor:
         key = (topic, partition)
         if pool is None or not pool.knows(key):
             return None
+        if method == "stop_replica":  # never wakes it (cluster/replica_pool.py: stopped replicas)
+            return await pool.stop_replica(key, *args)
         if hibernated_ok and pool.live_handle(key) is None:
             return None
         handle = await pool.acquire(key)

@@ -333,5 +333,16 @@ class RayReplicaStarter:
                 log.info("closing adopted %s-%d: %r", *key, exc)
         self.end(handle)
 
+    async def delete_log(self, spec: Any, controller_epoch: int) -> ErrorCode:
+        """StopReplica(delete) for a hibernated replica: an actor under its name opens the log
+        (and takes no LeaderAndIsr: it leads and follows nothing), deletes it, and ends."""
+        handle = await asyncio.get_running_loop().run_in_executor(None, create_replica_actor, spec, self.namespace,
+                                                                  self.zk_connect)
+        try:
+            return ErrorCode(await asyncio.wait_for(handle.stop_replica.remote(controller_epoch, True),
+                                                    self.start_timeout_s))
+        finally:
+            self.end(handle)
+
     async def call(self, handle: Any, method: str, args: tuple, timeout_s: float | None = None):
         return await asyncio.wait_for(getattr(handle, method).remote(*args), timeout_s or self.call_timeout_s)

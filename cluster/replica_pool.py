@@ -124,6 +124,13 @@ class ReplicaStarter(Protocol):
     def leader_is_live(self, spec: Any, request: Any) -> Awaitable[bool]:
         """Whether the leader `request` names has a live actor (a follower is woken to follow it)."""
 
+    def call(self, handle: Any, method: str, args: tuple) -> Awaitable[Any]:
+        """A method of a live replica actor (the controller's requests: StopReplica, ...)."""
+
+    def delete_log(self, spec: Any, controller_epoch: int) -> Awaitable[ErrorCode]:
+        """StopReplica(delete) for a replica with no live actor: open its log in an actor that takes
+        no LeaderAndIsr (it leads and follows nothing), delete it, end the actor."""
+
     def wake_leader(self, spec: Any, request: Any) -> Awaitable[ErrorCode]:
         """Ask the pool of the leader `request` names to wake it (it then wakes its followers)."""
 
@@ -153,6 +160,11 @@ class Entry:
     not_before: float = 0.0
     transition: asyncio.Future | None = None  # set while WAKING or HIBERNATING
     failure: Exception | None = None  # why the last wake failed, for the requests that waited on it
+    # StopReplica came (Kafka's ReplicaManager stops hosting the partition): nothing wakes it,
+    # requests get NOT_LEADER_OR_FOLLOWER, until a LeaderAndIsr makes it a replica again. A wake
+    # would replay the LeaderAndIsr kept from before, and bring back a leader of an old epoch
+    # over a log StopReplica(delete) removed.
+    stopped: bool = False
 
 
 def _is_follower(entry: Entry, broker_id: int | None) -> bool:
@@ -210,6 +222,7 @@ class ReplicaPool:
                 else ErrorCode.fenced_leader_epoch
         await self._settled(entry)
         entry.spec, entry.request = spec, request
+        entry.stopped = False
         if entry.state is not State.LIVE:
             await self._follow_if_leader_live(key, entry)
             return ErrorCode.none
@@ -275,7 +288,7 @@ class ReplicaPool:
         """A follower found this leader's actor gone (hibernated): wake it (it then
         wakes its followers). -> 0, or NOT_LEADER_OR_FOLLOWER / FENCED_LEADER_EPOCH."""
         entry = self.entries.get(PoolKey(*key))
-        if entry is None or _is_follower(entry, self.broker_id):
+        if entry is None or entry.stopped or _is_follower(entry, self.broker_id):
             return ErrorCode.not_leader_or_follower
         if leader_epoch >= 0 and leader_epoch != entry.request.leader_epoch:
             return ErrorCode.fenced_leader_epoch
@@ -287,7 +300,7 @@ class ReplicaPool:
         one is given its LeaderAndIsr again (its fetcher still calls the old actor)."""
         key = PoolKey(*key)
         entry = self.entries.get(key)
-        if entry is None or not _is_follower(entry, self.broker_id):
+        if entry is None or entry.stopped or not _is_follower(entry, self.broker_id):
             return ErrorCode.not_leader_or_follower
         if leader_epoch != entry.request.leader_epoch:
             return ErrorCode.fenced_leader_epoch
@@ -307,7 +320,7 @@ class ReplicaPool:
         holds exactly the leader's log at that epoch (it takes the leader's HW first)."""
         key = PoolKey(*key)
         entry = self.entries.get(key)
-        if entry is None or not _is_follower(entry, self.broker_id):
+        if entry is None or entry.stopped or not _is_follower(entry, self.broker_id):
             return HibernateAnswer(False, "not a pooled follower")
         await self._settled(entry)
         if entry.state is State.HIBERNATED:
@@ -319,6 +332,29 @@ class ReplicaPool:
         ok = await self._hibernate(key, entry, lambda handle: self.starter.hibernate_follower(
             handle, leader_epoch, high_watermark, log_end_offset))
         return HibernateAnswer(True) if ok else HibernateAnswer(False, "refused")
+
+    async def stop_replica(self, key: PoolKey, controller_epoch: int, delete: bool) -> ErrorCode:
+        """StopReplica for a pooled replica: a live one is told (it closes, or deletes its
+        log); a hibernated one is not woken for it (a wake would replay its old
+        LeaderAndIsr), and with `delete` its log is deleted by an actor that takes no
+        LeaderAndIsr. Either way it stays stopped (never woken) until a new LeaderAndIsr."""
+        key = PoolKey(*key)
+        entry = self.entries.get(key)
+        if entry is None:
+            return ErrorCode.none  # not hosted here: nothing to stop (Kafka answers NONE too)
+        if controller_epoch < entry.request.controller_epoch:
+            return ErrorCode.stale_controller_epoch
+        entry.stopped = True
+        await self._settled(entry)
+        if entry.state is State.LIVE:
+            entry.inflight += 1  # not hibernated (or ended as lost) under the call
+            try:
+                return ErrorCode(await self.starter.call(entry.handle, "stop_replica", (controller_epoch, delete)))
+            finally:
+                self.release(key)
+        if not delete:
+            return ErrorCode.none
+        return ErrorCode(await self.starter.delete_log(entry.spec, controller_epoch))
 
     def forget(self, key: PoolKey) -> Any:
         """The replica was deleted or moved away: -> its live handle (the caller ends it), or None."""
@@ -365,6 +401,8 @@ class ReplicaPool:
         key = PoolKey(*key)
         while True:
             entry = self.entries[key]
+            if entry.stopped:
+                raise KeyError(key)  # not a replica here any more (StopReplica): NOT_LEADER_OR_FOLLOWER
             if entry.state is State.LIVE:
                 entry.inflight += 1
                 entry.last_used = self.clock()
@@ -393,6 +431,10 @@ class ReplicaPool:
         request starts it again (its log is on disk, its LeaderAndIsr here)."""
         key = PoolKey(*key)
         entry = self.entries.get(key)
+        if entry is not None and entry.stopped:
+            # Its channel closed because StopReplica closed it; the actor is alive, and StopReplica's
+            # call, the replica's removal or the sweep ends it.
+            return
         if entry is not None and entry.state is State.LIVE and entry.handle is handle:
             log.warning("pooled replica %s-%d was lost; the next request starts it again", *key)
             entry.state, entry.handle = State.HIBERNATED, None
@@ -514,7 +556,9 @@ class ReplicaPool:
         handle = entry.handle
         try:
             try:
-                answer = await (ask or self.starter.hibernate)(handle)
+                # A stopped replica closed its log already: it only ends.
+                answer = HibernateAnswer(True, "stopped") if entry.stopped else \
+                    await (ask or self.starter.hibernate)(handle)
             except Exception as exc:  # noqa: BLE001 - gone already (killed, node trouble): it is not live
                 answer = HibernateAnswer(True, f"unreachable: {exc!r}"[:200])
             if not answer.ok:

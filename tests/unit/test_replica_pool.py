@@ -8,6 +8,7 @@ import pytest
 from cluster.capacity import (HOSTED_KEY, NodeCapacity, default_partitions_per_node)
 from cluster.controller.channel import LeaderAndIsr
 from cluster.replica_pool import ReplicaPool, hibernation_blocker
+from core.error_codes import ErrorCode
 from core.pooled_replica import HibernateAnswer
 
 
@@ -31,6 +32,8 @@ class FakeStarter:
         self.spares_wanted: list[int] = []  # what the pool asked for, in order
         self.ready_spares: list[str] = []
         self.adopted_by: dict[str, str] = {}
+        self.calls: list[tuple] = []
+        self.deleted: list[tuple] = []
 
     async def start(self, spec, request, spare=None):
         if spare is not None:
@@ -61,6 +64,14 @@ class FakeStarter:
 
     def claim_spare(self):
         return self.ready_spares.pop(0) if self.ready_spares else None
+
+    async def call(self, handle, method, args):
+        self.calls.append((handle, method, args))
+        return 0
+
+    async def delete_log(self, spec, controller_epoch):
+        self.deleted.append((spec, controller_epoch))
+        return 0
 
 
 def request(epoch=1, controller_epoch=1):
@@ -291,4 +302,44 @@ def test_a_throttle_change_while_hibernated_is_kept_for_the_wake():
             "leader.replication.throttled.rate": 3000, "leader.replication.throttled.replicas": "0:0,0:1",
             "follower.replication.throttled.replicas": "0:1"})
         assert spec.replica_config == created  # the controller's spec object is not changed under it
+    run(scenario())
+
+
+def test_a_stopped_replica_is_never_woken_until_a_new_leader_and_isr():
+    """StopReplica (a reassignment moved it away): a wake would replay the LeaderAndIsr kept from
+    before, a leader of an old epoch, over a log StopReplica(delete) removed."""
+    async def scenario():
+        starter, clock = FakeStarter(), Clock()
+        pool = ReplicaPool(starter, live_max=4, hibernate_s=60, clock=clock)
+        await pool.leader_and_isr(("t", 0), "t-0", request())
+        handle = await pool.acquire(("t", 0))
+        pool.release(("t", 0))
+        assert await pool.stop_replica(("t", 0), 1, False) == 0
+        assert starter.calls == [(handle, "stop_replica", (1, False))]
+        # Its channel closes under the edge's calls: the actor is not lost, nor started again.
+        pool.lost(("t", 0), handle)
+        assert starter.ended == [] and pool.stats().live == 1
+        with pytest.raises(KeyError):
+            await pool.acquire(("t", 0))
+        # Idle, it ends without being asked to hibernate (its log is closed already).
+        clock.now = 61
+        assert await pool.hibernate_idle() == 1
+        assert starter.ended == [handle] and pool.stats().live == 0
+        # StopReplica(delete) of the hibernated replica: deleted by an actor that takes no
+        # LeaderAndIsr, and still nothing wakes it.
+        assert await pool.stop_replica(("t", 0), 1, True) == 0
+        assert starter.deleted == [("t-0", 1)] and starter.started == ["t-0"]
+        with pytest.raises(KeyError):
+            await pool.acquire(("t", 0))
+        assert await pool.stop_replica(("t", 0), 0, True) == ErrorCode.stale_controller_epoch
+        # A new LeaderAndIsr (moved back) makes it a replica again.
+        assert await pool.leader_and_isr(("t", 0), "t-0", request(epoch=3)) == 0
+        assert await pool.acquire(("t", 0)) == "t-0" and starter.live["t-0"].leader_epoch == 3
+    run(scenario())
+
+
+def test_stop_replica_of_a_replica_not_pooled_here_is_a_no_op():
+    async def scenario():
+        pool = ReplicaPool(FakeStarter(), live_max=4, hibernate_s=60, clock=Clock())
+        assert await pool.stop_replica(("t", 9), 1, True) == 0
     run(scenario())

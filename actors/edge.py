@@ -247,7 +247,10 @@ class EdgeActor:
             return await pool.stop_replica(key, *args)
         if hibernated_ok and pool.live_handle(key) is None:
             return None
-        handle = await pool.acquire(key)
+        try:
+            handle = await pool.acquire(key)
+        except KeyError:  # stopped (StopReplica): no longer a replica here
+            return None
         try:
             return await pool.starter.call(handle, method, tuple(args))
         finally:
@@ -292,7 +295,11 @@ class EdgeActor:
             elif not wake:
                 out.append(pool.live_handle(key))
             else:
-                handle = await pool.acquire(key)
+                try:
+                    handle = await pool.acquire(key)
+                except KeyError:  # stopped (StopReplica): no longer a replica here
+                    out.append(None)
+                    continue
                 pool.release(key)
                 out.append(handle)
         return out

@@ -446,9 +446,10 @@ class ReplicaPool:
             self._tell_spares()
 
     def live_handle(self, key: PoolKey) -> Any:
-        """The handle if live now (metrics sampling: never wakes)."""
+        """The handle if live now and still a replica (metrics sampling: never wakes; a stopped
+        one's actor closed its log)."""
         entry = self.entries.get(PoolKey(*key))
-        return entry.handle if entry is not None and entry.state is State.LIVE else None
+        return entry.handle if entry is not None and entry.state is State.LIVE and not entry.stopped else None
 
     async def _settled(self, entry: Entry) -> None:
         while entry.transition is not None:

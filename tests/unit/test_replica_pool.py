@@ -316,6 +316,7 @@ def test_a_stopped_replica_is_never_woken_until_a_new_leader_and_isr():
         pool.release(("t", 0))
         assert await pool.stop_replica(("t", 0), 1, False) == 0
         assert starter.calls == [(handle, "stop_replica", (1, False))]
+        assert pool.live_handle(("t", 0)) is None, "its actor closed its log: not served from"
         # Its channel closes under the edge's calls: the actor is not lost, nor started again.
         pool.lost(("t", 0), handle)
         assert starter.ended == [] and pool.stats().live == 1

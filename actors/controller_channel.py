@@ -168,17 +168,14 @@ class RayControllerChannel(ControllerChannel):
         return handle.become_follower.remote(request.controller_epoch, request.leader, request.leader_epoch,
                                              request.isr, request.replicas, leader_handle)
 
-    def _pool_call(self, key: ReplicaKey, method: str, *args: Any) -> Awaitable:
-        """A controller request to a pooled replica, through its edge (wakes it)."""
-        return self._edge(key.broker_id).pool_call.remote(key.topic, key.partition, method, args)
-
     def _edge_or_none(self, key: ReplicaKey):
         return self._edge(key.broker_id) if tuple(key) in self.pooled else None
 
     def stop_replica(self, key: ReplicaKey, controller_epoch: int, delete: bool) -> Awaitable:
         key = ReplicaKey(*key)
         if self._edge_or_none(key) is not None:
-            return self._pool_call(key, "stop_replica", controller_epoch, delete)
+            return self._edge(key.broker_id).pool_stop_replica.remote(key.topic, key.partition, controller_epoch,
+                                                                      delete)
         return self.handle(key).stop_replica.remote(controller_epoch, delete)
 
     def remove_replica(self, key: ReplicaKey) -> None:

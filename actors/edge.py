@@ -243,8 +243,6 @@ class EdgeActor:
         key = (topic, partition)
         if pool is None or not pool.knows(key):
             return None
-        if method == "stop_replica":  # never wakes it (cluster/replica_pool.py: stopped replicas)
-            return await pool.stop_replica(key, *args)
         if hibernated_ok and pool.live_handle(key) is None:
             return None
         try:
@@ -255,6 +253,14 @@ class EdgeActor:
             return await pool.starter.call(handle, method, tuple(args))
         finally:
             pool.release(key)
+
+    async def pool_stop_replica(self, topic: str, partition: int, controller_epoch: int, delete: bool):
+        """StopReplica for a pooled replica: never wakes it (cluster/replica_pool.py, stopped
+        replicas). None: not pooled here (the controller retries when the broker returns)."""
+        pool = self.service.replicas.pool
+        if pool is None or not pool.knows((topic, partition)):
+            return None
+        return await pool.stop_replica((topic, partition), controller_epoch, delete)
 
     async def pool_wake_leader(self, topic: str, partition: int, leader_epoch: int) -> ErrorCode:
         """A follower on another node found this node's leader replica gone (the set hibernated

@@ -25,6 +25,7 @@ from typing import Optional
 from cli.admin_client import (DESCRIBE_CONFIGS, LIST_PARTITION_REASSIGNMENTS, OP_DELETE, OP_SET, AdminClient,
                               AdminError, ConfigEntry, NewTopic, OngoingReassignment, PartitionInfo, TopicInfo,
                               add_command_config_option, admin_client_for)
+from cluster.capacity import CAPACITY_KEY, HOSTED_KEY  # the keys brokers state their limits under
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -241,8 +242,6 @@ def broker_usage_lines(topics: list[TopicInfo], brokers: list[int],
     return lines
 
 
-CAPACITY_KEY = "raykafka.replicas.per.node.max"
-HOSTED_KEY = "raykafka.partitions.per.node.max"  # stated by brokers whose replicas hibernate
 POOL_STATS_KEY = "raykafka.replica.pool.stats"  # net/apis/n32_describe_configs.py
 RESOURCE_BROKER = 4
 

@@ -392,7 +392,8 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     # 0 turns it off.
     ConfigDef("raykafka.replica.hibernate.ms", "int", 60_000,
               "A non-internal replica (an RF=1 leader; with raykafka.replica.hibernate.replicated, an RF > 1 "
-              "set, all its replicas together) with no request for this long checkpoints and ends its actor; the next request wakes it (same name, log, epoch). Default 60000: a "
+              "set, all its replicas together) with no request for this long checkpoints and ends its actor; "
+              "the next request wakes it (same name, log, epoch). Default 60000: a "
               "wake costs about as much CPU as 40-60 s of an idle live replica (cluster/replica_pool.py). "
               "0: replicas never hibernate (every replica a live actor, as before)", min=0),
     # RF > 1 (issue 30): the whole replica set hibernates together once every

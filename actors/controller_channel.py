@@ -60,7 +60,7 @@ class RayControllerChannel(ControllerChannel):
         # Replicas the node's replica pool keeps (issue 30, cluster/replica_pool.py): their
         # requests go to their broker's edge, which starts, wakes and hibernates the actor.
         self.pooled: set[tuple[str, int, int]] = set()
-        self.hibernation = (config.get(HIBERNATE_KEY, 0) > 0 and config["raykafka.edge.processes"] == 1)
+        self.hibernation = config.get(HIBERNATE_KEY, 0) > 0
         # RF > 1 sets hibernate too: every replica of a non-internal partition, leader and
         # followers, is pooled by its own node's edge (cluster/replica_pool.py).
         self.replicated = self.hibernation and bool(config.get("raykafka.replica.hibernate.replicated", False))

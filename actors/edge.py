@@ -76,6 +76,8 @@ class EdgeActor:
         self.listeners: list = []
         self.extra_servers: list[KafkaServer] = []
         self._pool_sweeper: asyncio.Future | None = None
+        self._leases = None  # primary with siblings: cluster/replica_leases.PoolLeases
+        self._lease_expiry: asyncio.Future | None = None
 
     def _limits(self) -> ConnectionLimits:
         config = self.config
@@ -206,14 +208,14 @@ class EdgeActor:
 
     def _start_replica_pool(self) -> None:
         """The primary edge keeps its node's live replica actors as a cache over the
-        partitions it hosts (cluster/replica_pool.py, issue 30). Off with several
-        edges per node (the pool and its routing live in one process)."""
+        partitions it hosts (cluster/replica_pool.py, issue 30). With several edges per
+        node the siblings lease replicas from it (cluster/replica_leases.py)."""
         from cluster.capacity import node_capacity
         from cluster.replica_pool import HIBERNATE_KEY, SPARES_KEY, ReplicaPool
 
         config = self.config
         hibernate_ms = config[HIBERNATE_KEY]
-        if hibernate_ms <= 0 or config["raykafka.edge.processes"] > 1:
+        if hibernate_ms <= 0:
             return
         from actors.replica_keeper import RayReplicaStarter
 
@@ -225,12 +227,64 @@ class EdgeActor:
         pool = ReplicaPool(starter, node_capacity(config["raykafka.replicas.per.node.max"]), hibernate_ms / 1000,
                            broker_id=self.broker_id, spares=config[SPARES_KEY])
         self.service.attach_replica_pool(pool)
-        self._pool_sweeper = asyncio.ensure_future(pool.run(min(hibernate_ms / 1000 / 4, 5.0)))
+        sweep_s = min(hibernate_ms / 1000 / 4, 5.0)
+        if config["raykafka.edge.processes"] > 1:
+            from cluster.replica_leases import PoolLeases
+
+            self._leases = PoolLeases(pool)
+            self._lease_expiry = asyncio.ensure_future(self._expire_leases(sweep_s))
+        self._pool_sweeper = asyncio.ensure_future(pool.run(sweep_s))
+
+    async def _expire_leases(self, interval_s: float) -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            self._leases.expire()
+
+    def _start_leased_pool(self) -> None:
+        """A sibling edge: replicas of this node through leases from the primary's pool."""
+        from cluster.replica_pool import HIBERNATE_KEY
+
+        if self.config[HIBERNATE_KEY] <= 0:
+            return
+        from actors.replica_keeper import RayPrimaryPool
+        from cluster.replica_leases import LeasedPool
+
+        primary = RayPrimaryPool(self.broker_id, self.config["raykafka.namespace"],
+                                 ray.get_runtime_context().get_actor_id(), self.service.call_timeout_s)
+        pool = LeasedPool(primary)
+        self.service.attach_replica_pool(pool)
+        self._pool_sweeper = asyncio.ensure_future(pool.run(0.5))
+
+    # ---- leases of pooled replicas to this node's sibling edges (primary only) --------------------
+    async def pool_lease(self, topic: str, partition: int, holder: str, number: int):
+        """A sibling's lease of a pooled replica: its live handle (woken if need be), held live
+        until given back; None: not a replica here (stopped or not pooled)."""
+        leases = self._leases
+        if leases is None:
+            return None
+        try:
+            return await leases.lease((topic, partition), holder, number)
+        except KeyError:
+            return None
+
+    async def pool_renew(self, leases: list, holder: str) -> list[bool]:
+        table = self._leases
+        return [False] * len(leases) if table is None else table.renew(leases, holder)
+
+    async def pool_give_back(self, leases: list, holder: str) -> None:
+        table = self._leases
+        if table is not None:
+            table.give_back(leases, holder)
+
+    async def pool_lease_lost(self, topic: str, partition: int, handle, holder: str, number: int) -> None:
+        table = self._leases
+        if table is not None:
+            table.lost((topic, partition), handle, holder, number)
 
     # ---- the replica pool: what the controller sends to pooled replicas (issue 30) --------------
     async def pool_leader_and_isr(self, spec, request) -> ErrorCode:
         pool = self.service.replicas.pool
-        if pool is None:  # this node's edges keep no pool (raykafka.edge.processes > 1)
+        if pool is None:  # hibernation is off on this node
             log.error("LeaderAndIsr for pooled %s-%d, but broker %d keeps no replica pool", spec.topic,
                       spec.partition, self.broker_id)
             return ErrorCode.network_exception  # the controller retries
@@ -345,7 +399,8 @@ class EdgeActor:
 
     async def pool_stats(self) -> dict:
         pool = self.service.replicas.pool
-        return {} if pool is None else pool.stats()._asdict()
+        stats = None if pool is None else pool.stats()
+        return {} if stats is None else stats._asdict()
 
     async def pool_close(self) -> int:
         """Clean shutdown: close every live pooled replica (flush, checkpoint)."""
@@ -367,6 +422,7 @@ class EdgeActor:
         if not self.reuse_port:
             raise ValueError("a sibling edge needs raykafka.edge.processes > 1")
         await self._listen(port)
+        self._start_leased_pool()
         await self._resolve_listeners()
         self.listeners[0].advertised = (advertised_host, advertised_port)
         self.service.advertised_host, self.service.advertised_port = advertised_host, advertised_port
@@ -515,6 +571,8 @@ class EdgeActor:
             self._sampler.cancel()
         if self._pool_sweeper is not None:
             self._pool_sweeper.cancel()
+        if self._lease_expiry is not None:
+            self._lease_expiry.cancel()
         if self.server is not None:
             await self.server.stop()
         for server in self.extra_servers:

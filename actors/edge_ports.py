@@ -53,6 +53,15 @@ class RayActorCalls:
         except asyncio.TimeoutError:
             return None
 
+    async def find_replicas(self, partitions: list[tuple[str, int]], broker_id: int,
+                            timeout_s: float) -> list[Optional[Any]]:
+        from actors.replica_lookup import find_replicas
+
+        try:
+            return await find_replicas(list(partitions), broker_id, self.namespace, False, timeout_s)
+        except Exception:  # noqa: BLE001 - a lookup that failed or took too long finds nothing
+            return [None] * len(partitions)
+
     def keep_only(self, refs: Iterable[Any]) -> None:
         self.channels.keep_only(refs)
 

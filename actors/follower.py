@@ -150,14 +150,15 @@ class Follower:
         that is not pooled (or another epoch) is left to the controller, as before."""
         if not self.replica_config.get("hibernate.replicated"):
             return
-        from actors.replica_lookup import named_actor
-        from core.naming import edge_actor_name, replica_actor_name
+        from actors.replica_lookup import find_replicas, named_actor
+        from core.naming import edge_actor_name
 
         namespace = self.namespace
         loop = asyncio.get_running_loop()
         try:
-            if await loop.run_in_executor(None, named_actor, replica_actor_name(
-                    self.topic, self.partition_index, leader_id), namespace) is not None:
+            # Live under its name, or adopted by a spare of its node's pool: not hibernated.
+            if (await find_replicas([(self.topic, self.partition_index)], leader_id, namespace, False,
+                                    self.call_timeout_s))[0] is not None:
                 return
             edge = await loop.run_in_executor(None, named_actor, edge_actor_name(leader_id), namespace)
             if edge is not None:

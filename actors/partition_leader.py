@@ -75,16 +75,20 @@ class ReplicaActor:
             self._open(topic, partition, broker_id, log_dirs, log_config, min_insync_replicas, zk_connect,
                        namespace, replica_config)
 
-    async def adopt(self, spec, request, zk_connect: str | None, namespace: str) -> int:
+    async def adopt(self, spec, request, zk_connect: str | None, namespace: str, leader_handle=None) -> int:
         """A spare becomes the replica of `spec` (cluster/controller/channel.ReplicaSpec) and takes
-        `request` (its LeaderAndIsr); -> the LeaderAndIsr's error code. The log opens on this
-        loop: a spare serves nothing else before this call answers, and the constructor of a
-        replica started cold does the same work."""
+        `request` (its LeaderAndIsr): it leads, or follows `leader_handle` (its leader's live
+        actor; None while that hibernates); -> the LeaderAndIsr's error code. The log opens on
+        this loop: a spare serves nothing else before this call answers, and the constructor of
+        a replica started cold does the same work."""
         if not self._spare:
             raise RuntimeError(f"{self.topic}-{self.partition_index} is no spare")
         self._spare = False
         self._open(spec.topic, spec.partition, spec.broker_id, spec.log_dirs, spec.log_config,
                    spec.min_insync_replicas, zk_connect, namespace, spec.replica_config)
+        if request.leader != spec.broker_id:
+            return await self.become_follower(request.controller_epoch, request.leader, request.leader_epoch,
+                                              request.isr, request.replicas, leader_handle)
         return await self.become_leader(request.controller_epoch, request.leader_epoch, request.isr,
                                         request.replicas, request.zk_version)
 

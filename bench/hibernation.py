@@ -2,7 +2,7 @@
 hosted partitions on one node. One command:
 
     .venv/bin/python -m bench.hibernation [--counts 1000,3000] [--write 1000] \\
-        [--hibernate-ms 5000] [--produce-mib 64] [--out FILE.md]
+        [--hibernate-ms 5000] [--busy-rounds 5] [--busy-s 3] [--out FILE.md]
 
 Starts a single-node broker (a real `raykafka start`, tests/broker_process.py)
 with its default settings except raykafka.replica.hibernate.ms (on, and short
@@ -16,7 +16,9 @@ so the run is short), and for each count N (cumulative: the node grows):
   (sampled every 0.2 s), against raykafka.replicas.per.node.max;
 * idle CPU: the broker tree's CPU over 10 s once they have hibernated;
 * busy ratio: a busy 1-partition topic's produce rate then, against its rate
-  alone at the start (same run; the machine is shared, so compare ratios);
+  alone at the start (same run; the machine is shared, so compare ratios):
+  the median of --busy-rounds windows of --busy-s seconds each, after a warm-up
+  produce (which wakes the topic if it hibernated), with their range;
 * wake p50/p99: the first produce (acks=all, long-lived producer) to 40
   hibernated partitions, one at a time (--wake-gap-s apart), each acknowledged.
 
@@ -190,7 +192,8 @@ def main(argv=None) -> int:
     # 50 wakes took ~30 s (4 actor starts at a time), so the first woken hibernated again before
     # the fetch that woke them answered, and 200 partitions cost 900 wakes.
     ap.add_argument("--hibernate-ms", type=int, default=30000)
-    ap.add_argument("--produce-mib", type=int, default=64)
+    ap.add_argument("--busy-rounds", type=int, default=5)
+    ap.add_argument("--busy-s", type=float, default=3.0, help="seconds of sending per busy-topic window")
     ap.add_argument("--wakes", type=int, default=40)
     ap.add_argument("--wake-gap-s", type=float, default=1.0)
     ap.add_argument("--spares", default="4", help="raykafka.replica.spares (--wake-only: a list to compare)")
@@ -216,10 +219,15 @@ def main(argv=None) -> int:
             from confluent_kafka.admin import AdminClient, NewTopic
 
             admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-            admin.create_topics([NewTopic(BUSY_TOPIC, 1, 1)])[BUSY_TOPIC].result(timeout=120)
+            # Bounded on disk: the busy windows write ~1 GB each.
+            admin.create_topics([NewTopic(BUSY_TOPIC, 1, 1, config={"retention.bytes": str(1 << 30),
+                                                                    "segment.bytes": str(128 << 20)})])[
+                BUSY_TOPIC].result(timeout=120)
             wait_for_leaders(broker.bootstrap, [BUSY_TOPIC], 60)
             root = broker.proc.pid
-            alone = max(produce_mb_s(broker.bootstrap, args.produce_mib) for _ in range(2))
+            alone_rates = busy_rates(broker.bootstrap, args.busy_rounds, args.busy_s)
+            alone = statistics.median(alone_rates)
+            print(f"busy topic alone: {[round(r) for r in alone_rates]} MB/s", flush=True)
             hosted, topics = 0, []
             for count in counts:
                 t0 = time.monotonic()
@@ -238,12 +246,14 @@ def main(argv=None) -> int:
                 cpu0 = tree_cpu(broker)
                 time.sleep(10)
                 idle_cpu = (tree_cpu(broker) - cpu0) / 10
-                busy = max(produce_mb_s(broker.bootstrap, args.produce_mib) for _ in range(2))
+                rates = busy_rates(broker.bootstrap, args.busy_rounds, args.busy_s)
+                busy = statistics.median(rates)
                 wait_hibernated(root, 600, spares)
                 load = os.getloadavg()[0]
                 wakes = wake_latencies(broker.bootstrap, root, targets[:args.wakes], args.wake_gap_s)
                 rows.append({"hosted": count, "create_s": create_s, "written": len(targets), "write_read_s": write_s,
                              "settle_s": settle_s, "max_live": peak, "idle_cpu": idle_cpu, "busy_mb_s": busy,
+                             "busy_range": (min(rates), max(rates)),
                              "ratio": busy / alone, "wake_p50_ms": quantile(wakes, 0.5) * 1000,
                              "wake_p99_ms": quantile(wakes, 0.99) * 1000, "load": load})
                 print(rows[-1], flush=True)
@@ -252,21 +262,31 @@ def main(argv=None) -> int:
     import shutil
 
     shutil.rmtree(tmp, ignore_errors=True)
-    table = render(rows, alone, args)
+    table = render(rows, alone, alone_rates, args)
     print(table)
     if args.out:
         Path(args.out).write_text(table)
     return 0
 
 
-def render(rows: list[dict], alone: float, args) -> str:
+def busy_rates(bootstrap: str, rounds: int, seconds: float) -> list[float]:
+    """The busy topic's produce rate, MB/s, in `rounds` windows of `seconds` each, after a
+    warm-up produce that wakes it (a wake is not what this measures)."""
+    produce_mb_s(bootstrap, mib=16)
+    return [produce_mb_s(bootstrap, seconds=seconds) for _ in range(rounds)]
+
+
+def render(rows: list[dict], alone: float, alone_rates: list[float], args) -> str:
     head = ("| hosted | create s | written+read | write+read s | max live replica processes | idle CPU (cores) "
-            "| busy MB/s (ratio to alone) | wake p50 / p99 ms | load avg at wakes |\n|---|---|---|---|---|---|---|---|---|\n")
+            "| busy MB/s: median (range), ratio to alone | wake p50 / p99 ms | load avg at wakes |\n"
+            "|---|---|---|---|---|---|---|---|---|\n")
     body = "".join(
         f"| {r['hosted']} | {r['create_s']:.0f} | {r['written']} | {r['write_read_s']:.0f} | {r['max_live']} "
-        f"| {r['idle_cpu']:.2f} | {r['busy_mb_s']:.0f} ({r['ratio']:.2f}x) | {r['wake_p50_ms']:.0f} / "
+        f"| {r['idle_cpu']:.2f} | {r['busy_mb_s']:.0f} ({r['busy_range'][0]:.0f}-{r['busy_range'][1]:.0f}), "
+        f"**{r['ratio']:.2f}x** | {r['wake_p50_ms']:.0f} / "
         f"{r['wake_p99_ms']:.0f} | {r.get('load', 0):.0f} |\n" for r in rows)
-    return (f"busy topic alone: {alone:.0f} MB/s; raykafka.replica.hibernate.ms={args.hibernate_ms}, "
+    return (f"busy topic alone: median {alone:.0f} MB/s (range {min(alone_rates):.0f}-{max(alone_rates):.0f}) over "
+            f"{len(alone_rates)} windows of {args.busy_s:g} s; raykafka.replica.hibernate.ms={args.hibernate_ms}, "
             f"raykafka.replica.spares={args.spares}, other settings default\n\n" + head + body)
 
 

@@ -14,6 +14,7 @@ runs outside the timed windows.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import logging
 import os
@@ -30,7 +31,8 @@ def process_cpu_s(pid: int) -> float | None:
 def snapshot(nodes_json: str, topic: str, partitions: int) -> dict:
     import ray
 
-    from core.naming import edge_actor_name, purgatory_actor_name, replica_actor_name
+    from actors.replica_lookup import find_replicas
+    from core.naming import edge_actor_name, purgatory_actor_name
 
     with open(nodes_json) as f:
         nodes = json.load(f)
@@ -39,14 +41,14 @@ def snapshot(nodes_json: str, topic: str, partitions: int) -> dict:
     try:
         brokers = [n["broker_id"] for n in nodes]
         names, refs = [], []
-        for p in range(partitions):
-            for b in brokers:
-                try:
-                    handle = ray.get_actor(replica_actor_name(topic, p, b), namespace="raykafka")
-                except ValueError:
-                    continue
-                names.append((p, b))
-                refs.append(handle.state.remote())
+        for b in brokers:
+            # By name, or through the broker's pool (a replica a spare adopted has no Ray name);
+            # a hibernated one is not woken for the profile.
+            found = asyncio.run(find_replicas([(topic, p) for p in range(partitions)], b, "raykafka", False, 30))
+            for p, handle in enumerate(found):
+                if handle is not None:
+                    names.append((p, b))
+                    refs.append(handle.state.remote())
         replicas = {}
         for (p, b), state in zip(names, ray.get(refs, timeout=30)):
             state["role"] = "leader" if state["is_leader"] else "follower"

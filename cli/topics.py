@@ -237,7 +237,8 @@ def broker_usage_lines(topics: list[TopicInfo], brokers: list[int],
             stats = dict(item.split("=", 1) for item in pool.split(",") if "=" in item)
             fields += [f"Live: {stats.get('live')}/{stats.get('live_max')}", f"Hibernated: {stats.get('hibernated')}",
                        f"Wakeups: {stats.get('wakeups')}",
-                       f"WakeMs p50/p99: {stats.get('wake_p50_ms')}/{stats.get('wake_p99_ms')}"]
+                       f"WakeMs p50/p99: {stats.get('wake_p50_ms')}/{stats.get('wake_p99_ms')}",
+                       f"Adopted/Cold: {stats.get('adopted', 0)}/{stats.get('cold_starts', 0)}"]
         lines.append("\t".join(fields))
     return lines
 

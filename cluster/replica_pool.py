@@ -91,6 +91,8 @@ class PoolStats(NamedTuple):
     over_limit: int  # wakes that started over the live limit (no idle replica to evict in time)
     wake_p50_ms: float
     wake_p99_ms: float
+    adopted: int = 0  # wakes a spare took (actors/replica_keeper.py)
+    cold_starts: int = 0  # wakes that started a process
 
 
 class ReplicaStarter(Protocol):
@@ -309,7 +311,7 @@ class ReplicaPool:
         handle = await self.acquire(key)
         try:
             if fresh:
-                return ErrorCode.none  # started with the newest LeaderAndIsr, the woken leader's handle found by name
+                return ErrorCode.none  # started with the newest LeaderAndIsr, following the woken leader's actor
             return await self.starter.leader_and_isr(handle, entry.request, entry.spec)
         finally:
             self.release(key)
@@ -492,9 +494,8 @@ class ReplicaPool:
         return sum(1 for e in self.entries.values() if e.state is not State.HIBERNATED)
 
     def _spare_reserve(self) -> int:
-        """Slots kept for spares: only where a pooled partition could adopt one (an
-        unreplicated leader; a replicated replica starts under its name)."""
-        if not self.spare_slots or not any(len(e.request.replicas) == 1 for e in self.entries.values()):
+        """Slots kept for spares: only where a pooled partition could adopt one."""
+        if not self.spare_slots or not self.entries:
             return 0
         return self.spare_slots
 
@@ -606,7 +607,8 @@ class ReplicaPool:
         ordered = sorted(self._latencies)
         return PoolStats(len(self.entries), live, len(self.entries) - live, self.live_max, self.wakeups,
                          self.hibernations, self.refusals, self.over_limit,
-                         _quantile(ordered, 0.5) * 1000, _quantile(ordered, 0.99) * 1000)
+                         _quantile(ordered, 0.5) * 1000, _quantile(ordered, 0.99) * 1000,
+                         getattr(self.starter, "adopted", 0), getattr(self.starter, "cold_starts", 0))
 
 
 def _quantile(ordered: list[float], q: float) -> float:

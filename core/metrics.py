@@ -141,6 +141,8 @@ CATALOGUE: tuple[MetricDef, ...] = (
        "99th percentile of the last 1,024 wakes' time (actor start and LeaderAndIsr), ms"),
     _c("raykafka_replica_pool_wakeups", ("broker",), "raykafka:type=ReplicaPool,name=WakeupsPerSec",
        "Hibernated replicas woken by a request"),
+    _c("raykafka_replica_pool_wake_starts", ("broker", "how"), "raykafka:type=ReplicaPool,name=WakeStartsPerSec",
+       "Wakes by how their process came: adopted (a started spare took the partition) or cold (a process start)"),
     _c("raykafka_replica_pool_hibernations", ("broker",), "raykafka:type=ReplicaPool,name=HibernationsPerSec",
        "Idle replicas hibernated (idle for raykafka.replica.hibernate.ms, or evicted for the live limit)"),
     _c("kafka_server_replicamanager_isrshrinks", ("broker",), _RPM + "IsrShrinksPerSec",

@@ -364,25 +364,38 @@ class NodeSampler:
             except Exception:
                 log.exception("sampling metrics failed")
 
-    async def _handle(self, topic: str, partition: int, broker_id: int):
-        key = (topic, partition, broker_id)
-        if broker_id == self.broker_id:
-            handle = self.service.replicas.leader_handle(topic, partition)
-            if type(handle) is PooledReplica:
-                # Sampled only while live: a sample never wakes a hibernated replica.
-                pool = _replica_pool(self.service)
-                return pool.live_handle((topic, partition)) if pool is not None else None
-        handle = self._handles.get(key)
-        if handle is None:
-            if broker_id == self.broker_id:
-                handle = self.service.replicas.leader_handle(topic, partition)
-            if handle is None:
-                from core.naming import replica_actor_name
+    def _local(self, topic: str, partition: int):
+        """(True, handle) for a replica here that the edge itself routes to: its leader's
+        handle, or a pooled one's live handle (None while it hibernates: a sample never wakes
+        one); (False, None) for one looked up like another broker's (a follower not pooled)."""
+        handle = self.service.replicas.leader_handle(topic, partition)
+        pool = _replica_pool(self.service)
+        if type(handle) is PooledReplica or (handle is None and pool is not None and pool.knows((topic, partition))):
+            return True, (pool.live_handle((topic, partition)) if pool is not None else None)
+        return handle is not None, handle
 
-                handle = await self.calls.find(replica_actor_name(topic, partition, broker_id), self.CALL_TIMEOUT_S)
-            if handle is not None:
-                self._handles[key] = handle
-        return handle
+    async def _find_missing(self, keys: list[tuple[str, int, int]]) -> None:
+        """Look up the replicas not known yet, by name or through their node's pool (an
+        adopted replica has no name), one call per broker; never wakes one."""
+        by_broker: dict[int, list[tuple[str, int, int]]] = {}
+        for key in keys:
+            if key not in self._handles and not (key[2] == self.broker_id and self._local(key[0], key[1])[0]):
+                by_broker.setdefault(key[2], []).append(key)
+
+        async def find(broker_id: int, wanted: list[tuple[str, int, int]]) -> None:
+            found = await self.calls.find_replicas([(t, p) for t, p, _b in wanted], broker_id, self.CALL_TIMEOUT_S)
+            for key, handle in zip(wanted, found):
+                if handle is not None:
+                    self._handles[key] = handle
+
+        await asyncio.gather(*(find(b, w) for b, w in by_broker.items()))
+
+    async def _handle(self, topic: str, partition: int, broker_id: int):
+        if broker_id == self.broker_id:
+            routed, handle = self._local(topic, partition)
+            if routed:
+                return handle
+        return self._handles.get((topic, partition, broker_id))
 
     async def _state(self, topic: str, partition: int, broker_id: int) -> dict | None:
         handle = await self._handle(topic, partition, broker_id)
@@ -446,6 +459,10 @@ class NodeSampler:
             wakeups.values[one] = stats.wakeups
             hibernations = self.registry.counter("raykafka_replica_pool_hibernations")
             hibernations.values[one] = stats.hibernations
+            # How wakes got their process: a spare adopting the partition, or a cold start.
+            starts = self.registry.counter("raykafka_replica_pool_wake_starts")
+            starts.values[(broker, "adopted")] = stats.adopted
+            starts.values[(broker, "cold")] = stats.cold_starts
         g("kafka_server_replicamanager_partitioncount").set(one, len(hosted))
         g("kafka_server_replicamanager_underreplicatedpartitions").set(one, under_replicated)
         controller_here = metadata.controller_id == me
@@ -466,6 +483,7 @@ class NodeSampler:
         wanted = {(n, i, me) for n, i, _p in hosted}
         wanted |= {(n, i, p.leader) for n, i, p in hosted if p.leader != me and p.leader >= 0}
         keys = sorted(wanted)
+        await self._find_missing(keys)
         states = await asyncio.gather(*(self._state(*k) for k in keys))
         by_key = dict(zip(keys, states))
         loop = asyncio.get_running_loop()

@@ -48,6 +48,12 @@ class ActorCalls(Protocol):
         """The actor registered as ``name`` (in this cluster's namespace), or
         None: absent, or the lookup took longer than ``timeout_s``."""
 
+    async def find_replicas(self, partitions: list[tuple[str, int]], broker_id: int,
+                            timeout_s: float) -> list[Optional[ActorRef]]:
+        """The live replica of each (topic, partition) on ``broker_id`` under its
+        name, wherever it runs (its node's pool knows one a spare adopted), or
+        None: absent, hibernated (never woken for this) or not found in time."""
+
     def keep_only(self, refs) -> None:
         """Close the direct channels of actors not among ``refs``."""
 

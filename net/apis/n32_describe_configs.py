@@ -22,9 +22,12 @@ def _pool_stats_entry(edge, resource_name: str, entry_cls) -> tuple:
     if pool is None or resource_name not in ("", str(edge.broker_id)):
         return ()
     s = pool.stats()
+    if s is None:  # a sibling edge before its first copy of the primary's counts
+        return ()
     value = (f"hosted={s.hosted},live={s.live},hibernated={s.hibernated},live_max={s.live_max},"
              f"wakeups={s.wakeups},hibernations={s.hibernations},wake_p50_ms={s.wake_p50_ms:.0f},"
-             f"wake_p99_ms={s.wake_p99_ms:.0f}")
+             f"wake_p99_ms={s.wake_p99_ms:.0f},adopted={s.adopted},"
+             f"cold_starts={s.cold_starts}")
     return (build(entry_cls, name=POOL_STATS_KEY, value=value, read_only=True, config_source=5, is_sensitive=False,
                   is_default=False, synonyms=(), config_type=2, documentation=None),)
 

@@ -30,7 +30,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from cli.admin_client import AdminClient as RaykafkaAdmin
-from core.naming import edge_actor_name, replica_actor_name
+from core.naming import edge_actor_name
 from tests.broker_process import REPO, BrokerProcess, _alive, _pid_alive, broker_env
 
 STALE_CONTROLLER_EPOCH = 11
@@ -334,14 +334,16 @@ def assert_acked_present(acked: dict[tuple[int, int], int], records: dict[int, l
 
 # ---- 1. controller failover and epoch fencing ------------------------------------------------------------
 STALE_REQUESTS = r"""
-import json, sys
+import asyncio, json, sys
 import ray
 from core.controller_messages import MetadataSnapshot
 args = json.loads(sys.argv[1])
 ray.init(address=args["ray_address"], namespace=args["namespace"], logging_level="ERROR", log_to_driver=False)
 old = args["old_epoch"]
-follower = ray.get_actor(args["follower_replica"])
-leader = ray.get_actor(args["leader_replica"])
+# By name, or through the replica's node's pool (one a spare adopted on a wake has no Ray name).
+from actors.replica_lookup import find_replica
+follower = asyncio.run(find_replica(args["topic"], args["partition"], args["follower_id"], args["namespace"], True, 30))
+leader = asyncio.run(find_replica(args["topic"], args["partition"], args["leader_id"], args["namespace"], True, 30))
 edge = ray.get_actor(args["edge"])
 out = {
     # Were it obeyed, the follower would lead at a far-future leader epoch (two leaders) ...
@@ -414,8 +416,7 @@ def test_controller_failover_keeps_acked_records_and_fences_old_epoch(cluster, z
         follower = next(r for r in state.isr if r != leader)
         args = {"ray_address": nodes[0]["ray_address"], "namespace": NAMESPACE, "old_epoch": epoch,
                 "old_controller": controller, "follower_id": follower, "replicas": list(state.replicas),
-                "follower_replica": replica_actor_name(topic, partition, follower),
-                "leader_replica": replica_actor_name(topic, partition, leader), "edge": edge_actor_name(leader)}
+                "topic": topic, "partition": partition, "leader_id": leader, "edge": edge_actor_name(leader)}
         run = subprocess.run([sys.executable, "-c", STALE_REQUESTS, json.dumps(args)], env=broker_env(),
                              cwd=REPO, capture_output=True, text=True, timeout=180)
         line = next((x for x in run.stdout.splitlines() if x.startswith("RESULT ")), None)

@@ -21,6 +21,7 @@ from tests.kafka_admin import create_topic
 
 PARTITIONS = 3
 TOPIC = "sleepy"
+SPARES = 2  # raykafka.replica.spares: each node's started, empty replica actors for wakes to adopt
 
 
 @pytest.fixture(scope="module")
@@ -29,6 +30,7 @@ def cluster(tmp_path_factory):
                       overrides={"raykafka.replica.hibernate.ms": "1500",
                                  "raykafka.replica.hibernate.replicated": "true",
                                  "replica.lag.time.max.ms": "10000",
+                                 "raykafka.replica.spares": str(SPARES),
                                  # One offsets partition: the read-back's group needs a coordinator, not 3 x 3 actors.
                                  "offsets.topic.num.partitions": "1"}).start(timeout_s=240)
     yield c
@@ -131,8 +133,13 @@ def test_rf3_sets_hibernate_and_wake_under_acks_all_through_a_node_kill_losing_n
     wait_for(lambda: all_hibernated(nodes), 90, "the sets to hibernate again")
     assert partition_state(bootstrap) == full, "no replica fell out of the ISR for hibernating"
     # Two rounds, each waking every replica: 3 leaders and their 6 followers.
-    wakeups = sum(pool_stats(n)["wakeups"] for n in nodes)
+    stats = [pool_stats(n) for n in nodes]
+    wakeups = sum(s["wakeups"] for s in stats)
     assert wakeups >= 2 * PARTITIONS * 3, wakeups
+    # Woken replicas of the sets are handed to spares, not started cold each time (3 per node
+    # per round against 2 spares a node: some adoptions, the rest wait for or start a process).
+    adopted = sum(s["adopted"] for s in stats)
+    assert adopted >= PARTITIONS, stats
 
     # A new controller resends every LeaderAndIsr: the pools keep them, nothing wakes, and no
     # replica actor is started outside them (before any group: no internal topic exists yet).
@@ -147,7 +154,10 @@ def test_rf3_sets_hibernate_and_wake_under_acks_all_through_a_node_kill_losing_n
         zk.stop()
         zk.close()
     assert partition_state(bootstrap) == full, "the new controller sees the same leaders and ISRs"
-    assert all_hibernated(nodes) and replica_processes(cluster) == 0
+    # The replica processes left are each node's spares (started, empty actors a wake adopts:
+    # RF=3 sets adopt them too), and only they: none was started outside the pools.
+    assert all_hibernated(nodes)
+    wait_for(lambda: replica_processes(cluster) == 3 * SPARES, 60, f"{SPARES} spares on each node and no replica")
 
     # A leader's node dies while its sets hibernate: leaders elected from the hibernating ISRs.
     head = nodes[0]["broker_id"]  # its node hosts the active controller

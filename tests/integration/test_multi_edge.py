@@ -20,19 +20,23 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.broker_process import BrokerProcess
+from tests.cli_runner import wait_for
 
 EDGES = 2
 PARTITIONS = 4
 PRODUCERS = 8
 RECORDS_PER_PRODUCER = 2_500  # 20,000 in all
 API_VERSIONS = 18
+HIBERNATE_MS = 3000
 
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
     process = BrokerProcess(tmp_path_factory.mktemp("multi-edge") / "data", log_name="multi-edge.log",
                             overrides={"raykafka.edge.processes": str(EDGES),
-                                       "offsets.topic.num.partitions": "1"})
+                                       "offsets.topic.num.partitions": "1",
+                                       # Short, so that the pooled replicas hibernate within the test.
+                                       "raykafka.replica.hibernate.ms": str(HIBERNATE_MS)})
     process.start()
     yield process
     code = process.stop()
@@ -139,3 +143,65 @@ def test_produce_and_consume_across_edges_is_complete_and_ordered(broker):
             seqs = [seq for producer_index, seq in received[p] if producer_index == i]
             assert seqs == [s for s in range(RECORDS_PER_PRODUCER) if (i + s) % PARTITIONS == p], \
                 f"partition {p}, producer {i}: records missing or out of order"
+
+
+def pool_stats(broker: BrokerProcess) -> dict[str, int]:
+    """The node's replica pool counts (DescribeConfigs raykafka.replica.pool.stats): the primary
+    edge's own, or a sibling's copy of them (at most ~2 s old)."""
+    from cli.admin_client import AdminClient as WireAdmin
+    from cli.topics import broker_capacities
+
+    (node,) = broker.nodes()
+    pools: dict[int, str] = {}
+    client = WireAdmin(broker.bootstrap, timeout_s=10)
+    try:
+        broker_capacities(client, [node["broker_id"]], pools)
+    finally:
+        client.close()
+    text = pools.get(node["broker_id"], "")
+    return {k: int(v) for k, v in (kv.split("=") for kv in text.split(",") if kv)}
+
+
+def produce_round(broker: BrokerProcess, topic: str, round_no: int) -> dict[int, int]:
+    """PRODUCERS producers (connections spread over both edges), acks=all; -> per-edge connections seen."""
+    producers = [Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5, "acks": "all",
+                           "client.id": f"round-{round_no}-{i}"}) for i in range(PRODUCERS)]
+    failures = []
+    for i, producer in enumerate(producers):
+        for seq in range(100):
+            producer.produce(topic, value=f"{round_no}:{i}:{seq}".encode(), partition=(i + seq) % PARTITIONS,
+                             on_delivery=lambda err, _m: err is not None and failures.append(err))
+    for producer in producers:
+        assert producer.flush(60) == 0
+    assert not failures, failures[:5]
+    counts = {pid: served_by(pid, broker.port) for pid in edge_pids(broker)}
+    del producers
+    return counts
+
+
+def test_pooled_replicas_hibernate_and_wake_through_every_edge(broker):
+    """Issue 30 with raykafka.edge.processes = 2: the primary edge keeps the pool and the sibling
+    leases replicas from it (cluster/replica_leases.py). Both edges' requests wake hibernated
+    partitions and are acknowledged; once idle on both, every replica hibernates (the sibling
+    gave its leases back)."""
+    topic = f"sleepy-{uuid.uuid4().hex[:6]}"
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS, replication_factor=1)])[topic].result(30)
+    seen = {pid: 0 for pid in edge_pids(broker)}
+    for round_no in range(2):
+        counts = produce_round(broker, topic, round_no)
+        seen = {pid: max(seen[pid], n) for pid, n in counts.items()}
+        wait_for(lambda: (s := pool_stats(broker)).get("hosted", 0) >= PARTITIONS and s.get("live") == 0, 60,
+                 "every pooled replica to hibernate, the sibling's leases given back")
+    assert all(n > 0 for n in seen.values()), f"producer connections per edge pid: {seen}"
+    assert pool_stats(broker)["wakeups"] >= 2 * PARTITIONS
+
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"g-{topic}", "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+    values, deadline = set(), time.monotonic() + 120
+    while len(values) < 2 * PRODUCERS * 100 and time.monotonic() < deadline:
+        for msg in consumer.consume(1000, timeout=0.5):
+            assert msg.error() is None, msg.error()
+            values.add(msg.value())
+    consumer.close()
+    assert len(values) == 2 * PRODUCERS * 100

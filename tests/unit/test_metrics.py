@@ -199,6 +199,9 @@ def test_node_sample_reads_metadata_replicas_purgatory_and_groups(monkeypatch, t
         async def find(self, name, timeout_s):
             return None
 
+        async def find_replicas(self, partitions, broker_id, timeout_s):
+            return [None] * len(partitions)
+
     async def each(method, *args, timeout_s=None):
         assert method == "list_groups"
         return [(None, (0, [GroupListing("g", "consumer", "Stable")]))]

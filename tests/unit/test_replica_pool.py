@@ -214,9 +214,10 @@ def test_describe_shows_live_and_hibernated_counts_where_replicas_hibernate():
     from cli.topics import broker_usage_lines
 
     topics = [TopicInfo("a", {0: PartitionInfo(0, 1, (1,), (1,)), 1: PartitionInfo(1, 1, (1,), (1,))})]
-    pools = {1: "hosted=2,live=1,hibernated=1,live_max=90,wakeups=5,hibernations=4,wake_p50_ms=700,wake_p99_ms=950"}
+    pools = {1: "hosted=2,live=1,hibernated=1,live_max=90,wakeups=5,hibernations=4,wake_p50_ms=700,wake_p99_ms=950,"
+                "adopted=4,cold_starts=1"}
     assert broker_usage_lines(topics, [1, 2], {1: 90, 2: 90}, pools) == [
-        "Broker: 1\tReplicas: 2\tCapacity: 90\tLive: 1/90\tHibernated: 1\tWakeups: 5\tWakeMs p50/p99: 700/950",
+        "Broker: 1\tReplicas: 2\tCapacity: 90\tLive: 1/90\tHibernated: 1\tWakeups: 5\tWakeMs p50/p99: 700/950\tAdopted/Cold: 4/1",
         "Broker: 2\tReplicas: 0\tCapacity: 90"]
 
 
@@ -271,6 +272,25 @@ def test_a_wake_with_every_live_replica_busy_adopts_a_ready_spare_at_once():
         starter.ready_spares.append("spare-1")
         await asyncio.wait_for(pool.acquire(("t", 2)), 1)
         assert starter.adopted_by == {"t-2": "spare-1"} and pool.stats().over_limit == 0
+    run(scenario())
+
+
+def test_a_node_hosting_only_replicated_replicas_keeps_spares_for_their_wakes():
+    """RF > 1 sets adopt spares too (actors/replica_keeper.py): a node whose pooled replicas are
+    all followers of replicated sets keeps its spare slots, and a follower's wake with no slot
+    free takes a ready spare instead of starting a process over the limit."""
+    async def scenario():
+        starter, clock = FakeStarter(), Clock()
+        pool = ReplicaPool(starter, live_max=2, hibernate_s=60, clock=clock, spares=1, broker_id=1,
+                           slot_wait_s=30)
+        follower = LeaderAndIsr(1, 0, 1, [0, 1, 2], [0, 1, 2], 3)  # led by broker 0
+        for p in range(2):
+            await pool.leader_and_isr(("t", p), f"t-{p}", follower)
+        assert starter.spares_wanted[-1] == 1
+        await pool.acquire(("t", 0))  # held: in flight
+        starter.ready_spares.append("spare-1")
+        await asyncio.wait_for(pool.acquire(("t", 1)), 1)
+        assert starter.adopted_by == {"t-1": "spare-1"} and pool.stats().over_limit == 0
     run(scenario())
 
 

@@ -324,11 +324,15 @@ class EdgeActor:
             return ErrorCode.not_leader_or_follower
         return await pool.wake_leader((topic, partition), leader_epoch)
 
-    async def pool_wake_follower(self, topic: str, partition: int, leader_epoch: int) -> ErrorCode:
-        """The leader of a replicated set woke: wake (or re-point) this node's follower."""
+    async def pool_wake_follower(self, topic: str, partition: int, leader_epoch: int,
+                                 leader_handle=None) -> ErrorCode:
+        """The leader of a replicated set woke (as `leader_handle`): wake (or re-point) this
+        node's follower to fetch from it."""
         pool = self.service.replicas.pool
         if pool is None:
             return ErrorCode.not_leader_or_follower
+        if leader_handle is not None:
+            pool.starter.hint_leader((topic, partition), leader_epoch, leader_handle)
         return await pool.wake_follower((topic, partition), leader_epoch)
 
     async def pool_hibernate_follower(self, topic: str, partition: int, leader_epoch: int, high_watermark: int,

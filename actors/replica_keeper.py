@@ -46,6 +46,11 @@ log = logging.getLogger("raykafka.replica_pool")
 
 # Spares started at once (each is a process start: ~0.5 s of a core).
 MAX_SPARE_STARTS = 2
+# Spares start this long after an adoption, not at once (unless a wake waits for one): on a
+# 2-core node a process start next to a waking RF=3 set held each follower's adoption ~0.5 s.
+REFILL_PAUSE_S = 1.0
+# How long a woken leader's actor named by its pool is used for its followers' wakes.
+LEADER_HINT_S = 10.0
 # Tries at creating a woken replica whose name still led to its ended predecessor.
 START_ATTEMPTS = 6
 
@@ -109,6 +114,11 @@ class RayReplicaStarter:
         # hibernate()), their partitions are free for a spare.
         self._named: dict[Any, str] = {}
         self.adopted = self.cold_starts = 0
+        self._refill_after = 0.0  # monotonic time before which no spare starts (REFILL_PAUSE_S)
+        # (topic, partition) -> (leader epoch, the leader's live actor, until), from the leader's
+        # pool waking this node's follower; used once, soon (hint_leader): that actor may
+        # hibernate again later under the same epoch.
+        self._leader_hints: dict[tuple[str, int], tuple[int, Any, float]] = {}
 
     # ---- spares ------------------------------------------------------------------------------------
     def spares(self, wanted: int) -> None:
@@ -140,6 +150,13 @@ class RayReplicaStarter:
                 log.warning("listing named actors failed: %r", exc)
                 await asyncio.sleep(1.0)
         while self._maybe_named is not None and failures < 3:
+            # Just after an adoption the woken replica's set is still waking (its followers
+            # adopt spares on their nodes, its first requests run): a process start now takes
+            # the CPU they need (~0.5 s of a core). Unless a wake waits for a spare, wait first.
+            pause = self._refill_after - time.monotonic()
+            if pause > 0 and not self._waiting:
+                await asyncio.sleep(min(pause, REFILL_PAUSE_S))
+                continue
             deficit = self._spares_wanted - len(self._spares) - self._spares_starting
             if deficit <= 0:
                 return
@@ -218,6 +235,7 @@ class RayReplicaStarter:
                  "leader" if request.leader == spec.broker_id else f"follower of {request.leader}",
                  (time.monotonic() - started) * 1000, len(self._spares))
         self.adopted += 1
+        self._refill_after = time.monotonic() + REFILL_PAUSE_S
         return spare
 
     # ---- starting, calling, ending --------------------------------------------------------------
@@ -266,11 +284,24 @@ class RayReplicaStarter:
         return await asyncio.wait_for(handle.hibernate.remote(self.replicated), self.call_timeout_s)
 
     # ---- replicated partitions: the other replicas' pools, through their nodes' edges -----------
+    def hint_leader(self, key: tuple[str, int], leader_epoch: int, handle: Any) -> None:
+        """The leader's pool, waking this follower, named the leader's new actor: the follower's
+        start uses it once instead of looking it up (two GCS lookups and a call to the leader's
+        edge, hundreds of ms on a loaded machine)."""
+        now = time.monotonic()
+        if len(self._leader_hints) >= 1024:  # bounded: hints of wakes that never consumed theirs
+            self._leader_hints = {k: v for k, v in self._leader_hints.items() if v[2] > now}
+        self._leader_hints[tuple(key)] = (leader_epoch, handle, now + LEADER_HINT_S)
+
     async def _leader_handle(self, spec: Any, request: Any):
         """The live actor of the leader `request` names, by its name or through its node's pool
         (an adopted leader); None while it hibernates (its wake then wakes this follower)."""
         if request.leader < 0:
             return None
+        hint = self._leader_hints.pop((spec.topic, spec.partition), None)
+        if hint is not None and hint[0] == request.leader_epoch and hint[1] is not None \
+                and time.monotonic() < hint[2]:
+            return hint[1]
         found = await find_replicas([(spec.topic, spec.partition)], request.leader, self.namespace, False,
                                     self.call_timeout_s)
         return found[0]
@@ -303,10 +334,14 @@ class RayReplicaStarter:
         return answers
 
     async def wake_followers(self, spec: Any, request: Any, handle: Any = None) -> None:
-        if handle is not None:
-            await asyncio.wait_for(handle.followers_waking.remote(True), self.call_timeout_s)
+        # The leader hears that its followers are waking while they do (not before: every
+        # round trip here delays the first acks=all answer); each follower's pool gets the
+        # leader's new actor with the call.
+        waking = asyncio.wait_for(handle.followers_waking.remote(True), self.call_timeout_s) \
+            if handle is not None else asyncio.sleep(0)
         try:
-            await self._to_follower_edges(spec, request, "pool_wake_follower", request.leader_epoch)
+            await asyncio.gather(waking, self._to_follower_edges(spec, request, "pool_wake_follower",
+                                                                 request.leader_epoch, handle))
         finally:
             if handle is not None:
                 await asyncio.wait_for(handle.followers_waking.remote(False), self.call_timeout_s)

@@ -25,7 +25,8 @@ so the run is short), and for each count N (cumulative: the node grows):
 The replica processes counted include the node's spares (raykafka.replica.spares:
 started, empty replica actors a wake adopts; they take slots of the live limit).
 
-    .venv/bin/python -m bench.hibernation --wake-only [--wakes 40] [--spares 0,4]
+    .venv/bin/python -m bench.hibernation --wake-only [--wakes 40] [--spares 0,4] \\
+        [--nodes 3 --replication-factor 3]
 
 compares wakes side by side in one run: for each spares setting a fresh broker,
 --wakes 1-partition topics written once, hibernated, then the first produce to
@@ -111,10 +112,10 @@ def write_and_read(bootstrap: str, targets: list[tuple[str, int]]) -> None:
     consumer.close()
 
 
-def wait_hibernated(root: int, timeout_s: float, spares: int) -> float:
+def wait_hibernated(root: int, timeout_s: float, spares: int, nodes: int = 1) -> float:
     started = time.monotonic()
-    # __consumer_offsets' 3 stay live, and the spares
-    while len(actor_processes(root, "ReplicaActor")) > 3 + spares:
+    # __consumer_offsets' 3 partitions stay live (RF = min(3, nodes)), and each node's spares
+    while len(actor_processes(root, "ReplicaActor")) > 3 * min(3, nodes) + spares * nodes:
         if time.monotonic() - started > timeout_s:
             raise RuntimeError("replicas did not hibernate")
         time.sleep(0.5)
@@ -153,17 +154,22 @@ def wake_only(args) -> str:
     for spares in [int(x) for x in args.spares.split(",")]:
         tmp = tempfile.mkdtemp(prefix="bench-wake-")
         broker = BrokerProcess(Path(tmp) / "data", {"raykafka.replica.hibernate.ms": str(args.hibernate_ms),
-                                                    "raykafka.replica.spares": str(spares)})
-        broker.start()
+                                                    "raykafka.replica.spares": str(spares)},
+                               extra_args=["--nodes", str(args.nodes)] if args.nodes > 1 else None)
+        broker.start(timeout_s=240)
         try:
             admin = AdminClient({"bootstrap.servers": broker.bootstrap})
             names = [f"wake-{i}" for i in range(args.wakes)]
-            for future in admin.create_topics([NewTopic(n, 1, 1) for n in names]).values():
+            rf = args.replication_factor
+            # acks=all at RF > 1 with Kafka's production setting: a wake waits for a follower too.
+            config = {"min.insync.replicas": "2"} if rf > 1 else {}
+            for future in admin.create_topics([NewTopic(n, 1, rf, config=config) for n in names]).values():
                 future.result(timeout=300)
             wait_for_leaders(broker.bootstrap, names, 300)
             targets = [(n, 0) for n in names]
             write_and_read(broker.bootstrap, targets)
-            wait_hibernated(broker.proc.pid, 600, spares)
+            wait_hibernated(broker.proc.pid, 600, spares, args.nodes)
+            time.sleep(args.settle_s)  # let the write phase's load decay (its spares restart)
             load = os.getloadavg()[0]
             wakes = wake_latencies(broker.bootstrap, broker.proc.pid, targets, args.wake_gap_s)
             lines.append(f"| {spares} | {len(wakes)} | {quantile(wakes, 0.5) * 1000:.0f} | "
@@ -172,7 +178,8 @@ def wake_only(args) -> str:
         finally:
             broker.stop()
     return ("first produce (acks=all) to a hibernated partition, one at a time "
-            f"{args.wake_gap_s:g} s apart; hibernate.ms={args.hibernate_ms}\n\n"
+            f"{args.wake_gap_s:g} s apart; hibernate.ms={args.hibernate_ms}; {args.nodes} node(s), "
+            f"replication factor {args.replication_factor}\n\n"
             "| spares | wakes | p50 ms | p99 ms | max ms | load avg |\n|---|---|---|---|---|---|\n"
             + "\n".join(lines) + "\n")
 
@@ -198,6 +205,9 @@ def main(argv=None) -> int:
     ap.add_argument("--wake-gap-s", type=float, default=1.0)
     ap.add_argument("--spares", default="4", help="raykafka.replica.spares (--wake-only: a list to compare)")
     ap.add_argument("--wake-only", action="store_true")
+    ap.add_argument("--nodes", type=int, default=1, help="--wake-only: local nodes (raykafka start --nodes)")
+    ap.add_argument("--replication-factor", type=int, default=1, help="--wake-only: of the woken topics")
+    ap.add_argument("--settle-s", type=float, default=0.0, help="--wake-only: pause between hibernation and wakes")
     ap.add_argument("--out")
     args = ap.parse_args(argv)
     if args.wake_only:

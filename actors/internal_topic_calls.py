@@ -14,7 +14,7 @@ from core.error_codes import ErrorCode
 
 from core.local_channels import LocalChannels
 from core.naming import purgatory_actor_name, replica_actor_name
-from core.replica_messages import AppendResult, ReadResult
+from core.replica_messages import AppendAnswer, AppendRequest, AppendResult, ReadResult
 from core.txn_messages import ORIGIN_COORDINATOR
 
 log = logging.getLogger("raykafka.coordinators")
@@ -61,11 +61,10 @@ class RayNodeCalls:
     async def append(self, replica: Any, batches: list[bytes], leader_epoch: int,
                      timeout_ms: int) -> list[AppendResult]:
         # Kafka's AppendOrigin.COORDINATOR: no producer sequence checks.
-        answer = await self.channels().call(
-            replica, "append", ([(batch, -1, timeout_ms) for batch in batches], leader_epoch, False,
-                                ORIGIN_COORDINATOR),
-            timeout_ms / 1000 + self.call_timeout_s)
-        return [AppendResult._make(result) for result in answer]
+        request = AppendRequest(list(batches), [-1] * len(batches), [timeout_ms] * len(batches), leader_epoch,
+                                origin=ORIGIN_COORDINATOR)
+        answer = await self.channels().call(replica, "append", (request,), timeout_ms / 1000 + self.call_timeout_s)
+        return [AppendResult._make(result) for result in AppendAnswer._make(answer).results]
 
     async def delay_produce(self, topic: str, partition: int, offset: int, timeout_ms: int) -> ErrorCode:
         try:

@@ -34,9 +34,9 @@ from core.clock import SYSTEM_CLOCK, Clock
 from core.local_calls import LocalCallServer
 from core.naming import purgatory_actor_name
 from core.pooled_replica import HibernateAnswer
-from core.replica_messages import (DeleteRecordsResult, FollowerFetchResult, PlacedRecordSet, RecordSet,
-                                   failed_append)
-from core.txn_messages import ORIGIN_CLIENT, DescribeProducersResult, TxnMarker, TxnMarkerResult
+from core.replica_messages import (AppendAnswer, AppendRequest, DeleteRecordsResult, FollowerFetchResult,
+                                   SharedAppendRequest, failed_append)
+from core.txn_messages import DescribeProducersResult, TxnMarker, TxnMarkerResult
 from storage.errors import OffsetOutOfRangeError
 from storage.log import LogConfig
 from storage.log_manager import LogManager
@@ -469,23 +469,23 @@ class ReplicaActor:
                                                         self, LOCAL_CALL_METHODS)
         return await self._local_calls.endpoint(scope)
 
-    async def append(self, record_sets: list[RecordSet], leader_epoch: int, tail: bool = False,
-                     origin: str = ORIGIN_CLIENT):
-        """Append RecordSets -> an AppendResult per set. ``origin``: Kafka's AppendOrigin (coordinators pass
-        ORIGIN_COORDINATOR: no producer sequence checks). With ``tail``: ``(results, CommittedTail or None)``,
-        for the edge to answer tail fetches from (net/fetch_local_tail.py; None: not all committed yet)."""
+    async def append(self, request: AppendRequest) -> AppendAnswer:
+        """Append the request's record sets -> an AppendResult per set (AppendAnswer.results). ``origin``:
+        Kafka's AppendOrigin (coordinators pass ORIGIN_COORDINATOR: no producer sequence checks). With
+        ``tail``, also the committed tail for the edge to answer tail fetches from (net/fetch_local_tail.py;
+        None: not all committed yet)."""
         if self._closed:
-            results = [failed_append(ErrorCode.not_leader_or_follower)] * len(record_sets)
-            return (results, None) if tail else results
+            return AppendAnswer([failed_append(ErrorCode.not_leader_or_follower)] * len(request.records))
         self._ensure_background()
         self._traffic()
         counters = self.counters
         counters["append_calls"] += 1
-        counters["append_sets"] += len(record_sets)
-        counters["append_bytes"] += sum(len(r[0]) for r in record_sets)
+        counters["append_sets"] += len(request.records)
+        counters["append_bytes"] += sum(map(len, request.records))
         before = self.partition.high_watermark
         leo_before = self.log.log_end_offset
-        results = self.partition.append(record_sets, leader_epoch, self.clock.now_ms(), origin)
+        results = self.partition.append(request.record_sets(), request.leader_epoch, self.clock.now_ms(),
+                                        request.origin)
         hw = self.partition.high_watermark
         if self.log.log_end_offset != leo_before:
             if hw < self.log.log_end_offset:
@@ -494,7 +494,7 @@ class ReplicaActor:
         if hw != before:
             self._complete_commits()
             self._report_progress()
-        return (results, self.partition.committed_tail(leo_before)) if tail else results
+        return AppendAnswer(results, self.partition.committed_tail(leo_before) if request.tail else None)
 
     async def write_txn_markers(self, markers: list[TxnMarker], timeout_ms: int = 30000) -> list[TxnMarkerResult]:
         """WriteTxnMarkers (the transaction coordinator's call, or the wire API's): a COMMIT/ABORT control
@@ -525,20 +525,20 @@ class ReplicaActor:
     async def describe_producers(self) -> DescribeProducersResult:
         return self.partition.describe_producers()
 
-    async def append_shared(self, region_path: str, placed: list[PlacedRecordSet],
-                            leader_epoch: int, tail: bool = False):
+    async def append_shared(self, request: SharedAppendRequest) -> AppendAnswer | None:
         """append() with the record sets in the edge's shared-memory region
         (same node): the call carries offsets, not bytes. None if the region
         cannot be mapped here, so the edge falls back to append()."""
-        buf = self._regions.buffer(region_path)
+        buf = self._regions.buffer(request.region_path)
         if buf is None:
             return None
         # No copy out of the region: the log stamps offsets and leader epochs
         # into these bytes in place and writes them straight from the mapping.
         # The edge keeps the space reserved until this call answers, and
         # append() has no await, so no other call can unmap the region meanwhile.
-        sets = [(buf[offset:offset + length], acks, timeout) for offset, length, acks, timeout in placed]
-        return await self.append(sets, leader_epoch, tail)
+        records = [buf[offset:offset + length] for offset, length in zip(request.offsets, request.lengths)]
+        return await self.append(AppendRequest(records, request.acks, request.timeouts_ms, request.leader_epoch,
+                                               request.tail))
 
     async def read(self, fetch_offset: int, max_bytes: int, isolation_level: int, current_leader_epoch: int,
                    min_bytes: int = 0, max_wait_ms: int = 0):

@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 from core.error_codes import ErrorCode
 
 from core.pooled_replica import PooledReplica
-from core.replica_messages import PartitionOffset, RecordSet, failed_append
+from core.replica_messages import AppendRequest, PartitionOffset, SharedAppendRequest, failed_append
 from core.shared_region import SharedRegion
 from net.actor_calls import ActorCallFailed, call_failure, kafka_message, settle
 from net.edge_metrics import CURRENT as CURRENT_REQUEST
@@ -134,30 +134,29 @@ class PartitionAppender:
         timeout_s = timeout_ms / 1000 + router.call_timeout_s
         region = self._shared_region()
         size = sum(len(item.records) for item in batch)
-        results = None
+        answer = None
         local_tail = router.local_tail
         want_tail = local_tail is not None
         if region is not None and size <= region.size:
-            offset, placed = 0, []  # PlacedRecordSet each
+            offset, offsets, lengths = 0, [], []
             for item in batch:
                 records = item.records
                 region.write(offset, records)
-                placed.append((offset, len(records), item.acks, item.timeout_ms))
+                offsets.append(offset)
+                lengths.append(len(records))
                 offset += len(records)
-            results = await router.node_call(handle, "append_shared", region.path, placed,
-                                             leader_epoch, want_tail, timeout_s=timeout_s)
-            if results is None:  # the leader cannot map it (another node?): stop trying
+            answer = await router.node_call(handle, "append_shared", SharedAppendRequest(
+                region.path, offsets, lengths, [item.acks for item in batch], [item.timeout_ms for item in batch],
+                leader_epoch, want_tail), timeout_s=timeout_s)
+            if answer is None:  # the leader cannot map it (another node?): stop trying
                 self.close()
-        if results is None:
-            sets: list[RecordSet] = [(item.records, item.acks, item.timeout_ms) for item in batch]
-            results = await settle(router.calls.call_via_runtime(handle, "append", (sets, leader_epoch, want_tail),
-                                                                 timeout_s))
-        if want_tail:
-            # append(..., tail=True) answers (results, CommittedTail or None)
-            results, committed = results
-            if committed is not None:
-                local_tail.publish(self.topic, self.partition, committed)
-        return results
+        if answer is None:
+            request = AppendRequest([item.records for item in batch], [item.acks for item in batch],
+                                    [item.timeout_ms for item in batch], leader_epoch, want_tail)
+            answer = await settle(router.calls.call_via_runtime(handle, "append", (request,), timeout_s))
+        if want_tail and answer.committed_tail is not None:
+            local_tail.publish(self.topic, self.partition, answer.committed_tail)
+        return answer.results
 
 
 class ReplicaRouter:

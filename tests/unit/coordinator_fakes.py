@@ -10,7 +10,7 @@ import time
 from kio.schema.errors import ErrorCode
 
 from cluster.partition import Partition
-from core.txn_messages import ORIGIN_CLIENT
+from core.replica_messages import AppendAnswer
 from storage.log import Log, LogConfig
 
 BROKER = 1
@@ -37,8 +37,8 @@ class FakeReplica:
         self.partition = partition
         self.state = _Method(partition.state)
         self.read = _Method(partition.read)
-        self.append = _Method(lambda sets, epoch, tail=False, origin=ORIGIN_CLIENT:
-                              partition.append(sets, epoch, int(time.time() * 1000), origin))
+        self.append = _Method(lambda request: AppendAnswer(partition.append(
+            request.record_sets(), request.leader_epoch, int(time.time() * 1000), request.origin)))
         self.write_txn_markers = _Method(lambda markers, timeout_ms=30000:
                                          partition.write_txn_markers(list(markers), int(time.time() * 1000)))
 

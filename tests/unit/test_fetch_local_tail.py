@@ -5,7 +5,7 @@ consumer, waiting at the tail, is answered by the next append through the
 edge without a read call to the replica."""
 import asyncio
 
-from core.replica_messages import AppendResult, CommittedTail, FileSlice
+from core.replica_messages import AppendAnswer, AppendRequest, AppendResult, CommittedTail, FileSlice
 from net.fetch_local_tail import LocalTail
 from storage.record_batch import iter_headers
 from storage.records import SimpleRecord, build_batch
@@ -104,10 +104,11 @@ def test_replica_append_tells_where_the_committed_data_is(tmp_path):
     async def run():
         replica = _leader(tmp_path)
         assert await replica.become_leader(1, 4, [BROKER], [BROKER]) == 0
-        plain = await replica.append([(_batch(), 1, 1000)], 4)  # callers that do not ask: results only
-        assert isinstance(plain, list) and plain[0][0] == 0
+        plain = await replica.append(AppendRequest.from_sets([(_batch(), 1, 1000)], 4))  # not asked: no tail
+        assert plain.results[0][0] == 0 and plain.committed_tail is None
         first = replica.log.log_end_offset
-        results, committed = await replica.append([(_batch(2), 1, 1000), (_batch(3), 1, 1000)], 4, True)
+        results, committed = await replica.append(
+            AppendRequest.from_sets([(_batch(2), 1, 1000), (_batch(3), 1, 1000)], 4, True))
         read = await replica.read(first, 1 << 20, 0, 4)
         await _stop(replica)
         return first, results, committed, read
@@ -123,7 +124,7 @@ def test_replica_append_tells_nothing_while_followers_have_not_fetched_it(tmp_pa
     async def run():
         replica = _leader(tmp_path)
         assert await replica.become_leader(1, 0, [BROKER, 2], [BROKER, 2]) == 0
-        results, committed = await replica.append([(_batch(), 1, 1000)], 0, True)
+        results, committed = await replica.append(AppendRequest.from_sets([(_batch(), 1, 1000)], 0, True))
         await _stop(replica)
         return results, committed
 
@@ -149,18 +150,18 @@ class _TailLeader:
     def read_calls(self):
         return self._reads.calls
 
-    def remote(self, sets, leader_epoch, tail=False):
+    def remote(self, request):
         async def answer():
             first = self.log.log_end_offset
             results = []
-            for records, _acks, _timeout in sets:
-                info = self.log.append_as_leader(records, leader_epoch)
+            for records, _acks, _timeout in request.record_sets():
+                info = self.log.append_as_leader(records, request.leader_epoch)
                 results.append(AppendResult(0, info.first_offset, -1, 0, None, -1, -1))
             end = self.log.log_end_offset
             found = self.log.read_with_inodes(first, 1 << 31, end, min_one_batch=True)
             slices = [FileSlice(s.path, s.position, s.length, s.base_offset, ino) for s, ino in found]
             committed = CommittedTail(0, end, end, 0, first, end, slices, sum(s.length for s in slices))
-            return (results, committed) if tail else results
+            return AppendAnswer(results, committed if request.tail else None)
         return answer()
 
 

@@ -4,7 +4,7 @@ server answering a consumer's consecutive fetches with fewer replica calls."""
 import asyncio
 
 from core.error_codes import ErrorCode
-from core.replica_messages import FileSlice, ReadRun
+from core.replica_messages import AppendRequest, FileSlice, ReadRun
 from net.fetch_read_ahead import FetchReadAhead
 from storage.record_batch import iter_headers
 from storage.records import SimpleRecord, build_batch
@@ -20,7 +20,7 @@ def test_read_run_answers_what_consecutive_reads_would(tmp_path):
         replica = _leader(tmp_path)
         assert await replica.become_leader(1, 0, [BROKER], [BROKER]) == 0
         for _ in range(10):
-            await replica.append([(_batch(10), 1, 1000)], 0)  # 10 batches of 10 records, ~1.2 KB each
+            await replica.append(AppendRequest.from_sets([(_batch(10), 1, 1000)], 0))  # 10 batches of 10 records, ~1.2 KB each
         batch_bytes = len(_batch(10))
         error, hw, _lso, start, runs = await replica.read_run(0, 3 * batch_bytes, 0, 0, 0, 0, 4)
         singles = []

@@ -7,6 +7,7 @@ Driven without Ray: the actor class is a plain class."""
 import asyncio
 
 from actors.partition_leader import ReplicaActor
+from core.replica_messages import AppendRequest
 from storage.records import SimpleRecord, build_batch
 
 LEADER, FOLLOWER = 1, 2
@@ -59,7 +60,7 @@ def test_a_parked_follower_fetch_is_answered_by_the_append(tmp_path):
         for _ in range(5):
             await asyncio.sleep(0)
         assert not parked.done(), "nothing to send yet: the fetch waits"
-        [appended] = await leader.append([(_batch(3), -1, 5000)], 0)
+        [appended] = (await leader.append(AppendRequest.from_sets([(_batch(3), -1, 5000)], 0))).results
         assert appended.error == 0
         # No time passes: the append's wake-up alone must get the answer out.
         for _ in range(50):
@@ -81,7 +82,7 @@ def test_the_follower_reports_its_new_log_end_right_after_appending(tmp_path):
         assert await leader.become_leader(1, 0, [LEADER, FOLLOWER], [LEADER, FOLLOWER]) == 0
         handle = _LeaderHandle(leader)
         assert await follower.become_follower(1, LEADER, 0, [LEADER, FOLLOWER], [LEADER, FOLLOWER], handle) == 0
-        [appended] = await leader.append([(_batch(3), -1, 5000)], 0)
+        [appended] = (await leader.append(AppendRequest.from_sets([(_batch(3), -1, 5000)], 0))).results
         end = appended.last_offset + 1
         # acks=all's wait: answered once the follower's next fetch reports log end 3.
         assert await asyncio.wait_for(leader.wait_committed(end, 0, LONG_WAIT_MS), 10) == 0

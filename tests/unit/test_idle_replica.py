@@ -14,6 +14,7 @@ from cluster.replica_schedule import ReplicaSchedule
 from core import idle_priority
 from core.clock import ManualClock
 from core.idle_priority import IdlePriority
+from core.replica_messages import AppendRequest
 from storage.records import SimpleRecord, build_batch
 
 BROKER = 1
@@ -127,7 +128,7 @@ def test_idle_leader_schedules_only_retention_and_wakes_on_an_append(tmp_path, m
         busy_plan = replica._schedule.scheduled()
         # No other replica: no ISR check; not compacted: no cleaner.
         assert busy_plan == {duties.CHECKPOINT, duties.RETENTION}
-        results = await replica.append([(_batch(), 1, 1000)], 0)
+        results = (await replica.append(AppendRequest.from_sets([(_batch(), 1, 1000)], 0))).results
         assert results[0][0] == 0
         await replica._run_duty(duties.CHECKPOINT)  # as the timer would after 5 s
         # The first tick notes the append, the next one the quiet period after it.
@@ -139,7 +140,7 @@ def test_idle_leader_schedules_only_retention_and_wakes_on_an_append(tmp_path, m
         assert replica._idle.idle
         # Checkpoints current: the idle replica's timer holds retention only.
         assert replica._schedule.scheduled() == {duties.RETENTION}
-        await replica.append([(_batch(), 1, 1000)], 0)
+        await replica.append(AppendRequest.from_sets([(_batch(), 1, 1000)], 0))
         assert not replica._idle.idle
         await settle(lambda: duties.CHECKPOINT in replica._schedule.scheduled())
         assert duties.CHECKPOINT in replica._schedule.scheduled()

@@ -6,6 +6,7 @@ import asyncio
 
 from actors.partition_leader import ReplicaActor
 from core.error_codes import ErrorCode
+from core.replica_messages import AppendRequest
 from storage.records import SimpleRecord, build_batch
 
 LEADER, FOLLOWER = 1, 2
@@ -31,7 +32,7 @@ def test_the_follower_fetch_that_moves_the_hw_answers_the_wait(tmp_path):
     async def run():
         leader = _leader(tmp_path)
         assert await leader.become_leader(1, 0, [LEADER, FOLLOWER], [LEADER, FOLLOWER]) == 0
-        [result] = await leader.append([(_batch(3), -1, 5000)], 0)
+        [result] = (await leader.append(AppendRequest.from_sets([(_batch(3), -1, 5000)], 0))).results
         assert result.error == 0 and result.high_watermark == 0
         waiting = asyncio.ensure_future(leader.wait_committed(result.last_offset + 1, 0, 5000))
         first = await leader.fetch_for_follower(FOLLOWER, 0, -1, 0, 1 << 20, 0, -1, True)
@@ -55,7 +56,7 @@ def test_wait_outcomes_timeout_stale_epoch_and_leadership_lost(tmp_path):
     async def run():
         leader = _leader(tmp_path)
         await leader.become_leader(1, 0, [LEADER, FOLLOWER], [LEADER, FOLLOWER])
-        [result] = await leader.append([(_batch(2), -1, 5000)], 0)
+        [result] = (await leader.append(AppendRequest.from_sets([(_batch(2), -1, 5000)], 0))).results
         end = result.last_offset + 1
         assert await leader.wait_committed(end, 0, 50) == ErrorCode.request_timed_out
         # An append made under another epoch is not this leader's to acknowledge.
@@ -76,7 +77,7 @@ def test_isr_below_min_insync_when_the_hw_passes_is_not_enough_replicas_after_ap
         leader = _leader(tmp_path, min_isr=2)
         await leader.become_leader(1, 0, [LEADER], [LEADER, FOLLOWER])
         leader.partition.high_watermark = 0
-        [result] = await leader.append([(_batch(1), 1, 5000)], 0)
+        [result] = (await leader.append(AppendRequest.from_sets([(_batch(1), 1, 5000)], 0))).results
         outcome = await leader.wait_committed(result.last_offset + 1, 0, 5000)
         await _close(leader)
         return outcome

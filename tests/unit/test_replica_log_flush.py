@@ -9,6 +9,7 @@ import time
 
 from actors.partition_leader import ReplicaActor
 from core.clock import ManualClock
+from core.replica_messages import AppendRequest
 from storage.records import SimpleRecord, build_batch
 from tests.unit.test_replica_parked_read import BROKER
 
@@ -32,7 +33,7 @@ def test_rolled_segments_are_flushed_off_the_event_loop(tmp_path, monkeypatch):
     async def run():
         assert await replica.become_leader(1, 0, [BROKER], [BROKER]) == 0
         for _ in range(12):
-            results = await replica.append([(_batch(), 1, 1000)], 0)
+            results = (await replica.append(AppendRequest.from_sets([(_batch(), 1, 1000)], 0))).results
             assert results[0][0] == 0
         deadline = time.monotonic() + 5
         while replica.log.recovery_point < replica.log.segments[-1].base_offset and time.monotonic() < deadline:
@@ -67,7 +68,7 @@ def test_retention_unlinks_expired_segments_on_the_io_thread(tmp_path, monkeypat
     async def run():
         assert await replica.become_leader(1, 0, [BROKER], [BROKER]) == 0
         for _ in range(12):
-            assert (await replica.append([(_batch(), 1, 1000)], 0))[0][0] == 0
+            assert (await replica.append(AppendRequest.from_sets([(_batch(), 1, 1000)], 0))).results[0][0] == 0
         result = await replica.run_retention()  # renames to .deleted, unlink due in 1 ms
         renamed = [n for n in os.listdir(replica.log.dir) if n.endswith(".deleted")]
         clock.advance(0.01)

@@ -6,6 +6,7 @@ import time
 
 from actors.partition_leader import ReplicaActor
 from core.error_codes import ErrorCode
+from core.replica_messages import AppendRequest
 from storage.records import SimpleRecord, build_batch
 
 BROKER = 1
@@ -36,7 +37,7 @@ def test_parked_read_answers_when_an_append_arrives(tmp_path):
         parked = asyncio.ensure_future(replica.read(0, 1 << 20, 0, 0, 1, 5000))
         await asyncio.sleep(0.1)
         assert not parked.done()
-        await replica.append([(_batch(3), 1, 1000)], 0)
+        await replica.append(AppendRequest.from_sets([(_batch(3), 1, 1000)], 0))
         error, hw, _lso, _start, slices = await asyncio.wait_for(parked, 2)
         waited = time.monotonic() - started
         await _close(replica)
@@ -68,11 +69,11 @@ def test_parked_read_waits_for_min_bytes(tmp_path):
         await replica.become_leader(1, 0, [BROKER], [BROKER])
         small = len(_batch(1))
         parked = asyncio.ensure_future(replica.read(0, 1 << 20, 0, 0, small * 3, 5000))
-        await replica.append([(_batch(1), 1, 1000)], 0)
+        await replica.append(AppendRequest.from_sets([(_batch(1), 1, 1000)], 0))
         await asyncio.sleep(0.1)
         still_waiting = not parked.done()
-        await replica.append([(_batch(1), 1, 1000)], 0)
-        await replica.append([(_batch(1), 1, 1000)], 0)
+        await replica.append(AppendRequest.from_sets([(_batch(1), 1, 1000)], 0))
+        await replica.append(AppendRequest.from_sets([(_batch(1), 1, 1000)], 0))
         error, hw, _lso, _start, slices = await asyncio.wait_for(parked, 2)
         await _close(replica)
         return still_waiting, error, hw, sum(s[2] for s in slices), small

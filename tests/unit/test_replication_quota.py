@@ -20,6 +20,7 @@ from cluster.replication_quota import (
     parse_throttled_replicas,
 )
 from core.config import BROKER_CONFIGS, INT64_MAX, TOPIC_CONFIGS, BrokerConfig, ConfigError, validate_topic_configs
+from core.replica_messages import AppendRequest
 from storage.log import LogConfig
 from storage.records import SimpleRecord, build_batch
 
@@ -249,7 +250,7 @@ def test_leader_replica_answers_a_throttled_lagging_follower_with_no_records(tmp
         leader = replica(tmp_path, 1, clock)
         assert await leader.become_leader(1, 0, [1], [1, 2]) == 0  # follower 2 is out of the ISR
         for tag in (b"a", b"b", b"c"):
-            await leader.append([(batch(tag), 1, 1000)], 0)
+            await leader.append(AppendRequest.from_sets([(batch(tag), 1, 1000)], 0))
         assert await leader.update_replication_throttle(100, None, "0:1", None) == 0
         first = await leader.fetch_for_follower(2, 0, -1, 0, 1, 0)
         served = len(first.records)
@@ -276,7 +277,7 @@ def test_leader_replica_never_holds_back_an_isr_follower(tmp_path):
         clock = FakeClock()
         leader = replica(tmp_path, 1, clock)
         assert await leader.become_leader(1, 0, [1, 2], [1, 2]) == 0
-        await leader.append([(batch(b"a"), 1, 1000)], 0)
+        await leader.append(AppendRequest.from_sets([(batch(b"a"), 1, 1000)], 0))
         assert await leader.update_replication_throttle(1, None, "*", None) == 0
         leader.replication_throttle.leader_quota.record(10_000)
         result = await leader.fetch_for_follower(2, 0, -1, 0, 1 << 20, 0)
@@ -300,7 +301,7 @@ def test_throttled_follower_backs_off_while_its_quota_is_exceeded(tmp_path):
         follower = replica(tmp_path, 2, clock)
         assert await leader.become_leader(1, 0, [1], [1, 2]) == 0
         for tag in (b"a", b"b", b"c"):
-            await leader.append([(batch(tag), 1, 1000)], 0)
+            await leader.append(AppendRequest.from_sets([(batch(tag), 1, 1000)], 0))
         assert await follower.update_replication_throttle(None, 50, None, "0:2") == 0
         # The leader replica's own methods, called the way a Ray handle's .remote would be.
         handle = SimpleNamespace(fetch_for_follower=SimpleNamespace(remote=leader.fetch_for_follower))

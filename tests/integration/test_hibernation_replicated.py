@@ -17,7 +17,7 @@ from kazoo.client import KazooClient
 
 from tests.broker_process import BrokerProcess, replica_processes
 from tests.cli_runner import wait_for
-from tests.kafka_admin import create_topic
+from tests.kafka_admin import create_topic, pool_stats
 
 PARTITIONS = 3
 TOPIC = "sleepy"
@@ -37,23 +37,13 @@ def cluster(tmp_path_factory):
     c.stop()
 
 
-def pool_stats(node: dict) -> dict[str, int]:
-    """This broker's replica pool counts (DescribeConfigs raykafka.replica.pool.stats, its own edge)."""
-    from cli.admin_client import AdminClient as WireAdmin
-    from cli.topics import broker_capacities
-
-    pools: dict[int, str] = {}
-    client = WireAdmin(f"{node['host']}:{node['port']}", timeout_s=10)
-    try:
-        broker_capacities(client, [node["broker_id"]], pools)
-    finally:
-        client.close()
-    text = pools.get(node["broker_id"], "")
-    return {k: int(v) for k, v in (kv.split("=") for kv in text.split(",") if kv)}
+def node_pool_stats(node: dict) -> dict[str, int]:
+    """This broker's replica pool counts, from its own edge."""
+    return pool_stats(f"{node['host']}:{node['port']}", node["broker_id"])
 
 
 def all_hibernated(nodes: list[dict]) -> bool:
-    stats = [pool_stats(n) for n in nodes]
+    stats = [node_pool_stats(n) for n in nodes]
     return all(s.get("hosted", 0) == PARTITIONS and s.get("live") == 0 for s in stats)
 
 
@@ -133,7 +123,7 @@ def test_rf3_sets_hibernate_and_wake_under_acks_all_through_a_node_kill_losing_n
     wait_for(lambda: all_hibernated(nodes), 90, "the sets to hibernate again")
     assert partition_state(bootstrap) == full, "no replica fell out of the ISR for hibernating"
     # Two rounds, each waking every replica: 3 leaders and their 6 followers.
-    stats = [pool_stats(n) for n in nodes]
+    stats = [node_pool_stats(n) for n in nodes]
     wakeups = sum(s["wakeups"] for s in stats)
     assert wakeups >= 2 * PARTITIONS * 3, wakeups
     # Woken replicas of the sets are handed to spares, not started cold each time (3 per node

@@ -21,6 +21,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.broker_process import BrokerProcess
 from tests.cli_runner import wait_for
+from tests.kafka_admin import pool_stats
 
 EDGES = 2
 PARTITIONS = 4
@@ -145,21 +146,10 @@ def test_produce_and_consume_across_edges_is_complete_and_ordered(broker):
                 f"partition {p}, producer {i}: records missing or out of order"
 
 
-def pool_stats(broker: BrokerProcess) -> dict[str, int]:
-    """The node's replica pool counts (DescribeConfigs raykafka.replica.pool.stats): the primary
-    edge's own, or a sibling's copy of them (at most ~2 s old)."""
-    from cli.admin_client import AdminClient as WireAdmin
-    from cli.topics import broker_capacities
-
+def node_pool_stats(broker: BrokerProcess) -> dict[str, int]:
+    """The node's replica pool counts: the primary edge's own, or a sibling's copy (~2 s old)."""
     (node,) = broker.nodes()
-    pools: dict[int, str] = {}
-    client = WireAdmin(broker.bootstrap, timeout_s=10)
-    try:
-        broker_capacities(client, [node["broker_id"]], pools)
-    finally:
-        client.close()
-    text = pools.get(node["broker_id"], "")
-    return {k: int(v) for k, v in (kv.split("=") for kv in text.split(",") if kv)}
+    return pool_stats(broker.bootstrap, node["broker_id"])
 
 
 def produce_round(broker: BrokerProcess, topic: str, round_no: int) -> dict[int, int]:
@@ -191,10 +181,10 @@ def test_pooled_replicas_hibernate_and_wake_through_every_edge(broker):
     for round_no in range(2):
         counts = produce_round(broker, topic, round_no)
         seen = {pid: max(seen[pid], n) for pid, n in counts.items()}
-        wait_for(lambda: (s := pool_stats(broker)).get("hosted", 0) >= PARTITIONS and s.get("live") == 0, 60,
+        wait_for(lambda: (s := node_pool_stats(broker)).get("hosted", 0) >= PARTITIONS and s.get("live") == 0, 60,
                  "every pooled replica to hibernate, the sibling's leases given back")
     assert all(n > 0 for n in seen.values()), f"producer connections per edge pid: {seen}"
-    assert pool_stats(broker)["wakeups"] >= 2 * PARTITIONS
+    assert node_pool_stats(broker)["wakeups"] >= 2 * PARTITIONS
 
     consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"g-{topic}", "enable.auto.commit": False})
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])

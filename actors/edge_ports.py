@@ -34,6 +34,10 @@ class RayActorCalls:
     def call(self, ref: Any, method: str, args: tuple, timeout_s: float) -> asyncio.Future:
         return self.channels.call(ref, method, args, timeout_s)
 
+    def call_local(self, ref: Any, method: str, args: tuple, timeout_s: float,
+                   later_timeout_s: float) -> Optional[asyncio.Future]:
+        return self.channels.call_local(ref, method, args, timeout_s, later_timeout_s)
+
     def call_via_runtime(self, ref: Any, method: str, args: tuple, timeout_s: float):
         return asyncio.wait_for(getattr(ref, method).remote(*args), timeout_s)
 

@@ -31,11 +31,11 @@ from cluster.replica_fetcher import throttle_from_config
 from cluster.replica_pool import hibernation_blocker
 from core.error_codes import ErrorCode
 from core.clock import SYSTEM_CLOCK, Clock
-from core.local_calls import LocalCallServer
+from core.local_calls import FollowUp, LocalCallServer
 from core.naming import purgatory_actor_name
 from core.pooled_replica import HibernateAnswer
-from core.replica_messages import (AppendAnswer, AppendRequest, DeleteRecordsResult, FollowerFetchResult,
-                                   SharedAppendRequest, failed_append)
+from core.replica_messages import (AppendAnswer, AppendRequest, CommitNotice, DeleteRecordsResult,
+                                   FollowerFetchResult, SharedAppendRequest, failed_append, first_uncommitted)
 from core.txn_messages import DescribeProducersResult, TxnMarker, TxnMarkerResult
 from storage.errors import OffsetOutOfRangeError
 from storage.log import LogConfig
@@ -144,8 +144,8 @@ class ReplicaActor:
         # replication (fetches served, bytes, empty answers) and the follower's.
         self.counters = {"append_calls": 0, "append_sets": 0, "append_bytes": 0, "follower_fetches": 0,
                          "follower_fetch_bytes": 0, "follower_fetch_empty": 0, "fetches_sent": 0,
-                         "fetched_bytes": 0, "fetched_as_slices": 0, "commit_waits": 0, "apply_total_ms": 0.0,
-                         "apply_count": 0}
+                         "fetched_bytes": 0, "fetched_as_slices": 0, "commit_waits": 0, "commit_notices": 0,
+                         "apply_total_ms": 0.0, "apply_count": 0}
         self._commit_timer = CommitTimer()
         # acks=all produces waiting here for the HW (cluster/commit_waiters.py).
         self._commit_waiters = CommitWaiters()
@@ -286,7 +286,12 @@ class ReplicaActor:
         """An acks=all produce's wait (Kafka's DelayedProduce, for this partition): 0 once the HW reaches
         ``offset`` with at least min.insync.replicas in the ISR, NOT_ENOUGH_REPLICAS_AFTER_APPEND if fewer,
         NOT_LEADER_OR_FOLLOWER if this replica does not lead ``leader_epoch`` (any more), REQUEST_TIMED_OUT
-        after ``timeout_ms``. The edge asks after an append whose answer's HW was short of its records."""
+        after ``timeout_ms``. The edge asks after an append whose answer's HW was short of its records
+        (unless the append call brought a CommitNotice: append_shared)."""
+        self.counters["commit_waits"] += 1
+        return await self._await_commit(offset, leader_epoch, timeout_ms)
+
+    async def _await_commit(self, offset: int, leader_epoch: int, timeout_ms: int) -> ErrorCode:
         p = self.partition
         if self._closed or p.check_leader(leader_epoch):
             return ErrorCode.not_leader_or_follower
@@ -296,7 +301,6 @@ class ReplicaActor:
         future = loop.create_future()
         if not self._commit_waiters.add(offset, future):
             return ErrorCode.request_timed_out
-        self.counters["commit_waits"] += 1
         expiry = loop.call_later(max(0, timeout_ms) / 1000, _expire, future)
         try:
             return await future
@@ -537,8 +541,20 @@ class ReplicaActor:
         # The edge keeps the space reserved until this call answers, and
         # append() has no await, so no other call can unmap the region meanwhile.
         records = [buf[offset:offset + length] for offset, length in zip(request.offsets, request.lengths)]
-        return await self.append(AppendRequest(records, request.acks, request.timeouts_ms, request.leader_epoch,
-                                               request.tail))
+        answer = await self.append(AppendRequest(records, request.acks, request.timeouts_ms, request.leader_epoch,
+                                                 request.tail))
+        if request.commit_notice:
+            offset = first_uncommitted(answer.results, request.acks)
+            if offset is not None:
+                timeout_ms = max(t for t, a in zip(request.timeouts_ms, request.acks) if a == -1)
+                self.counters["commit_notices"] += 1
+                return FollowUp(answer, self._commit_notice(offset, request.leader_epoch, timeout_ms))
+        return answer
+
+    async def _commit_notice(self, offset: int, leader_epoch: int, timeout_ms: int) -> CommitNotice:
+        """The second part of an acks=all append over the edge's channel: what wait_committed would answer."""
+        error = await self._await_commit(offset, leader_epoch, timeout_ms)
+        return CommitNotice(error, self.partition.high_watermark)
 
     async def read(self, fetch_offset: int, max_bytes: int, isolation_level: int, current_leader_epoch: int,
                    min_bytes: int = 0, max_wait_ms: int = 0):

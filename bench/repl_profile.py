@@ -74,8 +74,8 @@ def delta(before: dict, after: dict) -> dict:
     counters = out["counters"]
     keys = ("append_calls", "append_sets", "append_bytes", "follower_fetches", "follower_fetch_bytes",
             "follower_fetch_empty", "fetches_sent", "fetched_bytes", "fetched_as_slices", "commit_waits",
-            "progress_reports", "commit_count", "commit_total_ms", "serve_count", "serve_total_ms",
-            "apply_total_ms", "apply_count")
+            "commit_notices", "progress_reports", "commit_count", "commit_total_ms", "serve_count",
+            "serve_total_ms", "apply_total_ms", "apply_count")
     for name, a in after.get("replicas", {}).items():
         b = before.get("replicas", {}).get(name)
         if b is None or b.get("pid") != a.get("pid"):

@@ -134,6 +134,7 @@ def profile_figures(res: dict) -> dict:
         "empty_follower_fetches": c.get("follower_fetch_empty", 0),
         "progress_reports_per_set": round(c.get("progress_reports", 0) / sets, 2),
         "commit_waits_per_set": round(c.get("commit_waits", 0) / sets, 2),
+        "commit_notices_per_set": round(c.get("commit_notices", 0) / sets, 2),
         "fetches_as_slices": f"{c.get('fetched_as_slices', 0)}/{c.get('fetches_sent', 0)}",
         "mean_set_kb": round(c.get("append_bytes", 0) / sets / 1024, 1),
         "mean_follower_fetch_kb": round(c.get("follower_fetch_bytes", 0) / with_data / 1024, 1) if with_data else 0,
@@ -153,7 +154,8 @@ def print_profile(ph: dict, res: dict) -> None:
     print(f"    profile RF={ph['rf']} acks={ph['acks']} {ph['mode']}: CPU ms/MB {cpu}; per record set: "
           f"{f['append_calls_per_set']} append calls, {f['follower_fetches_per_set']} follower fetches "
           f"({f['empty_follower_fetches']} empty; {f['mean_follower_fetch_kb']} KiB each with data), "
-          f"{f['progress_reports_per_set']} progress reports, {f['commit_waits_per_set']} commit waits; "
+          f"{f['progress_reports_per_set']} progress reports, {f['commit_waits_per_set']} commit waits, "
+          f"{f['commit_notices_per_set']} commit notices; "
           f"fetches answered as slices {f['fetches_as_slices']}; sets {f['mean_set_kb']} KiB; "
           f"append->HW mean {f['commit_mean_ms']} ms max {f['commit_max_ms']} ms "
           f"hist(<=1,2,5,10,20,50,100,200,500,1000,>) {f['commit_histogram']}; of which append->"

@@ -15,10 +15,18 @@ process dies and only processes of the same host (the same network namespace)
 can reach it.
 
 Frames are a 4-byte big-endian length and a pickle: requests
-``(call id, method, args)``, answers ``(call id, ok, value)`` with ``value`` the
-method's result or, when ``ok`` is false, a one-line description of the error.
-Calls on one connection run concurrently on the callee's event loop, as Ray
-runs an async actor's methods, and answers go back as they finish.
+``(call id, method, args)``, answers ``(call id, status, value)`` with ``value``
+the method's result (status ANSWERED) or a one-line description of the error
+(FAILED). Calls on one connection run concurrently on the callee's event loop,
+as Ray runs an async actor's methods, and answers go back as they finish.
+
+A method may answer in two parts (its result a ``FollowUp``): the answer at
+once (status ANSWERED_MORE_TO_COME), and a second frame for the same call id
+when the follow-up is done (LATER or LATER_FAILED); the caller gets a
+``TwoPartAnswer`` whose ``later`` future takes the second. This is what a
+Ray call cannot do: the leader answers an acks=all append at once, so the
+edge's next append is not held, and tells the edge when the high watermark
+passed it, without the edge asking again (issue 27).
 
 Limits: frame size per direction, calls in flight per connection (reading
 pauses at the bound), connections per server; every call on the caller's side
@@ -35,7 +43,7 @@ import pickle
 import secrets
 import socket
 import struct
-from typing import Any, Callable, Iterable
+from typing import Any, Awaitable, Callable, Iterable, NamedTuple
 
 log = logging.getLogger("raykafka.local_calls")
 
@@ -74,6 +82,31 @@ def current_host_id() -> str:
         except OSError:
             _HOST_ID = f"pid-{os.getpid()}"  # nothing to compare: this process alone
     return _HOST_ID
+
+
+# Answer frames' status (an int: pickled False/True from older peers read as FAILED/ANSWERED).
+FAILED = 0
+ANSWERED = 1
+ANSWERED_MORE_TO_COME = 2
+LATER = 3
+LATER_FAILED = 4
+
+
+class FollowUp(NamedTuple):
+    """A served method's result in two parts: ``answer`` goes back at once,
+    ``later``'s result (or failure) as a second frame when it is done. Only
+    for calls over a channel: the caller asked for it (a Ray call could not
+    carry the second part)."""
+    answer: Any
+    later: Awaitable
+
+
+class TwoPartAnswer(NamedTuple):
+    """What a caller gets for a FollowUp: the answer, and a future of the
+    second part (LocalCallFailed, LocalCallLost or asyncio.TimeoutError after
+    the call's ``later_timeout_s``)."""
+    answer: Any
+    later: asyncio.Future
 
 
 class LocalCallLost(ConnectionError):
@@ -128,6 +161,7 @@ class _ServerConnection(asyncio.Protocol):
         self.inflight = 0
         self.paused = False
         self.closed = False
+        self.follow_ups: set[asyncio.Future] = set()  # second parts still to send
 
     def connection_made(self, transport) -> None:
         self.transport = transport
@@ -146,6 +180,8 @@ class _ServerConnection(asyncio.Protocol):
     def connection_lost(self, exc) -> None:
         self.closed = True
         self.server.connections.discard(self)
+        for later in list(self.follow_ups):  # nobody to send them to
+            later.cancel()
 
     def _drop(self, why: str) -> None:
         log.warning("local call connection to %s closed: %s", self.server.name, why)
@@ -191,42 +227,68 @@ class _ServerConnection(asyncio.Protocol):
     def _start(self, call_id: int, method: str, args: tuple) -> None:
         target = self.server.methods.get(method)
         if target is None:
-            self._answer(call_id, False, f"no local method {method!r}")
+            self._answer(call_id, FAILED, f"no local method {method!r}")
             return
         try:
             coroutine = target(*args)
         except Exception as exc:  # noqa: BLE001 - wrong arguments: the caller's bug, answered
-            self._answer(call_id, False, f"{type(exc).__name__}: {exc}")
+            self._answer(call_id, FAILED, f"{type(exc).__name__}: {exc}")
             return
         self.inflight += 1
         task = asyncio.ensure_future(coroutine)
         task.add_done_callback(lambda t, call_id=call_id: self._finished(call_id, t))
 
     def _finished(self, call_id: int, task: asyncio.Future) -> None:
+        if task.cancelled():
+            self._call_done()
+            self._answer(call_id, FAILED, "cancelled")
+            return
+        exc = task.exception()
+        if exc is not None:
+            self._call_done()
+            log.warning("local call to %s failed: %s: %s", self.server.name, type(exc).__name__, exc)
+            self._answer(call_id, FAILED, f"{type(exc).__name__}: {exc}")
+            return
+        result = task.result()
+        if type(result) is not FollowUp:
+            self._call_done()
+            self._answer(call_id, ANSWERED, result)
+            return
+        # The call stays in flight (counted against the bound) until its second part is sent.
+        self._answer(call_id, ANSWERED_MORE_TO_COME, result.answer)
+        later = asyncio.ensure_future(result.later)
+        self.follow_ups.add(later)
+        later.add_done_callback(lambda t, call_id=call_id: self._follow_up_done(call_id, t))
+
+    def _follow_up_done(self, call_id: int, later: asyncio.Future) -> None:
+        self.follow_ups.discard(later)
+        self._call_done()
+        if later.cancelled():
+            self._answer(call_id, LATER_FAILED, "cancelled")
+        elif later.exception() is not None:
+            exc = later.exception()
+            log.warning("follow-up of a local call to %s failed: %s: %s", self.server.name, type(exc).__name__, exc)
+            self._answer(call_id, LATER_FAILED, f"{type(exc).__name__}: {exc}")
+        else:
+            self._answer(call_id, LATER, later.result())
+
+    def _call_done(self) -> None:
         self.inflight -= 1
         if self.paused and self.inflight < self.server.max_inflight and not self.closed:
             self.paused = False
             self.transport.resume_reading()
             self._process()
-        if task.cancelled():
-            self._answer(call_id, False, "cancelled")
-            return
-        exc = task.exception()
-        if exc is not None:
-            log.warning("local call to %s failed: %s: %s", self.server.name, type(exc).__name__, exc)
-            self._answer(call_id, False, f"{type(exc).__name__}: {exc}")
-        else:
-            self._answer(call_id, True, task.result())
 
-    def _answer(self, call_id: int, ok: bool, value: Any) -> None:
+    def _answer(self, call_id: int, status: int, value: Any) -> None:
         if self.closed:
             return
+        failed = LATER_FAILED if status in (LATER, LATER_FAILED) else FAILED
         try:
-            payload = pickle.dumps((call_id, ok, value), protocol=pickle.HIGHEST_PROTOCOL)
+            payload = pickle.dumps((call_id, status, value), protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as exc:  # noqa: BLE001 - an unpicklable result is a failed call
-            payload = pickle.dumps((call_id, False, f"answer not serialisable: {exc}"))
+            payload = pickle.dumps((call_id, failed, f"answer not serialisable: {exc}"))
         if len(payload) > MAX_ANSWER_BYTES:
-            payload = pickle.dumps((call_id, False, f"answer of {len(payload)} bytes over the limit"))
+            payload = pickle.dumps((call_id, failed, f"answer of {len(payload)} bytes over the limit"))
         self.transport.write(_frame(payload))
 
 
@@ -308,7 +370,10 @@ class LocalCallClient:
     def __init__(self, name: str):
         self.name = name
         self.transport: asyncio.Transport | None = None
-        self._pending: dict[int, tuple[asyncio.Future, asyncio.TimerHandle]] = {}
+        # call id -> (answer future, its timer, how long a second part may take)
+        self._pending: dict[int, tuple[asyncio.Future, asyncio.TimerHandle, float]] = {}
+        # call id -> (second part's future, its timer): calls answered in two parts
+        self._later: dict[int, tuple[asyncio.Future, asyncio.TimerHandle]] = {}
         self._ids = itertools.count(1)
         self.closed = False
         self.closed_by_caller = False
@@ -324,10 +389,14 @@ class LocalCallClient:
         transport.write(token)
         return client
 
-    def call(self, method: str, args: Iterable[Any], timeout_s: float) -> asyncio.Future:
+    def call(self, method: str, args: Iterable[Any], timeout_s: float,
+             later_timeout_s: float | None = None) -> asyncio.Future:
         """A future of the answer: the result, or LocalCallFailed (the method
         raised), LocalCallLost (the connection went), asyncio.TimeoutError.
-        Raises LocalCallTooLarge at once for a request over the frame limit."""
+        Raises LocalCallTooLarge at once for a request over the frame limit.
+        A method that answers in two parts (FollowUp) gives a TwoPartAnswer,
+        whose second part times out ``later_timeout_s`` (default ``timeout_s``)
+        after the first came."""
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         if self.closed:
@@ -337,7 +406,8 @@ class LocalCallClient:
         payload = pickle.dumps((call_id, method, tuple(args)), protocol=pickle.HIGHEST_PROTOCOL)
         if len(payload) > MAX_REQUEST_BYTES:
             raise LocalCallTooLarge(f"request of {len(payload)} bytes over the {MAX_REQUEST_BYTES}-byte limit")
-        self._pending[call_id] = (future, loop.call_later(timeout_s, self._expire, call_id))
+        self._pending[call_id] = (future, loop.call_later(timeout_s, self._expire, call_id),
+                                  timeout_s if later_timeout_s is None else later_timeout_s)
         self.transport.write(_frame(payload))
         return future
 
@@ -348,21 +418,44 @@ class LocalCallClient:
             self.transport.close()
         self._lost("closed by the caller")
 
-    def _answered(self, call_id: int, ok: bool, value: Any) -> None:
+    def _answered(self, call_id: int, status: int, value: Any) -> None:
+        if status == LATER or status == LATER_FAILED:
+            entry = self._later.pop(call_id, None)
+            if entry is None:  # the caller's wait for it ended meanwhile
+                return
+            later, timer = entry
+            timer.cancel()
+            if not later.done():
+                if status == LATER:
+                    later.set_result(value)
+                else:
+                    later.set_exception(LocalCallFailed(f"{self.name}: {value}"))
+            return
         entry = self._pending.pop(call_id, None)
         if entry is None:  # timed out meanwhile
             return
-        future, timer = entry
+        future, timer, later_timeout_s = entry
         timer.cancel()
         if future.done():
             return
-        if ok:
+        if status == ANSWERED:
             future.set_result(value)
+        elif status == ANSWERED_MORE_TO_COME:
+            loop = future.get_loop()
+            later = loop.create_future()
+            later.add_done_callback(_retrieve)
+            self._later[call_id] = (later, loop.call_later(later_timeout_s, self._expire_later, call_id))
+            future.set_result(TwoPartAnswer(value, later))
         else:
             future.set_exception(LocalCallFailed(f"{self.name}: {value}"))
 
     def _expire(self, call_id: int) -> None:
         entry = self._pending.pop(call_id, None)
+        if entry is not None and not entry[0].done():
+            entry[0].set_exception(asyncio.TimeoutError())
+
+    def _expire_later(self, call_id: int) -> None:
+        entry = self._later.pop(call_id, None)
         if entry is not None and not entry[0].done():
             entry[0].set_exception(asyncio.TimeoutError())
 
@@ -372,7 +465,14 @@ class LocalCallClient:
             if self.transport is not None:
                 self.transport.close()
         pending, self._pending = self._pending, {}
-        for future, timer in pending.values():
+        later, self._later = self._later, {}
+        for future, timer, *_ in [*pending.values(), *later.values()]:
             timer.cancel()
             if not future.done():
                 future.set_exception(LocalCallLost(f"{self.name}: {why}", self.closed_by_caller))
+
+
+def _retrieve(future: asyncio.Future) -> None:
+    """A second part nobody awaited (its caller answered by other means) logs no 'never retrieved'."""
+    if not future.cancelled():
+        future.exception()

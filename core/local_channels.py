@@ -90,6 +90,21 @@ class LocalChannels:
         self.counters["ray_calls"] += 1
         return asyncio.ensure_future(asyncio.wait_for(getattr(handle, method).remote(*args), timeout_s))
 
+    def call_local(self, handle: Any, method: str, args: tuple, timeout_s: float,
+                   later_timeout_s: float) -> asyncio.Future | None:
+        """``call`` over the channel only (a method that may answer in two
+        parts, core.local_calls.FollowUp, which a Ray call cannot carry):
+        None when no channel is up or the request is too large for one."""
+        client = self.client(handle, method)
+        if client is None:
+            return None
+        try:
+            future = client.call(method, args, timeout_s, later_timeout_s)
+        except LocalCallTooLarge:
+            return None
+        self.counters["local_calls"] += 1
+        return future
+
     def client(self, handle: Any, method: str) -> LocalCallClient | None:
         """The open channel to the actor behind ``handle`` if it serves
         ``method``, or None: then the caller goes through Ray, and a channel is

@@ -150,6 +150,33 @@ class SharedAppendRequest(NamedTuple):
     timeouts_ms: list[int]
     leader_epoch: int
     tail: bool = False
+    # Over a direct channel only: answer at once and, if an acks=all set is not
+    # committed yet, send a CommitNotice as the call's second part (core.local_calls.FollowUp).
+    commit_notice: bool = False
+
+
+class CommitNotice(NamedTuple):
+    """The second part of an acks=all append call (SharedAppendRequest.commit_notice):
+    sent once the high watermark reached the first acks=all set of the call that was
+    not committed when it answered, or the wait ended otherwise. ``error`` is what
+    wait_committed would answer for that set (NONE, NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+    NOT_LEADER_OR_FOLLOWER, REQUEST_TIMED_OUT); ``high_watermark`` the HW then, which
+    tells the edge which of the call's later sets it covers too."""
+    error: ErrorCode
+    high_watermark: int
+
+
+def first_uncommitted(results: list, acks: list) -> int | None:
+    """The offset the HW must reach for the first acks=all set of an append
+    call that was appended but not yet committed when the call answered
+    (last offset + 1), or None."""
+    first = None
+    for result, set_acks in zip(results, acks):
+        if set_acks == -1 and result.error == ErrorCode.none and result.high_watermark <= result.last_offset:
+            needed = result.last_offset + 1
+            if first is None or needed < first:
+                first = needed
+    return first
 
 
 class AppendAnswer(NamedTuple):

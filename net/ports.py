@@ -44,6 +44,12 @@ class ActorCalls(Protocol):
 
     def call_via_runtime(self, ref: ActorRef, method: str, args: tuple, timeout_s: float) -> Awaitable[Any]: ...
 
+    def call_local(self, ref: ActorRef, method: str, args: tuple, timeout_s: float,
+                   later_timeout_s: float) -> Optional[Awaitable[Any]]:
+        """``call`` over the direct channel only, for a method that may answer in
+        two parts (core.local_calls.TwoPartAnswer, the second part due within
+        ``later_timeout_s``); None when there is no channel to ``ref``."""
+
     async def find(self, name: str, timeout_s: float) -> Optional[ActorRef]:
         """The actor registered as ``name`` (in this cluster's namespace), or
         None: absent, or the lookup took longer than ``timeout_s``."""

@@ -20,7 +20,9 @@ from typing import Any, NamedTuple
 from core.error_codes import ErrorCode
 
 from core.pooled_replica import PooledReplica
-from core.replica_messages import AppendRequest, PartitionOffset, SharedAppendRequest, failed_append
+from core.local_calls import TwoPartAnswer
+from core.replica_messages import (AppendRequest, PartitionOffset, SharedAppendRequest, failed_append,
+                                   first_uncommitted)
 from core.shared_region import SharedRegion
 from net.actor_calls import ActorCallFailed, call_failure, kafka_message, settle
 from net.edge_metrics import CURRENT as CURRENT_REQUEST
@@ -41,6 +43,15 @@ class QueuedAppend(NamedTuple):
     answer: asyncio.Future
 
 
+class PendingCommitNotice(NamedTuple):
+    """The second part an acks=all append call over the direct channel brings
+    (core.replica_messages.CommitNotice): due once the HW reaches
+    ``first_offset`` (the call's first set not committed when it answered)."""
+    leader_epoch: int
+    first_offset: int
+    notice: asyncio.Future
+
+
 class PartitionAppender:
     """Coalesces appends for one partition: while one append call is in flight,
     later record sets queue up and go to the replica together in the next call.
@@ -57,6 +68,9 @@ class PartitionAppender:
 
     MAX_SETS_PER_CALL = 256
     MAX_BYTES_PER_CALL = 16 * 1024 * 1024
+    # Commit notices kept for the acks=all produces about to wait on them; a
+    # produce whose notice fell out asks the leader as before.
+    MAX_NOTICES = 64
 
     def __init__(self, router: "ReplicaRouter", topic: str, partition: int):
         self.router = router
@@ -67,6 +81,7 @@ class PartitionAppender:
         # Zero-copy path to the leader on this node; None until first used,
         # False once the leader could not use it (then bytes go through Ray).
         self.region: SharedRegion | None | bool = None
+        self.notices: collections.deque[PendingCommitNotice] = collections.deque(maxlen=self.MAX_NOTICES)
 
     def _shared_region(self) -> SharedRegion | None:
         if self.region is None:
@@ -145,9 +160,23 @@ class PartitionAppender:
                 offsets.append(offset)
                 lengths.append(len(records))
                 offset += len(records)
-            answer = await router.node_call(handle, "append_shared", SharedAppendRequest(
-                region.path, offsets, lengths, [item.acks for item in batch], [item.timeout_ms for item in batch],
-                leader_epoch, want_tail), timeout_s=timeout_s)
+            acks = [item.acks for item in batch]
+            request = SharedAppendRequest(region.path, offsets, lengths, acks, [item.timeout_ms for item in batch],
+                                          leader_epoch, want_tail)
+            # acks=all over the direct channel: the leader answers at once and
+            # sends the commit notice when the HW passes (no second call).
+            pending = None
+            if -1 in acks:
+                later_s = max(item.timeout_ms for item in batch if item.acks == -1) / 1000 + router.call_timeout_s
+                pending = router.calls.call_local(handle, "append_shared", (request._replace(commit_notice=True),),
+                                                  timeout_s, later_s)
+            if pending is not None:
+                answer = await settle(pending)
+                if type(answer) is TwoPartAnswer:
+                    self._expect_notice(answer.later, leader_epoch, answer.answer.results, acks)
+                    answer = answer.answer
+            else:
+                answer = await router.node_call(handle, "append_shared", request, timeout_s=timeout_s)
             if answer is None:  # the leader cannot map it (another node?): stop trying
                 self.close()
         if answer is None:
@@ -157,6 +186,19 @@ class PartitionAppender:
         if want_tail and answer.committed_tail is not None:
             local_tail.publish(self.topic, self.partition, answer.committed_tail)
         return answer.results
+
+    def _expect_notice(self, notice: asyncio.Future, leader_epoch: int, results: list, acks: list[int]) -> None:
+        first = first_uncommitted(results, acks)
+        if first is not None:
+            self.notices.append(PendingCommitNotice(leader_epoch, first, notice))
+
+    def notice_for(self, offset: int, leader_epoch: int) -> asyncio.Future | None:
+        """The commit notice of the append call that wrote the set ending before
+        ``offset`` under ``leader_epoch`` (the latest one due at or before it), or None."""
+        for pending in reversed(self.notices):
+            if pending.leader_epoch == leader_epoch and pending.first_offset <= offset:
+                return pending.notice
+        return None
 
 
 class ReplicaRouter:
@@ -315,6 +357,20 @@ class ReplicaRouter:
 
     async def _wait_committed(self, topic: str, partition: int, offset: int, leader_epoch: int,
                               timeout_ms: int) -> ErrorCode:
+        appender = self._appenders.get((topic, partition))
+        notice = appender.notice_for(offset, leader_epoch) if appender is not None else None
+        if notice is not None:
+            try:
+                answer = await asyncio.wait_for(asyncio.shield(notice), timeout_ms / 1000 + self.call_timeout_s)
+            except asyncio.TimeoutError:
+                return ErrorCode.request_timed_out
+            except Exception:  # noqa: BLE001 - the channel went, or the leader's wait failed: ask, as without one
+                answer = None
+            if answer is not None:
+                error = ErrorCode(answer.error)
+                if answer.high_watermark >= offset or error not in _COMMITTED:
+                    return error
+                # The HW reached an earlier set of that call, not this one yet: ask.
         try:
             async with self.pinned(self.leader_handle(topic, partition)) as handle:
                 if handle is None:
@@ -341,6 +397,10 @@ class ReplicaRouter:
     def close(self) -> None:
         for appender in self._appenders.values():
             appender.close()
+
+
+# A commit notice with these says the HW reached the set it was due for.
+_COMMITTED = (ErrorCode.none, ErrorCode.not_enough_replicas_after_append)
 
 
 def _add_remote_time(since: float) -> None:

@@ -8,7 +8,8 @@ import struct
 
 import pytest
 
-from core.local_calls import (LocalCallClient, LocalCallFailed, LocalCallLost, LocalCallServer, TOKEN_BYTES)
+from core.local_calls import (FollowUp, LocalCallClient, LocalCallFailed, LocalCallLost, LocalCallServer,
+                              TOKEN_BYTES, TwoPartAnswer)
 
 
 class Target:
@@ -35,9 +36,18 @@ class Target:
     async def big(self, n):
         return b"x" * n
 
+    async def two_part(self, first, fail_later=False):
+        async def later():
+            await self.release.wait()
+            if fail_later:
+                raise RuntimeError("second part broke")
+            return ("later", first)
+
+        return FollowUp(("first", first), later())
+
 
 def _methods(target: Target) -> dict:
-    return {name: getattr(target, name) for name in ("echo", "slow", "fail", "big")}
+    return {name: getattr(target, name) for name in ("echo", "slow", "fail", "big", "two_part")}
 
 
 def run(coroutine):
@@ -190,5 +200,42 @@ def test_the_socket_is_abstract_and_leaves_no_file():
         probe.connect(address)
         probe.close()
         server.close()
+
+    run(scenario())
+
+
+def test_a_two_part_answer_comes_at_once_and_its_second_part_later():
+    async def scenario():
+        target = Target()
+        async with _pair(target, max_inflight=2) as (server, client):
+            answer = await client.call("two_part", (7,), 5, later_timeout_s=5)
+            assert type(answer) is TwoPartAnswer and answer.answer == ("first", 7)
+            assert not answer.later.done()
+            # The second part still counts against the bound; other calls are served meanwhile.
+            assert await client.call("echo", (1,), 5) == (1,)
+            target.release.set()
+            assert await answer.later == ("later", 7)
+            assert await client.call("echo", (2,), 5) == (2,)
+
+    run(scenario())
+
+
+def test_a_second_part_fails_times_out_or_is_lost_with_the_connection():
+    async def scenario():
+        target = Target()
+        async with _pair(target) as (server, client):
+            failing = await client.call("two_part", (1, True), 5)
+            expiring = await client.call("two_part", (2,), 5, later_timeout_s=0.05)
+            with pytest.raises(asyncio.TimeoutError):
+                await expiring.later
+            target.release.set()
+            with pytest.raises(LocalCallFailed, match="second part broke"):
+                await failing.later
+            target.release.clear()
+            lost = await client.call("two_part", (3,), 5)
+            server.close()
+            with pytest.raises(LocalCallLost):
+                await asyncio.wait_for(lost.later, 5)
+            assert not server.connections
 
     run(scenario())

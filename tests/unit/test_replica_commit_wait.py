@@ -83,3 +83,56 @@ def test_isr_below_min_insync_when_the_hw_passes_is_not_enough_replicas_after_ap
         return outcome
 
     assert asyncio.run(run()) == ErrorCode.not_enough_replicas_after_append
+
+
+def test_an_acks_all_append_over_the_channel_brings_its_commit_notice_as_a_second_part(tmp_path, monkeypatch):
+    """append_shared with commit_notice: the answer at once (the HW short of the set), and the
+    CommitNotice (core.local_calls.FollowUp) once the follower's fetch moved the HW past it;
+    acks=1 sets and sets already committed bring none."""
+    from core import shared_region
+    from core.local_calls import FollowUp
+    from core.replica_messages import CommitNotice, SharedAppendRequest
+    from core.shared_region import SharedRegion
+
+    monkeypatch.setattr(shared_region, "SHM_DIR", str(tmp_path))
+
+    async def run():
+        leader = _leader(tmp_path)
+        await leader.become_leader(1, 0, [LEADER, FOLLOWER], [LEADER, FOLLOWER])
+        region = SharedRegion.create(f"raykafka-{__import__('os').getpid()}-1-t-0", 1 << 16)
+        one, two = _batch(2), _batch(3)
+        region.write(0, one)
+        region.write(len(one), two)
+
+        def request(acks, notice=True):
+            return SharedAppendRequest(region.path, [0, len(one)], [len(one), len(two)], acks, [5000, 5000], 0,
+                                       commit_notice=notice)
+
+        answer = await leader.append_shared(request([1, 1]))
+        assert type(answer) is not FollowUp, "no acks=all set: nothing to follow"
+        answer = await leader.append_shared(request([-1, -1], notice=False))
+        assert type(answer) is not FollowUp, "not asked for (a Ray call could not carry it)"
+        answer = await leader.append_shared(request([1, -1]))
+        assert type(answer) is FollowUp
+        first, second = answer.answer.results
+        assert second.high_watermark < second.last_offset + 1
+        later = asyncio.ensure_future(answer.later)
+        await leader.fetch_for_follower(FOLLOWER, 0, -1, 0, 1 << 20, 0, -1, True)
+        await asyncio.sleep(0)
+        assert not later.done()
+        end = leader.log.log_end_offset
+        fetch = asyncio.ensure_future(leader.fetch_for_follower(FOLLOWER, end, 0, 0, 1 << 20, 50, -1, True))
+        assert await asyncio.wait_for(later, 2) == CommitNotice(ErrorCode.none, end)
+        await fetch
+        assert leader.counters["commit_notices"] == 1 and leader.counters["commit_waits"] == 0
+        # Committed by the time it answers (the ISR is the leader alone): no second part.
+        await leader.become_leader(1, 1, [LEADER], [LEADER, FOLLOWER])
+        leader.partition.min_insync_replicas = 1
+        region.write(0, _batch(1))
+        answer = await leader.append_shared(SharedAppendRequest(region.path, [0], [len(_batch(1))], [-1], [5000], 1,
+                                                                commit_notice=True))
+        assert type(answer) is not FollowUp and answer.results[0].high_watermark == answer.results[0].last_offset + 1
+        region.close()
+        await _close(leader)
+
+    asyncio.run(run())

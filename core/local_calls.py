@@ -257,6 +257,8 @@ class _ServerConnection(asyncio.Protocol):
         # The call stays in flight (counted against the bound) until its second part is sent.
         self._answer(call_id, ANSWERED_MORE_TO_COME, result.answer)
         later = asyncio.ensure_future(result.later)
+        if self.closed:  # nobody to send it to
+            later.cancel()
         self.follow_ups.add(later)
         later.add_done_callback(lambda t, call_id=call_id: self._follow_up_done(call_id, t))
 

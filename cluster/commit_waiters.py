@@ -2,8 +2,10 @@
 DelayedProduce for one partition, completed where the HW moves).
 
 The edge appends, and if the answer's high watermark has not passed the
-appended records it asks the leader replica to answer once it has
-(`wait_committed`). The leader completes every waiter the HW passed in the
+appended records the leader tells it once it has: as the append call's
+second part over the edge's direct channel (a CommitNotice,
+core/local_calls.FollowUp), or, where there is none, in answer to the
+edge's `wait_committed` call. The leader completes every waiter the HW passed in the
 very step that moved it: the follower fetch carrying the follower's new log
 end, an ISR change, or an append when it is the only ISR member. No report
 to the node's purgatory and no second process on the way (issue 27).

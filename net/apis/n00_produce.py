@@ -159,7 +159,8 @@ async def handle_produce(ctx, request):
     if acks == -1:
         # DelayedProduce: wait at each leader replica until its HW has passed
         # what we appended (unless it already has, e.g. a sole replica); the
-        # leader answers in the step that moves the HW (cluster/commit_waiters.py).
+        # leader answers in the step that moves the HW (cluster/commit_waiters.py),
+        # mostly through the append call's commit notice (net/replica_router.py).
         waiting = {(name, index): result for _, name, parts in results for index, result in parts
                    if result.error == ErrorCode.none and result.high_watermark < result.last_offset + 1}
         if waiting:

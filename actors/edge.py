@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from typing import Any, Callable
 
 import ray
 
@@ -41,6 +42,11 @@ from net.edge_service import EdgeService
 from net.server import ConnectionLimits, KafkaServer
 
 log = logging.getLogger("raykafka.edge")
+
+# Registering again after the ZooKeeper session expired: each attempt waits up to a
+# session timeout for the old registration to go; between failed ones, a pause.
+REGISTER_AGAIN_ATTEMPTS = 30
+REGISTER_AGAIN_BACKOFF_S = 1.0
 
 
 class EdgeActor:
@@ -78,6 +84,8 @@ class EdgeActor:
         self._pool_sweeper: asyncio.Future | None = None
         self._leases = None  # primary with siblings: cluster/replica_leases.PoolLeases
         self._lease_expiry: asyncio.Future | None = None
+        self._stopping = False
+        self._registering: asyncio.Future | None = None  # registering again after a session loss
 
     def _limits(self) -> ConnectionLimits:
         config = self.config
@@ -201,10 +209,59 @@ class EdgeActor:
         security = registration_fields(self.listeners)
         await loop.run_in_executor(None, lambda: self.zk.brokers.register(
             self.broker_id, host, port, rack=rack, extra=extra, replace_stale=replace_stale, security=security))
+        own_edge = extra["edge_actor_id"]
+        self._register_again_on_new_session(lambda: self.zk.brokers.register(
+            self.broker_id, host, port, rack=rack, extra=extra, security=security,
+            # Left by this edge's own expired session, if ZooKeeper has not removed it yet.
+            replace_stale=lambda existing: existing.get("edge_actor_id") == own_edge))
         log.info("broker %d listening on %s:%d, advertised as %s:%d", self.broker_id, self.listener.host,
                  self.bound_port, host, port)
         self._start_sampler()
         return host, port
+
+    def _register_again_on_new_session(self, register: Callable[[], Any]) -> None:
+        """Kafka re-registers a broker whose ZooKeeper session expired (a long GC
+        pause, a starved process): its ephemeral /brokers/ids/<id> went with the
+        session, the controller took the broker for dead, and it comes back as a
+        broker starting up (its partitions' leaders elected again). Without this
+        the edge would serve on while no client could be told of it."""
+        loop = asyncio.get_running_loop()
+
+        def on_new_session(_session_id: int) -> None:
+            # On the ZooKeeper client's event thread: hand over to the loop.
+            try:
+                loop.call_soon_threadsafe(self._start_registering_again, register)
+            except RuntimeError:  # the loop is closed: the edge is gone
+                pass
+
+        self.zk.on_new_session(on_new_session)
+
+    def _start_registering_again(self, register: Callable[[], Any]) -> None:
+        if self._stopping or (self._registering is not None and not self._registering.done()):
+            return  # a registration under way writes under the newest session anyway
+        self._registering = asyncio.ensure_future(self._register_again(register))
+
+    async def _register_again(self, register: Callable[[], Any]) -> None:
+        from metadata.zk.errors import BrokerIdInUseError
+
+        loop = asyncio.get_running_loop()
+        for attempt in range(1, REGISTER_AGAIN_ATTEMPTS + 1):
+            if self._stopping:
+                return
+            try:
+                await loop.run_in_executor(None, register)
+            except BrokerIdInUseError as exc:  # another live edge holds the id now: it is the broker
+                log.error("broker %d not registered again after its ZooKeeper session expired: %s",
+                          self.broker_id, exc)
+                return
+            except Exception as exc:  # noqa: BLE001 - ZooKeeper unreachable again: retry, bounded
+                log.warning("registering broker %d again (attempt %d of %d) failed: %r", self.broker_id,
+                            attempt, REGISTER_AGAIN_ATTEMPTS, exc)
+                await asyncio.sleep(REGISTER_AGAIN_BACKOFF_S)
+            else:
+                log.warning("broker %d registered again after its ZooKeeper session expired", self.broker_id)
+                return
+        log.error("broker %d could not register again after its ZooKeeper session expired", self.broker_id)
 
     def _start_replica_pool(self) -> None:
         """The primary edge keeps its node's live replica actors as a cache over the
@@ -571,6 +628,9 @@ class EdgeActor:
         return registry().snapshot()
 
     async def stop(self) -> None:
+        self._stopping = True
+        if self._registering is not None:
+            self._registering.cancel()
         if self._sampler is not None:
             self._sampler.cancel()
         if self._pool_sweeper is not None:

@@ -298,9 +298,34 @@ def run_round(t, r: int, a, run_id: str) -> list[dict]:
                 # [second, records, p99 ms, max ms]: one stall or a spread tail
                 print(f"    per second of send time: {res['latency_timeline']}", flush=True)
             done.append(res)
+            if ph["mode"] == "warmup":
+                # The warm-up woke the topic's replicas; each node now starts spare
+                # processes to replace the ones adopted (~0.5 s of a core each), which
+                # would land on the first timed phase.
+                waited = settle()
+                print(f"  {t.name} #{r}: machine settled {waited:.1f}s after the warm-up", flush=True)
     finally:
         t.stop()
     return done
+
+
+def _busy_ticks() -> tuple[int, int]:
+    with open("/proc/stat") as f:
+        fields = [int(v) for v in f.readline().split()[1:]]
+    return sum(fields) - fields[3] - fields[4], sum(fields)
+
+
+def settle(busy_below: float = 0.35, max_s: float = 30.0) -> float:
+    """Wait until the machine's cores are less than ``busy_below`` busy over a second
+    (or ``max_s`` passed); -> seconds waited."""
+    start = time.monotonic()
+    while time.monotonic() - start < max_s:
+        busy0, total0 = _busy_ticks()
+        time.sleep(1.0)
+        busy1, total1 = _busy_ticks()
+        if total1 > total0 and (busy1 - busy0) / (total1 - total0) < busy_below:
+            break
+    return time.monotonic() - start
 
 
 def summarize(results: list[dict]) -> dict:

@@ -78,23 +78,19 @@ class LocalChannels:
         """``handle.<method>(*args)``: over the channel when one is up (errors:
         LocalCallLost, LocalCallFailed, asyncio.TimeoutError), else through
         Ray (Ray's errors, asyncio.TimeoutError)."""
-        client = self.client(handle, method)
-        if client is not None:
-            try:
-                future = client.call(method, args, timeout_s)
-            except LocalCallTooLarge:
-                pass  # Ray moves large arguments through its object store
-            else:
-                self.counters["local_calls"] += 1
-                return future
+        future = self.call_local(handle, method, args, timeout_s)
+        if future is not None:
+            return future
+        # No channel, or a request too large for one: Ray moves large arguments through its object store.
         self.counters["ray_calls"] += 1
         return asyncio.ensure_future(asyncio.wait_for(getattr(handle, method).remote(*args), timeout_s))
 
     def call_local(self, handle: Any, method: str, args: tuple, timeout_s: float,
-                   later_timeout_s: float) -> asyncio.Future | None:
-        """``call`` over the channel only (a method that may answer in two
-        parts, core.local_calls.FollowUp, which a Ray call cannot carry):
-        None when no channel is up or the request is too large for one."""
+                   later_timeout_s: float | None = None) -> asyncio.Future | None:
+        """``call`` over the channel only, None when no channel is up or the
+        request is too large for one. Only a channel carries a method that
+        answers in two parts (core.local_calls.FollowUp); its second part is
+        due within ``later_timeout_s`` (default ``timeout_s``)."""
         client = self.client(handle, method)
         if client is None:
             return None

@@ -31,6 +31,7 @@ from cluster.replica_fetcher import throttle_from_config
 from cluster.replica_pool import hibernation_blocker
 from core.error_codes import ErrorCode
 from core.clock import SYSTEM_CLOCK, Clock
+from core.gc_tuning import freeze_startup_heap
 from core.local_calls import FollowUp, LocalCallServer
 from core.naming import purgatory_actor_name
 from core.pooled_replica import HibernateAnswer
@@ -74,6 +75,9 @@ class ReplicaActor:
         if not self._spare:
             self._open(topic, partition, broker_id, log_dirs, log_config, min_insync_replicas, zk_connect,
                        namespace, replica_config)
+        # The process's start-up heap out of every later full collection (core/gc_tuning.py);
+        # an adopting spare freezes again what its log added.
+        freeze_startup_heap()
 
     async def adopt(self, spec, request, zk_connect: str | None, namespace: str, leader_handle=None) -> int:
         """A spare becomes the replica of `spec` (cluster/controller/channel.ReplicaSpec) and takes
@@ -86,6 +90,7 @@ class ReplicaActor:
         self._spare = False
         self._open(spec.topic, spec.partition, spec.broker_id, spec.log_dirs, spec.log_config,
                    spec.min_insync_replicas, zk_connect, namespace, spec.replica_config)
+        freeze_startup_heap()
         if request.leader != spec.broker_id:
             return await self.become_follower(request.controller_epoch, request.leader, request.leader_epoch,
                                               request.isr, request.replicas, leader_handle)

@@ -32,13 +32,24 @@ def run_cli(args: list[str], expect: int | None = 0) -> CliResult:
     return result
 
 
-def wait_for(condition, timeout_s: float, what: str, poll_s: float = 0.5):
-    """condition()'s first true value, asked every poll_s until timeout_s."""
+def wait_for(condition, timeout_s: float, what: str, poll_s: float = 0.5, retry_errors: bool = False):
+    """condition()'s first true value, asked until timeout_s: first after 50 ms,
+    then at doubling intervals up to poll_s (most conditions hold within a
+    fraction of a second, and a fixed half-second poll made each wait cost ~0.25 s
+    more than it had to), never past the deadline without a last look."""
     deadline = time.monotonic() + timeout_s
-    last = None
-    while time.monotonic() < deadline:
-        last = condition()
-        if last:
+    interval = min(0.05, poll_s)
+    while True:
+        try:
+            last = condition()
+        except Exception as exc:
+            if not retry_errors:
+                raise
+            last = exc
+        if last and not isinstance(last, Exception):
             return last
-        time.sleep(poll_s)
-    raise AssertionError(f"timed out waiting for {what}; last: {last}")
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}; last: {last!r}")
+        time.sleep(min(interval, left))
+        interval = min(interval * 2, poll_s)

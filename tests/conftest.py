@@ -90,6 +90,10 @@ def broker(session_dir):
                                        # and expired transactions aborted within about a second.
                                        "transaction.state.log.num.partitions": "1",
                                        "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
+                                       # As Kafka's own integration tests: a group's first join completes
+                                       # at once, not after 3 s (members that join later rebalance it,
+                                       # which the group tests wait for as a condition anyway).
+                                       "group.initial.rebalance.delay.ms": "0",
                                        # The suite's tests hold ~35 replicas on this broker at most (most
                                        # delete their topics), under the computed default (90 on 2 cores,
                                        # 45 on 1): pinned so the suite does not depend on the runner's

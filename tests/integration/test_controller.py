@@ -32,6 +32,13 @@ from kazoo.exceptions import NoNodeError
 from cli.admin_client import AdminClient as RaykafkaAdmin
 from core.naming import edge_actor_name
 from tests.broker_process import REPO, BrokerProcess, _alive, _pid_alive, broker_env
+from tests.cli_runner import wait_for as _wait_for
+
+
+def wait_for(condition, timeout_s: float, what: str, **kw):
+    """The shared wait, with exceptions counting as "not yet": brokers come and go here."""
+    return _wait_for(condition, timeout_s, what, retry_errors=True, **kw)
+
 
 STALE_CONTROLLER_EPOCH = 11
 NAMESPACE = "raykafka"
@@ -115,7 +122,7 @@ def crash_node(cluster: BrokerProcess, broker_id: int, timeout_s: float = 15) ->
         except psutil.NoSuchProcess:
             pass
     wait_for(lambda: not any(_alive(p) for p in victims), timeout_s, f"broker {broker_id}'s node processes to die",
-             interval_s=0.01)
+             poll_s=0.01)
     return killed_at
 
 
@@ -123,22 +130,6 @@ def revive_dead_nodes(cluster: BrokerProcess) -> None:
     """After a test that killed a node, even a failed one: the next test gets three brokers."""
     if len(live_nodes(cluster)) < len(cluster.nodes()):
         cluster.revive()
-
-
-def wait_for(condition, timeout_s: float, what: str, interval_s: float = 0.2):
-    """Poll until condition() is truthy (exceptions count as not yet: brokers come and go)."""
-    deadline = time.monotonic() + timeout_s
-    last = None
-    while True:
-        try:
-            last = condition()
-        except Exception as exc:
-            last = exc
-        if last and not isinstance(last, Exception):
-            return last
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}; last: {last!r}")
-        time.sleep(interval_s)
 
 
 def metadata(bootstrap: str, topics: list[str] | None):
@@ -374,7 +365,7 @@ def move_controller_off(zk: KazooClient, broker_id: int, attempts: int = 12) -> 
         except NoNodeError:
             pass  # already gone: an election is under way
         current = wait_for(lambda: (c := active_controller(zk)) and c[1] > epoch and c, 30,
-                           f"a controller after epoch {epoch}", interval_s=0.05)
+                           f"a controller after epoch {epoch}", poll_s=0.05)
     return current
 
 
@@ -395,14 +386,14 @@ def test_controller_failover_keeps_acked_records_and_fences_old_epoch(cluster, z
             killed_at = crash_node(cluster, controller)
             new_controller, new_epoch = wait_for(
                 lambda: (c := active_controller(zk)) and c[1] > epoch and c, 60,
-                f"a controller epoch above {epoch}", interval_s=0.01)
+                f"a controller epoch above {epoch}", poll_s=0.01)
             failover_s = time.monotonic() - killed_at
             assert new_controller != controller
             live = live_bootstrap(cluster)
             wait_controller_ready(cluster, new_controller)
             parts = wait_for(lambda: (ps := partitions_of(live, topic)) and all(
                 p.leader not in (-1, controller) and controller not in p.isr for p in ps.values()) and ps,
-                60, "a live leader for every partition", interval_s=0.05)
+                60, "a live leader for every partition", poll_s=0.05)
             leaders_s = time.monotonic() - killed_at
             producer.wait_acked(len(producer.acked) + 1000)
             producer.stop()
@@ -505,7 +496,7 @@ def test_reassignment_moves_replicas_while_a_consumer_reads(cluster, new_topic):
             ongoing = admin.list_partition_reassignments([(topic, 0)])
             return not ongoing and partitions_of(bootstrap, topic)[0].replicas == (b, c)
 
-        wait_for(done, 120, f"{topic}-0 reassigned from [{a}, {b}] to [{b}, {c}]", interval_s=0.1)
+        wait_for(done, 120, f"{topic}-0 reassigned from [{a}, {b}] to [{b}, {c}]", poll_s=0.1)
         took_s = time.monotonic() - started
         producer.stop()  # it kept producing all through the reassignment
         part = partitions_of(bootstrap, topic)[0]

@@ -14,24 +14,17 @@ from confluent_kafka.admin import AdminClient
 from cluster.groups import partition_for_group
 from tests.broker_process import BrokerProcess
 from tests.kafka_admin import create_topic
+from tests.cli_runner import wait_for as _wait_for
 from tests.three_nodes import OFFSETS_PARTITIONS  # the shared cluster's offsets.topic.num.partitions
 from tests.wire_client import WireClient
 
+
+def wait_for(condition, timeout_s: float, what: str, **kw):
+    """The shared wait, with exceptions counting as "not yet": brokers come and go here."""
+    return _wait_for(condition, timeout_s, what, retry_errors=True, **kw)
+
+
 OFFSETS = "__consumer_offsets"
-
-
-def wait_for(condition, timeout_s: float, what: str, interval: float = 0.5):
-    deadline = time.monotonic() + timeout_s
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            last = condition()
-        except Exception as exc:  # brokers going away mid-call
-            last = exc
-        if last and not isinstance(last, Exception):
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
 
 
 def coordinator_of(bootstrap: str, group: str):

@@ -43,7 +43,7 @@ def _attach(address: str, home, timeout_s: float, **env_changes) -> str:
         done = subprocess.run([sys.executable, "-c", ATTACH, address], env=env, capture_output=True, text=True,
                               timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        return "TIMED OUT"  # a driver without TLS never gets an answer from the GCS
+        return "TIMED OUT"  # a driver that neither got in nor gave up
     return done.stdout
 
 
@@ -77,9 +77,16 @@ def test_replication_over_tls_and_drivers_without_tls_or_token_kept_out(tls_clus
 
     address, token = nodes[0]["ray_address"], nodes[0]["ray_auth_token_path"]
     with ThreadPoolExecutor(3) as pool:
-        both = pool.submit(_attach, address, base, 150, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=token, **tls)
-        no_token = pool.submit(_attach, address, base, 150, **tls)
-        no_tls = pool.submit(_attach, address, base, 60, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=token)
+        # Without TLS a driver never gets an answer from the GCS. Ray's connect and reconnect
+        # timeouts (60 s by default) are shortened for all three drivers, so that one kept out
+        # gives up by itself (~20 s: "GCS may have been killed") instead of using up our whole
+        # wait; the admitted driver shows the short timeouts are enough to get in.
+        short = {"RAY_gcs_server_request_timeout_seconds": "10", "RAY_gcs_rpc_server_connect_timeout_s": "5",
+                 "RAY_gcs_rpc_server_reconnect_timeout_s": "10"}
+        both = pool.submit(_attach, address, base, 150, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=token, **tls,
+                           **short)
+        no_token = pool.submit(_attach, address, base, 150, **tls, **short)
+        no_tls = pool.submit(_attach, address, base, 60, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=token, **short)
         admitted = both.result()
         # It sees the broker's named actors (the edges; a replica a spare adopted has no Ray name).
         assert "ATTACHED" in admitted and f"edge@{nodes[0]['broker_id']}" in admitted, admitted

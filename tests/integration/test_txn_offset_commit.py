@@ -21,7 +21,6 @@ from kio.schema.errors import ErrorCode
 
 from net.codec import request_schema
 from net.schema_build import nested
-from tests.broker_process import BrokerProcess
 from tests.kafka_admin import create_topic
 from tests.wire_client import WireClient
 
@@ -29,19 +28,10 @@ RECORDS = 10
 
 
 @pytest.fixture(scope="module")
-def tbroker(tmp_path_factory):
-    """A broker of our own: one offsets partition, one transaction state
-    partition, quick initial rebalances."""
-    process = BrokerProcess(tmp_path_factory.mktemp("txn-offsets") / "data", log_name="txn-offsets-broker.log",
-                            overrides={"group.initial.rebalance.delay.ms": "0",
-                                       "offsets.topic.num.partitions": "1",
-                                       "transaction.state.log.num.partitions": "1",
-                                       "transaction.state.log.replication.factor": "1",
-                                       "transaction.state.log.min.isr": "1"})
-    process.start()
-    yield process
-    code = process.stop()
-    assert code == 0, f"broker did not stop cleanly (exit {code}):\n{process.log_tail()}"
+def tbroker(broker):
+    """The session's broker: it has one offsets partition, one transaction state
+    partition and immediate initial rebalances, what these tests need."""
+    return broker
 
 
 def unique(prefix: str) -> str:

@@ -35,9 +35,10 @@ from tests.broker_process import REPO, BrokerProcess, _alive, _pid_alive, broker
 from tests.cli_runner import wait_for as _wait_for
 
 
-def wait_for(condition, timeout_s: float, what: str, **kw):
-    """The shared wait, with exceptions counting as "not yet": brokers come and go here."""
-    return _wait_for(condition, timeout_s, what, retry_errors=True, **kw)
+def wait_for(condition, timeout_s: float, what: str, poll_s: float = 0.2):
+    """The shared wait, with exceptions counting as "not yet" (brokers come and go here),
+    polling up to every 0.2 s as this module always did."""
+    return _wait_for(condition, timeout_s, what, poll_s=poll_s, retry_errors=True)
 
 
 STALE_CONTROLLER_EPOCH = 11

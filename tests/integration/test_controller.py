@@ -12,6 +12,7 @@ Ray's GCS and the CLI's driver, so it is never the one killed.
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import json
 import signal
 import subprocess
@@ -32,13 +33,10 @@ from kazoo.exceptions import NoNodeError
 from cli.admin_client import AdminClient as RaykafkaAdmin
 from core.naming import edge_actor_name
 from tests.broker_process import REPO, BrokerProcess, _alive, _pid_alive, broker_env
-from tests.cli_runner import wait_for as _wait_for
+from tests.cli_runner import wait_for as shared_wait_for
 
-
-def wait_for(condition, timeout_s: float, what: str, poll_s: float = 0.2):
-    """The shared wait, with exceptions counting as "not yet" (brokers come and go here),
-    polling up to every 0.2 s as this module always did."""
-    return _wait_for(condition, timeout_s, what, poll_s=poll_s, retry_errors=True)
+# Exceptions count as "not yet" (brokers come and go here); polls every 0.2 s unless told.
+wait_for = functools.partial(shared_wait_for, retry_errors=True, poll_s=0.2)
 
 
 STALE_CONTROLLER_EPOCH = 11

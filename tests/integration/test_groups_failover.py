@@ -6,6 +6,7 @@ the partition's log, and the group's member finds it, rejoins and carries on
 from the offsets it had committed (acks=-1 commits survive the node)."""
 from __future__ import annotations
 
+import functools
 import time
 
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -14,15 +15,12 @@ from confluent_kafka.admin import AdminClient
 from cluster.groups import partition_for_group
 from tests.broker_process import BrokerProcess
 from tests.kafka_admin import create_topic
-from tests.cli_runner import wait_for as _wait_for
+from tests.cli_runner import wait_for as shared_wait_for
 from tests.three_nodes import OFFSETS_PARTITIONS  # the shared cluster's offsets.topic.num.partitions
 from tests.wire_client import WireClient
 
-
-def wait_for(condition, timeout_s: float, what: str, **kw):
-    """The shared wait, with exceptions counting as "not yet": brokers come and go here."""
-    return _wait_for(condition, timeout_s, what, retry_errors=True, **kw)
-
+# Exceptions count as "not yet": brokers come and go here.
+wait_for = functools.partial(shared_wait_for, retry_errors=True)
 
 OFFSETS = "__consumer_offsets"
 

@@ -8,13 +8,15 @@ offsets, aborting it leaves the group's offsets as they were.
 The client tests need the transaction coordinator (InitProducerId,
 AddOffsetsToTxn, EndTxn) as well as the group coordinator's TxnOffsetCommit;
 the wire test needs only the latter: a pending transactional offset is
-UNSTABLE_OFFSET_COMMIT to require_stable OffsetFetches (KIP-447)."""
+UNSTABLE_OFFSET_COMMIT to require_stable OffsetFetches (KIP-447).
+
+They run on the session's broker (tests/conftest.py): one offsets and one
+transaction-state partition, immediate initial rebalances."""
 from __future__ import annotations
 
 import time
 import uuid
 
-import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from kio.schema.errors import ErrorCode
@@ -25,13 +27,6 @@ from tests.kafka_admin import create_topic
 from tests.wire_client import WireClient
 
 RECORDS = 10
-
-
-@pytest.fixture(scope="module")
-def tbroker(broker):
-    """The session's broker: it has one offsets partition, one transaction state
-    partition and immediate initial rebalances, what these tests need."""
-    return broker
 
 
 def unique(prefix: str) -> str:
@@ -95,8 +90,8 @@ def committed_offset(bootstrap: str, topic: str, group: str) -> int:
         reader.close()
 
 
-def test_offsets_sent_to_a_committed_transaction(tbroker):
-    bootstrap = tbroker.bootstrap
+def test_offsets_sent_to_a_committed_transaction(broker):
+    bootstrap = broker.bootstrap
     topic, group = input_topic(bootstrap), unique("g")
     output = unique("out")
     create_topic(bootstrap, output, 1)
@@ -114,8 +109,8 @@ def test_offsets_sent_to_a_committed_transaction(tbroker):
     assert committed_offset(bootstrap, topic, group) == RECORDS
 
 
-def test_offsets_sent_to_an_aborted_transaction(tbroker):
-    bootstrap = tbroker.bootstrap
+def test_offsets_sent_to_an_aborted_transaction(broker):
+    bootstrap = broker.bootstrap
     topic, group = input_topic(bootstrap), unique("g")
     output = unique("out")
     create_topic(bootstrap, output, 1)
@@ -129,11 +124,11 @@ def test_offsets_sent_to_an_aborted_transaction(tbroker):
     assert committed_offset(bootstrap, topic, group) == 3
 
 
-def test_pending_offsets_are_unstable_on_the_wire(tbroker):
+def test_pending_offsets_are_unstable_on_the_wire(broker):
     """TxnOffsetCommit v3 by hand, no transaction coordinator involved: the
     offsets are written (a transactional batch of producer 4242 in
     __consumer_offsets) and stay pending, as no marker ever comes."""
-    bootstrap = tbroker.bootstrap
+    bootstrap = broker.bootstrap
     topic, group = input_topic(bootstrap), unique("g")
     schema = request_schema(28, 3)
     topic_cls, part_cls = nested(schema, "TxnOffsetCommitRequestTopic"), nested(schema, "TxnOffsetCommitRequestPartition")

@@ -184,6 +184,32 @@ def test_a_wake_with_no_idle_replica_to_evict_waits_then_goes_over_the_limit():
     run(scenario())
 
 
+def test_more_concurrent_wakes_than_the_live_limit_take_turns_instead_of_blocking_each_other():
+    """One Fetch reading more hibernated partitions than the live limit: every read wakes its
+    replica at once. A wake waiting for a slot is not a process yet, so it must not count against
+    the limit: the first wakes that fit start, their reads finish and release them, and the rest
+    evict them and start in turn, all within the limit (before, every waiting wake counted, none
+    found an idle replica, and all of them waited the full slot_wait_s, then went over it)."""
+    async def scenario():
+        starter, clock = FakeStarter(), Clock()
+        pool = ReplicaPool(starter, live_max=3, hibernate_s=60, clock=clock, slot_wait_s=30)
+        for p in range(6):
+            await pool.leader_and_isr(("t", p), f"t-{p}", request())
+
+        async def read(p):
+            handle = await pool.acquire(("t", p))
+            await asyncio.sleep(0.01)  # the read itself
+            pool.release(("t", p))
+            return handle
+
+        # The manual clock stands still, so a wake that waited for the deadline would never
+        # end: wait_for bounds the test instead.
+        handles = await asyncio.wait_for(asyncio.gather(*(read(p) for p in range(6))), 5)
+        assert handles == [f"t-{p}" for p in range(6)]
+        assert starter.max_live <= 3 and pool.stats().over_limit == 0
+    run(scenario())
+
+
 def test_hibernation_blockers():
     assert hibernation_blocker("__consumer_offsets", True, 1, 5, 5, False) == "internal topic"
     assert hibernation_blocker("t", True, 3, 5, 5, False).startswith("replicated")

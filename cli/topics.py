@@ -238,7 +238,8 @@ def broker_usage_lines(topics: list[TopicInfo], brokers: list[int],
             fields += [f"Live: {stats.get('live')}/{stats.get('live_max')}", f"Hibernated: {stats.get('hibernated')}",
                        f"Wakeups: {stats.get('wakeups')}",
                        f"WakeMs p50/p99: {stats.get('wake_p50_ms')}/{stats.get('wake_p99_ms')}",
-                       f"Adopted/Cold: {stats.get('adopted', 0)}/{stats.get('cold_starts', 0)}"]
+                       f"Adopted/Cold: {stats.get('adopted', 0)}/{stats.get('cold_starts', 0)}",
+                       f"OverLimit: {stats.get('over_limit', 0)}"]
         lines.append("\t".join(fields))
     return lines
 

@@ -463,6 +463,9 @@ class NodeSampler:
             starts = self.registry.counter("raykafka_replica_pool_wake_starts")
             starts.values[(broker, "adopted")] = stats.adopted
             starts.values[(broker, "cold")] = stats.cold_starts
+            # Wakes that found no idle replica to evict in time and started past the live limit.
+            over = self.registry.counter("raykafka_replica_pool_wakes_over_limit")
+            over.values[one] = stats.over_limit
         g("kafka_server_replicamanager_partitioncount").set(one, len(hosted))
         g("kafka_server_replicamanager_underreplicatedpartitions").set(one, under_replicated)
         controller_here = metadata.controller_id == me

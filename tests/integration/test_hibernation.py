@@ -14,6 +14,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.broker_process import BrokerProcess, replica_processes
 from tests.cli_runner import wait_for
+from tests.kafka_admin import pool_stats
 
 LIVE_MAX = 4
 # Started, empty replica actors a wake adopts (raykafka.replica.spares): they are replica
@@ -194,11 +195,17 @@ def test_acked_records_survive_kill9_while_replicas_hibernate(broker):
         for partition in (0, 1):  # woken again, live at the kill
             produce_one(broker.bootstrap, topic, partition, b"live")
         assert replica_processes(broker) >= 1
+        # Each produce and fetch of 6 partitions wakes more replicas at once than the live
+        # limit of 4: the wakes took turns within it, none waited out the slot wait and
+        # started over it.
+        assert pool_stats(broker.bootstrap, broker.nodes()[0]["broker_id"])["over_limit"] == 0
     finally:
         broker.kill9()
     broker = BrokerProcess(broker.data_dir, broker.overrides, log_name="broker-restarted.log").start()
     try:
         records = consume_all(broker.bootstrap, topic, 6)
+        # Likewise one consumer reading the 6 partitions, all hibernated after the restart.
+        assert pool_stats(broker.bootstrap, broker.nodes()[0]["broker_id"])["over_limit"] == 0
         for partition, offsets in acked.items():
             present = {o for o, _ in records.get(partition, [])}
             assert set(offsets) <= present, f"partition {partition}: acknowledged records lost"

@@ -241,9 +241,10 @@ def test_describe_shows_live_and_hibernated_counts_where_replicas_hibernate():
 
     topics = [TopicInfo("a", {0: PartitionInfo(0, 1, (1,), (1,)), 1: PartitionInfo(1, 1, (1,), (1,))})]
     pools = {1: "hosted=2,live=1,hibernated=1,live_max=90,wakeups=5,hibernations=4,wake_p50_ms=700,wake_p99_ms=950,"
-                "adopted=4,cold_starts=1"}
+                "adopted=4,cold_starts=1,over_limit=2"}
     assert broker_usage_lines(topics, [1, 2], {1: 90, 2: 90}, pools) == [
-        "Broker: 1\tReplicas: 2\tCapacity: 90\tLive: 1/90\tHibernated: 1\tWakeups: 5\tWakeMs p50/p99: 700/950\tAdopted/Cold: 4/1",
+        "Broker: 1\tReplicas: 2\tCapacity: 90\tLive: 1/90\tHibernated: 1\tWakeups: 5\tWakeMs p50/p99: 700/950\tAdopted/Cold: 4/1"
+        "\tOverLimit: 2",
         "Broker: 2\tReplicas: 0\tCapacity: 90"]
 
 

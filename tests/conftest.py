@@ -84,9 +84,8 @@ def broker(session_dir):
                                        # Fast log maintenance so retention/compaction tests run in seconds.
                                        "log.retention.check.interval.ms": "500",
                                        "log.cleaner.backoff.ms": "500",
-                                       # Two offsets partitions (test_groups finds groups on each); the
-                                       # fewer, the fewer actor processes on the shared broker.
-                                       "offsets.topic.num.partitions": "2",
+                                       # One offsets partition: fewer actor processes for the shared broker.
+                                       "offsets.topic.num.partitions": "1",
                                        # Likewise one __transaction_state partition (one coordinator actor),
                                        # and expired transactions aborted within about a second.
                                        "transaction.state.log.num.partitions": "1",
@@ -95,10 +94,6 @@ def broker(session_dir):
                                        # at once, not after 3 s (members that join later rebalance it,
                                        # which the group tests wait for as a condition anyway).
                                        "group.initial.rebalance.delay.ms": "0",
-                                       # KIP-848 groups (test_consumer_protocol): members heartbeat every
-                                       # 300 ms, so assignments move within a second, not five.
-                                       "group.consumer.heartbeat.interval.ms": "300",
-                                       "group.consumer.session.timeout.ms": "10000",
                                        # The suite's tests hold ~35 replicas on this broker at most (most
                                        # delete their topics), under the computed default (90 on 2 cores,
                                        # 45 on 1): pinned so the suite does not depend on the runner's

@@ -1,6 +1,6 @@
 """Kafka 4's consumer group protocol (KIP-848) with real clients:
 confluent-kafka consumers with ``group.protocol=consumer`` against a real
-broker (the session's, with a short consumer heartbeat interval). Members join and
+broker (its own, with a short consumer heartbeat interval). Members join and
 leave while a producer runs; every record is consumed, none twice, and the
 assignment history recorded from the clients' callbacks never shows a
 partition owned by two members at once; a group moves between the classic
@@ -28,6 +28,19 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 SIX = 6
 wait_for = functools.partial(cli_runner.wait_for, poll_s=0.1)
+
+
+@pytest.fixture(scope="module")
+def cbroker(tmp_path_factory):
+    process = BrokerProcess(tmp_path_factory.mktemp("consumer-protocol") / "data",
+                            log_name="consumer-protocol-broker.log",
+                            overrides={"offsets.topic.num.partitions": "2",
+                                       "group.consumer.heartbeat.interval.ms": "300",
+                                       "group.consumer.session.timeout.ms": "10000"})
+    process.start()
+    yield process
+    code = process.stop()
+    assert code == 0, f"broker did not stop cleanly (exit {code}):\n{process.log_tail()}"
 
 
 def unique(prefix: str) -> str:
@@ -116,15 +129,15 @@ def owned_by(history: History) -> dict[str, set[int]]:
         return result
 
 
-def test_consumer_protocol_members_join_and_leave_under_load(broker):
+def test_consumer_protocol_members_join_and_leave_under_load(cbroker):
     topic, group = unique("kip848"), unique("kip848-group")
-    create_topic(broker.bootstrap, topic, SIX)
+    create_topic(cbroker.bootstrap, topic, SIX)
     history, consumed = History(), {}
     produced: list[tuple[int, int]] = []
     stop_producing = threading.Event()
 
     def produce() -> None:
-        producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5, "enable.idempotence": True})
+        producer = Producer({"bootstrap.servers": cbroker.bootstrap, "linger.ms": 5, "enable.idempotence": True})
 
         def delivered(err, msg):
             if err is None:
@@ -140,17 +153,17 @@ def test_consumer_protocol_members_join_and_leave_under_load(broker):
 
     producer_thread = threading.Thread(target=produce, daemon=True)
     producer_thread.start()
-    members = [Member(f"m{i}", broker.bootstrap, topic, group, history, consumed) for i in range(3)]
+    members = [Member(f"m{i}", cbroker.bootstrap, topic, group, history, consumed) for i in range(3)]
     try:
         wait_for(lambda: sorted(len(ps) for ps in owned_by(history).values()) == [2, 2, 2], 60,
                  "three members with two partitions each")
-        members.append(Member("m3", broker.bootstrap, topic, group, history, consumed))
+        members.append(Member("m3", cbroker.bootstrap, topic, group, history, consumed))
         wait_for(lambda: sorted(len(ps) for ps in owned_by(history).values()) == [1, 1, 2, 2], 60,
                  "four members sharing six partitions")
         # The group as the coordinator sees it (ConsumerGroupDescribe, ListGroups v5).
-        client = WireClient(broker.bootstrap)
+        client = WireClient(cbroker.bootstrap)
         try:
-            coordinator = _coordinator_client(broker, group)
+            coordinator = _coordinator_client(cbroker, group)
             [described] = coordinator.request(69, 1, group_ids=(group,), include_authorized_operations=False).groups
             assert described.error_code == 0 and described.group_state == "Stable", described
             assert len(described.members) == 4 and described.assignor_name == "uniform"
@@ -177,18 +190,19 @@ def test_consumer_protocol_members_join_and_leave_under_load(broker):
     assert not twice, f"records consumed more than once: {sorted(twice.items())[:10]}"
     errors = [e for m in members for e in m.errors]
     assert not errors, errors[:10]
+    assert len(produced) > 500
 
 
 @pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
-def test_classic_and_consumer_members_share_a_group_during_upgrade(broker, strategy):
+def test_classic_and_consumer_members_share_a_group_during_upgrade(cbroker, strategy):
     """A classic group (librdkafka, group.protocol=classic) is joined by a
     consumer-protocol member: the group is upgraded online, both kinds of
     member consume side by side with no partition owned twice, and when the
     classic member leaves the other one takes everything."""
     topic, group = unique("upgrade"), unique("upgrade-group")
-    create_topic(broker.bootstrap, topic, SIX)
+    create_topic(cbroker.bootstrap, topic, SIX)
     history, consumed = History(), {}
-    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5})
+    producer = Producer({"bootstrap.servers": cbroker.bootstrap, "linger.ms": 5})
     produced = []
 
     def send(count: int) -> None:
@@ -199,16 +213,16 @@ def test_classic_and_consumer_members_share_a_group_during_upgrade(broker, strat
         assert producer.flush(30) == 0
 
     send(60)
-    classic = Member("classic", broker.bootstrap, topic, group, history, consumed,
+    classic = Member("classic", cbroker.bootstrap, topic, group, history, consumed,
                      extra={"group.protocol": "classic", "partition.assignment.strategy": strategy,
                             "session.timeout.ms": 6000, "heartbeat.interval.ms": 300})
     members = [classic]
     try:
         wait_for(lambda: owned_by(history).get("classic") == set(range(SIX)), 60, "the classic member owns all")
-        members.append(Member("modern", broker.bootstrap, topic, group, history, consumed))
+        members.append(Member("modern", cbroker.bootstrap, topic, group, history, consumed))
         wait_for(lambda: sorted(len(ps) for ps in owned_by(history).values()) == [3, 3], 60,
                  "a classic and a consumer-protocol member with three partitions each")
-        coordinator = _coordinator_client(broker, group)
+        coordinator = _coordinator_client(cbroker, group)
         try:
             [described] = coordinator.request(69, 1, group_ids=(group,), include_authorized_operations=False).groups
             assert described.error_code == 0, described
@@ -231,7 +245,7 @@ def test_classic_and_consumer_members_share_a_group_during_upgrade(broker, strat
 
 
 @pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
-def test_group_downgrades_to_classic_when_the_last_consumer_member_leaves(broker, strategy):
+def test_group_downgrades_to_classic_when_the_last_consumer_member_leaves(cbroker, strategy):
     """A classic member (librdkafka, group.protocol=classic) and a
     consumer-protocol member share a group (upgraded online); when the
     consumer-protocol member closes, the group becomes a classic group again
@@ -244,11 +258,11 @@ def test_group_downgrades_to_classic_when_the_last_consumer_member_leaves(broker
     from confluent_kafka.admin import AdminClient
 
     topic, group = unique("downgrade"), unique("downgrade-group")
-    create_topic(broker.bootstrap, topic, SIX)
+    create_topic(cbroker.bootstrap, topic, SIX)
     history, consumed = History(), {}
-    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5})
+    producer = Producer({"bootstrap.servers": cbroker.bootstrap, "linger.ms": 5})
     produced = []
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin = AdminClient({"bootstrap.servers": cbroker.bootstrap})
 
     def group_type():
         try:
@@ -264,14 +278,14 @@ def test_group_downgrades_to_classic_when_the_last_consumer_member_leaves(broker
         assert producer.flush(30) == 0
 
     send(60)
-    classic = Member("classic", broker.bootstrap, topic, group, history, consumed,
+    classic = Member("classic", cbroker.bootstrap, topic, group, history, consumed,
                      extra={"group.protocol": "classic", "partition.assignment.strategy": strategy,
                             "session.timeout.ms": 6000, "heartbeat.interval.ms": 300})
     members = [classic]
     try:
         wait_for(lambda: owned_by(history).get("classic") == set(range(SIX)), 60, "the classic member owns all")
         assert group_type() == ConsumerGroupType.CLASSIC
-        modern = Member("modern", broker.bootstrap, topic, group, history, consumed)
+        modern = Member("modern", cbroker.bootstrap, topic, group, history, consumed)
         members.append(modern)
         wait_for(lambda: sorted(len(ps) for ps in owned_by(history).values()) == [3, 3], 60,
                  "a classic and a consumer-protocol member with three partitions each")
@@ -283,7 +297,7 @@ def test_group_downgrades_to_classic_when_the_last_consumer_member_leaves(broker
         wait_for(lambda: owned_by(history).get("classic") == set(range(SIX)), 60,
                  "the classic member owns all after the downgrade")
         wait_for(lambda: group_type() == ConsumerGroupType.CLASSIC, 30, "a classic group again")
-        coordinator = _coordinator_client(broker, group)
+        coordinator = _coordinator_client(cbroker, group)
         try:
             [described] = coordinator.request(15, 5, groups=(group,), include_authorized_operations=False).groups
             assert described.error_code == 0 and described.protocol_type == "consumer", described
@@ -296,7 +310,7 @@ def test_group_downgrades_to_classic_when_the_last_consumer_member_leaves(broker
         send(60)
         wait_for(lambda: set(produced) <= set(consumed), 60, "records consumed after the downgrade")
         # ... and up again.
-        members.append(Member("modern2", broker.bootstrap, topic, group, history, consumed))
+        members.append(Member("modern2", cbroker.bootstrap, topic, group, history, consumed))
         wait_for(lambda: sorted(len(ps) for ps in owned_by(history).values()) == [3, 3], 60,
                  "upgraded again: three partitions each")
         assert group_type() == ConsumerGroupType.CONSUMER
@@ -323,10 +337,10 @@ def _coordinator_client(broker, group: str) -> WireClient:
     return WireClient(address)
 
 
-def test_describe_topic_partitions_pages(broker):
+def test_describe_topic_partitions_pages(cbroker):
     topic = unique("dtp")
-    create_topic(broker.bootstrap, topic, 5)
-    client = WireClient(broker.bootstrap)
+    create_topic(cbroker.bootstrap, topic, 5)
+    client = WireClient(cbroker.bootstrap)
     try:
         first = client.request(75, 0, topics=(TopicRequest(name=topic),), response_partition_limit=3, cursor=None)
         [t] = first.topics
@@ -344,13 +358,13 @@ def test_describe_topic_partitions_pages(broker):
         client.close()
 
 
-def test_regex_subscription_is_evaluated_by_the_broker(broker):
+def test_regex_subscription_is_evaluated_by_the_broker(cbroker):
     """A consumer subscribing to a pattern gets the partitions of every
     matching topic, and of a matching topic created later, from the broker."""
     prefix = unique("rx")
-    create_topic(broker.bootstrap, f"{prefix}-a", 2)
-    create_topic(broker.bootstrap, f"{prefix}-b", 2)
-    create_topic(broker.bootstrap, unique("other"), 2)
+    create_topic(cbroker.bootstrap, f"{prefix}-a", 2)
+    create_topic(cbroker.bootstrap, f"{prefix}-b", 2)
+    create_topic(cbroker.bootstrap, unique("other"), 2)
     assigned: set = set()
     lock = threading.Lock()
 
@@ -358,7 +372,7 @@ def test_regex_subscription_is_evaluated_by_the_broker(broker):
         with lock:
             assigned.update((p.topic, p.partition) for p in partitions)
 
-    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": unique("rx-group"),
+    consumer = Consumer({"bootstrap.servers": cbroker.bootstrap, "group.id": unique("rx-group"),
                          "group.protocol": "consumer", "topic.metadata.refresh.interval.ms": 1000})
     consumer.subscribe([f"^{prefix}-.*"], on_assign=on_assign)
     try:
@@ -370,21 +384,21 @@ def test_regex_subscription_is_evaluated_by_the_broker(broker):
                  "the matching topics assigned")
         with lock:
             assert {t for t, _ in assigned} == {f"{prefix}-a", f"{prefix}-b"}
-        create_topic(broker.bootstrap, f"{prefix}-c", 3)
+        create_topic(cbroker.bootstrap, f"{prefix}-c", 3)
         wait_for(lambda: polled_until({(f"{prefix}-c", p) for p in range(3)}), 60, "the new matching topic")
     finally:
         consumer.close()
 
 
-def test_static_member_restart_keeps_its_partitions(broker):
+def test_static_member_restart_keeps_its_partitions(cbroker):
     """A static member (group.instance.id) that closes and comes back gets its
     partitions again, and the other member's assignment never moves."""
     topic, group = unique("static"), unique("static-group")
-    create_topic(broker.bootstrap, topic, 4)
+    create_topic(cbroker.bootstrap, topic, 4)
     history, consumed = History(), {}
     extra = {"group.instance.id": "instance-a"}
-    a = Member("a1", broker.bootstrap, topic, group, history, consumed, extra=extra)
-    b = Member("b", broker.bootstrap, topic, group, history, consumed)
+    a = Member("a1", cbroker.bootstrap, topic, group, history, consumed, extra=extra)
+    b = Member("b", cbroker.bootstrap, topic, group, history, consumed)
     members = [a, b]
     try:
         wait_for(lambda: sorted(len(ps) for ps in owned_by(history).values()) == [2, 2], 60, "two and two")
@@ -392,7 +406,7 @@ def test_static_member_restart_keeps_its_partitions(broker):
         b_events = len([e for e in history.events if e[0] == "b"])
         members.remove(a)
         a.stop()  # leaves with epoch -2: its partitions wait for it
-        again = Member("a2", broker.bootstrap, topic, group, history, consumed, extra=extra)
+        again = Member("a2", cbroker.bootstrap, topic, group, history, consumed, extra=extra)
         members.append(again)
         wait_for(lambda: owned_by(history).get("a2") == before["a1"], 60, "the static member's partitions back")
         time.sleep(1.0)

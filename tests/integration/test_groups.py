@@ -1,5 +1,5 @@
-"""Consumer groups with real clients against the session's broker (no initial
-rebalance delay, two offsets partitions): confluent-kafka (librdkafka),
+"""Consumer groups with real clients against a real broker (its own, with a
+short group.initial.rebalance.delay.ms): confluent-kafka (librdkafka),
 kafka-python and aiokafka form groups with each assignor, lose a member to
 kill -9 and resume from committed offsets, restart a static member without a
 rebalance; `raykafka groups` administers groups; the wire-level details of
@@ -25,7 +25,7 @@ from cluster.groups import partition_for_group
 from cluster.groups.records import GroupMetadataKey, decode_group_metadata_value, decode_key
 from cli.groups import decode_assignment
 from tests import cli_runner
-from tests.broker_process import RAYKAFKA, REPO, broker_env
+from tests.broker_process import RAYKAFKA, REPO, BrokerProcess, broker_env
 from tests.kafka_admin import create_topic
 from tests.wire_client import WireClient
 
@@ -33,18 +33,30 @@ from tests.wire_client import WireClient
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 OFFSETS = "__consumer_offsets"
-OFFSETS_PARTITIONS = 2  # the session broker's offsets.topic.num.partitions (tests/conftest.py)
+OFFSETS_PARTITIONS = 2
 SESSION_MS = 6000
 HEARTBEAT_MS = 500
 SIX = 6
 
 
 @pytest.fixture(scope="module")
-def six(broker):
+def gbroker(tmp_path_factory):
+    """A broker of our own: quick initial rebalances, two offsets partitions."""
+    process = BrokerProcess(tmp_path_factory.mktemp("groups") / "data", log_name="groups-broker.log",
+                            overrides={"group.initial.rebalance.delay.ms": "1000",
+                                       "offsets.topic.num.partitions": str(OFFSETS_PARTITIONS)})
+    process.start()
+    yield process
+    code = process.stop()
+    assert code == 0, f"broker did not stop cleanly (exit {code}):\n{process.log_tail()}"
+
+
+@pytest.fixture(scope="module")
+def six(gbroker):
     """A 6-partition topic with records in every partition."""
-    topic = unique("six")
-    create_topic(broker.bootstrap, topic, SIX)
-    produce(broker.bootstrap, topic, 20)
+    topic = "six"
+    create_topic(gbroker.bootstrap, topic, SIX)
+    produce(gbroker.bootstrap, topic, 20)
     return topic
 
 
@@ -253,17 +265,17 @@ ASSIGNORS = [("confluent", "range"), ("confluent", "roundrobin"), ("confluent", 
 
 
 # ---- tests -------------------------------------------------------------------------------------------------
-def test_find_coordinator_batched_and_key_types(broker):
-    client = WireClient(broker.bootstrap)
+def test_find_coordinator_batched_and_key_types(gbroker):
+    client = WireClient(gbroker.bootstrap)
     try:
         groups = [f"fc-{i}" for i in range(6)]
         answer = wait_for(lambda: (a := client.request(10, 4, key_type=0, coordinator_keys=tuple(groups)))
                           and all(c.error_code == 0 for c in a.coordinators) and a, 60, "coordinators")
         assert [c.key for c in answer.coordinators] == groups
-        assert {(c.host, c.port) for c in answer.coordinators} == {(broker.host, broker.port)}
+        assert {(c.host, c.port) for c in answer.coordinators} == {(gbroker.host, gbroker.port)}
         assert {partition_for_group(g, OFFSETS_PARTITIONS) for g in groups} == {0, 1}
         v0 = client.request(10, 0, key="fc-0")
-        assert v0.error_code == 0 and v0.port == broker.port
+        assert v0.error_code == 0 and v0.port == gbroker.port
         # Transaction coordinators are served (issue 19): the first lookup creates
         # __transaction_state, answering COORDINATOR_NOT_AVAILABLE (15) until its
         # coordinator is up, as Kafka does; then this broker.
@@ -271,7 +283,7 @@ def test_find_coordinator_batched_and_key_types(broker):
         assert first.error_code in (0, 15)
         txn = wait_for(lambda: (a := client.request(10, 1, key="tx", key_type=1)) and a.error_code == 0 and a,
                        60, "the transaction coordinator")
-        assert txn.node_id >= 0 and txn.port == broker.port
+        assert txn.node_id >= 0 and txn.port == gbroker.port
         share = client.request(10, 6, key_type=2, coordinator_keys=("s",))
         assert share.coordinators[0].error_code == 42  # INVALID_REQUEST
         md = client.request(3, 9, topics=None, allow_auto_topic_creation=False,
@@ -283,12 +295,12 @@ def test_find_coordinator_batched_and_key_types(broker):
 
 
 @pytest.mark.parametrize("client,assignor", ASSIGNORS, ids=[f"{c}-{a}" for c, a in ASSIGNORS])
-def test_three_members_share_six_partitions(broker, six, client, assignor):
+def test_three_members_share_six_partitions(gbroker, six, client, assignor):
     group = unique(f"share-{client}-{assignor}")
-    members = [Member(client, broker.bootstrap, six, group, assignor) for _ in range(3)]
+    members = [Member(client, gbroker.bootstrap, six, group, assignor) for _ in range(3)]
     try:
         wait_for(lambda: settled(members, 2, SIX), 60, "two partitions each")
-        described = describe(broker.bootstrap, group)
+        described = describe(gbroker.bootstrap, group)
         assert described.group_state == "Stable" and described.protocol_type == "consumer"
         assert described.protocol_data == assignor
         by_member = assignments_of(described)
@@ -298,8 +310,8 @@ def test_three_members_share_six_partitions(broker, six, client, assignor):
         for m in members:
             m.stop()
     # Every member left with LeaveGroup: the group is Empty at once, not after a session timeout.
-    assert wait_for(lambda: describe(broker.bootstrap, group).group_state == "Empty", 10, "an empty group")
-    assert_generations_disjoint(broker.bootstrap, group)
+    assert wait_for(lambda: describe(gbroker.bootstrap, group).group_state == "Empty", 10, "an empty group")
+    assert_generations_disjoint(gbroker.bootstrap, group)
 
 
 # A consumer process for the kill test: consumes slowly, commits each batch's
@@ -383,14 +395,14 @@ def read_log(path) -> list:
 
 
 @pytest.mark.parametrize("client", ["confluent", "kafka_python", "aiokafka"])
-def test_killed_member_partitions_reassigned_offsets_resume(broker, tmp_path, client):
+def test_killed_member_partitions_reassigned_offsets_resume(gbroker, tmp_path, client):
     per_partition = 150
     topic, group = unique(f"kill-{client}"), unique(f"kill-{client}")
-    create_topic(broker.bootstrap, topic, SIX)
-    produce(broker.bootstrap, topic, per_partition)
-    find_coordinator(broker.bootstrap, group)
+    create_topic(gbroker.bootstrap, topic, SIX)
+    produce(gbroker.bootstrap, topic, per_partition)
+    find_coordinator(gbroker.bootstrap, group)
     logs = [tmp_path / f"m{i}.log" for i in range(3)]
-    procs = [subprocess.Popen([sys.executable, "-c", CONSUMER_SCRIPT, client, broker.bootstrap, topic, group,
+    procs = [subprocess.Popen([sys.executable, "-c", CONSUMER_SCRIPT, client, gbroker.bootstrap, topic, group,
                                str(path)], cwd=REPO, env=broker_env(), stderr=subprocess.DEVNULL)
              for path in logs]
     try:
@@ -454,7 +466,7 @@ def test_killed_member_partitions_reassigned_offsets_resume(broker, tmp_path, cl
         assert after and min(after) == victim_commits.get(p, 0), (p, min(after), victim_commits.get(p))
     # The session timeout (6 s), not sooner, moved the victim's partitions.
     assert took_over_after >= SESSION_MS / 1000 - 1
-    records = assert_generations_disjoint(broker.bootstrap, group)
+    records = assert_generations_disjoint(gbroker.bootstrap, group)
     final = records[-1]
     assert len(final.members) == 2 and {p for m in final.members for ps in decode_assignment(m.assignment).values()
                                         for p in ps} == set(range(SIX))
@@ -464,27 +476,27 @@ STATIC = [("confluent", "range"), ("kafka_python", "range"), ("aiokafka", "range
 
 
 @pytest.mark.parametrize("client,assignor", STATIC, ids=[c for c, _ in STATIC])
-def test_static_member_restart_keeps_assignment(broker, six, client, assignor):
+def test_static_member_restart_keeps_assignment(gbroker, six, client, assignor):
     group = unique(f"static-{client}")
-    members = [Member(client, broker.bootstrap, six, group, assignor, instance_id=f"{group}-i{i}") for i in range(3)]
+    members = [Member(client, gbroker.bootstrap, six, group, assignor, instance_id=f"{group}-i{i}") for i in range(3)]
     try:
         wait_for(lambda: settled(members, 2, SIX), 60, "two partitions each")
-        generation = group_records(broker.bootstrap, group)[-1].generation
+        generation = group_records(gbroker.bootstrap, group)[-1].generation
         before = {m.instance_id: m.owned for m in members}
         changes = [m.changes for m in members]
         old_id = members[1].member_id
         members[1].stop()  # static: no LeaveGroup
-        restarted = Member(client, broker.bootstrap, six, group, assignor, instance_id=members[1].instance_id)
+        restarted = Member(client, gbroker.bootstrap, six, group, assignor, instance_id=members[1].instance_id)
         members[1] = restarted
         wait_for(lambda: restarted.owned == before[restarted.instance_id], 5.5, "the same partitions back")
         time.sleep(1.0)
         assert {m.instance_id: m.owned for m in members} == before
         assert [members[0].changes, members[2].changes] == [changes[0], changes[2]], "others were rebalanced"
-        described = describe(broker.bootstrap, group)
+        described = describe(gbroker.bootstrap, group)
         assert described.group_state == "Stable"
         assert {m.group_instance_id for m in described.members} == set(before)
         assert old_id not in {m.member_id for m in described.members}
-        records = group_records(broker.bootstrap, group)
+        records = group_records(gbroker.bootstrap, group)
         assert records[-1].generation == generation, "the restart caused a rebalance"
         assert restarted.member_id in {m.member_id for m in records[-1].members}
     finally:
@@ -497,7 +509,7 @@ class CliResult:
         self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
 
 
-def groups_cli(broker, *args, check: bool = True) -> CliResult:
+def groups_cli(gbroker, *args, check: bool = True) -> CliResult:
     """`raykafka groups ARGS --bootstrap-server ...`, run in this process
     (cli.main.main, what the console script calls: no interpreter start-up per call)."""
     import contextlib
@@ -507,7 +519,7 @@ def groups_cli(broker, *args, check: bool = True) -> CliResult:
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(["groups", *args, "--bootstrap-server", broker.bootstrap])
+        code = main(["groups", *args, "--bootstrap-server", gbroker.bootstrap])
     result = CliResult(code, out.getvalue(), err.getvalue())
     if check:
         assert result.returncode == 0, result.stderr + result.stdout
@@ -524,14 +536,14 @@ def committed_rows(output: str, group: str) -> dict[int, tuple[str, str, str]]:
     return rows
 
 
-def test_groups_cli_list_describe_reset_delete(broker):
+def test_groups_cli_list_describe_reset_delete(gbroker):
     topic, group = unique("cli"), unique("cli")
-    create_topic(broker.bootstrap, topic, 2)
-    # The first records a day old: within retention (7 days), which the session broker checks
-    # every 500 ms, and well before the reset to a datetime below.
+    create_topic(gbroker.bootstrap, topic, 2)
+    # The first records a day old: within retention (7 days), however often a broker checks it,
+    # and well before the reset to a datetime below.
     day_ago_ms = (int(time.time()) - 86_400) * 1000
-    produce(broker.bootstrap, topic, 10, partitions=2, timestamp=day_ago_ms)
-    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+    produce(gbroker.bootstrap, topic, 10, partitions=2, timestamp=day_ago_ms)
+    consumer = Consumer({"bootstrap.servers": gbroker.bootstrap, "group.id": group, "auto.offset.reset": "earliest",
                          "enable.auto.commit": False, "session.timeout.ms": SESSION_MS, "client.id": "cli-client"})
     consumer.subscribe([topic])
     got = 0
@@ -542,39 +554,39 @@ def test_groups_cli_list_describe_reset_delete(broker):
             got += 1
     assert got == 20
     consumer.commit(asynchronous=False)
-    produce(broker.bootstrap, topic, 5, partitions=1)
+    produce(gbroker.bootstrap, topic, 5, partitions=1)
     try:
         # The installed command, once (the rest run in-process).
-        listed = subprocess.run([str(RAYKAFKA), "groups", "list", "--bootstrap-server", broker.bootstrap],
+        listed = subprocess.run([str(RAYKAFKA), "groups", "list", "--bootstrap-server", gbroker.bootstrap],
                                 capture_output=True, text=True, timeout=60, env=broker_env(), cwd=REPO)
         assert listed.returncode == 0 and group in listed.stdout.split(), listed.stderr
-        out = groups_cli(broker, "describe", group).stdout
+        out = groups_cli(gbroker, "describe", group).stdout
         assert "STATE Stable" in out and "cli-client" in out and f"{topic}:0/1" in out
         assert committed_rows(out, group) == {0: ("10", "15", "5"), 1: ("10", "10", "0")}
-        refused = groups_cli(broker, "reset-offsets", group, "--topic", topic, "--to-earliest", "--execute",
+        refused = groups_cli(gbroker, "reset-offsets", group, "--topic", topic, "--to-earliest", "--execute",
                              check=False)
         assert refused.returncode == 1 and "inactive" in refused.stderr and "Stable" in refused.stderr
     finally:
         consumer.close()
-    wait_for(lambda: group in groups_cli(broker, "list", "--state", "Empty").stdout, 10, "the group to be empty")
-    dry = groups_cli(broker, "reset-offsets", group, "--topic", topic, "--to-offset", "3").stdout
+    wait_for(lambda: group in groups_cli(gbroker, "list", "--state", "Empty").stdout, 10, "the group to be empty")
+    dry = groups_cli(gbroker, "reset-offsets", group, "--topic", topic, "--to-offset", "3").stdout
     assert "dry run" in dry and [line.split()[-1] for line in dry.splitlines()[1:3]] == ["3", "3"]
-    assert committed_rows(groups_cli(broker, "describe", group).stdout, group)[0][0] == "10"
-    groups_cli(broker, "reset-offsets", group, "--topic", f"{topic}:0", "--to-offset", "3", "--execute")
-    out = groups_cli(broker, "describe", group).stdout
+    assert committed_rows(groups_cli(gbroker, "describe", group).stdout, group)[0][0] == "10"
+    groups_cli(gbroker, "reset-offsets", group, "--topic", f"{topic}:0", "--to-offset", "3", "--execute")
+    out = groups_cli(gbroker, "describe", group).stdout
     assert "has no active members" in out
     assert committed_rows(out, group) == {0: ("3", "15", "12"), 1: ("10", "10", "0")}
-    groups_cli(broker, "reset-offsets", group, "--topic", topic, "--to-earliest", "--execute")
-    assert {p: r[0] for p, r in committed_rows(groups_cli(broker, "describe", group).stdout, group).items()} == \
+    groups_cli(gbroker, "reset-offsets", group, "--topic", topic, "--to-earliest", "--execute")
+    assert {p: r[0] for p, r in committed_rows(groups_cli(gbroker, "describe", group).stdout, group).items()} == \
         {0: "0", 1: "0"}
     just_after = datetime.datetime.fromtimestamp(day_ago_ms / 1000 + 0.001, datetime.timezone.utc)
-    groups_cli(broker, "reset-offsets", group, "--topic", topic, "--to-datetime",
+    groups_cli(gbroker, "reset-offsets", group, "--topic", topic, "--to-datetime",
                just_after.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z",
                "--execute")  # after the first 10 records' timestamp: the 5 produced "now" on p0, none on p1
-    assert {p: r[0] for p, r in committed_rows(groups_cli(broker, "describe", group).stdout, group).items()} == \
+    assert {p: r[0] for p, r in committed_rows(groups_cli(gbroker, "describe", group).stdout, group).items()} == \
         {0: "10", 1: "10"}
     # A consumer of the group resumes exactly there.
-    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group, "enable.auto.commit": False})
+    consumer = Consumer({"bootstrap.servers": gbroker.bootstrap, "group.id": group, "enable.auto.commit": False})
     consumer.subscribe([topic])
     first = None
     deadline = time.monotonic() + 60
@@ -584,13 +596,13 @@ def test_groups_cli_list_describe_reset_delete(broker):
             first = (msg.partition(), msg.offset())
     consumer.close()
     assert first == (0, 10)
-    assert "successful" in groups_cli(broker, "delete", group).stdout
-    assert group not in groups_cli(broker, "list").stdout.split()
-    gone = groups_cli(broker, "describe", group, check=False)
+    assert "successful" in groups_cli(gbroker, "delete", group).stdout
+    assert group not in groups_cli(gbroker, "list").stdout.split()
+    gone = groups_cli(gbroker, "describe", group, check=False)
     assert gone.returncode == 1 and "does not exist" in gone.stderr
 
 
-def test_offsets_wire_versions(broker, six):
+def test_offsets_wire_versions(gbroker, six):
     from kio.schema.offset_commit.v2.request import OffsetCommitRequestPartition as P2, \
         OffsetCommitRequestTopic as T2
     from kio.schema.offset_commit.v8.request import OffsetCommitRequestPartition as P8, \
@@ -602,8 +614,8 @@ def test_offsets_wire_versions(broker, six):
     from kio.schema.offset_fetch.v10.request import OffsetFetchRequestGroup as G10, OffsetFetchRequestTopics as F10
 
     a, b = unique("wire-a"), unique("wire-b")
-    client = WireClient(find_coordinator(broker.bootstrap, a))
-    find_coordinator(broker.bootstrap, b)
+    client = WireClient(find_coordinator(gbroker.bootstrap, a))
+    find_coordinator(gbroker.bootstrap, b)
     try:
         md = client.request(3, 12, topics=None, allow_auto_topic_creation=False,
                             include_topic_authorized_operations=False)
@@ -654,16 +666,16 @@ def test_offsets_wire_versions(broker, six):
         client.close()
 
 
-def test_describe_list_delete_groups_wire(broker, six):
+def test_describe_list_delete_groups_wire(gbroker, six):
     from kio.schema.offset_delete.v0.request import OffsetDeleteRequestPartition as OffsetDeletePartition, \
         OffsetDeleteRequestTopic as OffsetDeleteTopic
     from kio.schema.offset_commit.v8.request import OffsetCommitRequestPartition as P8, \
         OffsetCommitRequestTopic as T8
 
     empty, missing = unique("wd-empty"), unique("wd-missing")
-    client = WireClient(find_coordinator(broker.bootstrap, empty))
-    find_coordinator(broker.bootstrap, missing)
-    member = Member("confluent", broker.bootstrap, six, unique("wd-active"), "range")
+    client = WireClient(find_coordinator(gbroker.bootstrap, empty))
+    find_coordinator(gbroker.bootstrap, missing)
+    member = Member("confluent", gbroker.bootstrap, six, unique("wd-active"), "range")
     try:
         client.request(8, 8, group_id=empty, generation_id_or_member_epoch=-1, member_id="", group_instance_id=None,
                        topics=(T8(name=six, partitions=tuple(
@@ -705,14 +717,14 @@ def test_describe_list_delete_groups_wire(broker, six):
         client.close()
 
 
-def test_leave_group_batched_wire(broker):
+def test_leave_group_batched_wire(gbroker):
     from kio.schema.join_group.v5.request import JoinGroupRequestProtocol
     from kio.schema.leave_group.v3.request import MemberIdentity
 
     from cluster.groups.consumer_protocol import encode_subscription
 
     group = unique("leave")
-    client = WireClient(find_coordinator(broker.bootstrap, group))
+    client = WireClient(find_coordinator(gbroker.bootstrap, group))
     try:
         joined = client.request(11, 5, group_id=group, session_timeout=datetime.timedelta(seconds=10),
                                 rebalance_timeout=datetime.timedelta(seconds=10), member_id="",

@@ -190,7 +190,6 @@ def test_consumer_protocol_members_join_and_leave_under_load(cbroker):
     assert not twice, f"records consumed more than once: {sorted(twice.items())[:10]}"
     errors = [e for m in members for e in m.errors]
     assert not errors, errors[:10]
-    assert len(produced) > 500
 
 
 @pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])

@@ -145,9 +145,17 @@ class ReplicaStarter(Protocol):
 
 class State(enum.Enum):
     HIBERNATED = "hibernated"
+    # Asked for, waiting for a slot under the live limit: not a process yet, so it does not
+    # count (wakes waiting for each other's slots would otherwise block one another until the
+    # slot wait ran out).
     WAKING = "waking"
+    STARTING = "starting"  # given its slot: a process is starting (or a spare adopting) for it
     LIVE = "live"
     HIBERNATING = "hibernating"
+
+
+# What counts against the live limit: processes, and those being started or ended.
+_PROCESS_STATES = frozenset({State.STARTING, State.LIVE, State.HIBERNATING})
 
 
 @dataclasses.dataclass
@@ -160,11 +168,7 @@ class Entry:
     last_used: float = 0.0
     # Not asked to hibernate again before this time (it refused: open transaction, ...).
     not_before: float = 0.0
-    transition: asyncio.Future | None = None  # set while WAKING or HIBERNATING
-    # A WAKING replica given its slot under the live limit (a process is starting for it). One
-    # still waiting for a slot is not a process and does not count: wakes waiting for each
-    # other's slots would otherwise block one another until the slot wait ran out.
-    admitted: bool = False
+    transition: asyncio.Future | None = None  # set while WAKING, STARTING or HIBERNATING
     failure: Exception | None = None  # why the last wake failed, for the requests that waited on it
     # StopReplica came (Kafka's ReplicaManager stops hosting the partition): nothing wakes it,
     # requests get NOT_LEADER_OR_FOLLOWER, until a LeaderAndIsr makes it a replica again. A wake
@@ -465,7 +469,7 @@ class ReplicaPool:
         started = self.clock()
         try:
             spare = await self._make_room(key)
-            entry.admitted = True
+            entry.state = State.STARTING
             if spare is not None:  # no room, but a started process: adopting adds none
                 entry.handle = await self.starter.start(entry.spec, entry.request, spare)
             else:
@@ -490,17 +494,13 @@ class ReplicaPool:
                 # then waits for the followers' fetches, as any would.
                 self._spawn(self._wake_followers(key, entry.spec, entry.request, entry.handle))
         finally:
-            entry.admitted = False  # LIVE counts by its state; HIBERNATED not at all
             transition, entry.transition = entry.transition, None
             transition.set_result(None)
             self._changed.set()
             self._tell_spares()
 
     def _live_count(self) -> int:
-        """Replicas that are processes or are becoming ones: live, hibernating (until it ends),
-        and waking with a slot."""
-        return sum(1 for e in self.entries.values()
-                   if e.state is not State.HIBERNATED and (e.state is not State.WAKING or e.admitted))
+        return sum(1 for e in self.entries.values() if e.state in _PROCESS_STATES)
 
     def _spare_reserve(self) -> int:
         """Slots kept for spares: only where a pooled partition could adopt one."""
@@ -516,7 +516,7 @@ class ReplicaPool:
     async def _make_room(self, waking: PoolKey) -> Any:
         """Evict least recently used idle replicas until the wake fits the live limit; where
         none is idle, a ready spare claimed for the wake (-> it; else None). The waking entry
-        does not count yet (it is not admitted)."""
+        does not count yet (WAKING)."""
         deadline = self.clock() + self.slot_wait_s
         reserve = self._spare_reserve()
         while self._live_count() + 1 + reserve > self.live_max:

@@ -239,7 +239,7 @@ def broker_usage_lines(topics: list[TopicInfo], brokers: list[int],
                        f"Wakeups: {stats.get('wakeups')}",
                        f"WakeMs p50/p99: {stats.get('wake_p50_ms')}/{stats.get('wake_p99_ms')}",
                        f"Adopted/Cold: {stats.get('adopted', 0)}/{stats.get('cold_starts', 0)}",
-                       f"OverLimit: {stats.get('over_limit', 0)}"]
+                       f"OverLimit: {stats.get('over_limit', 0)}", f"Prestarts: {stats.get('prestarts', 0)}"]
         lines.append("\t".join(fields))
     return lines
 

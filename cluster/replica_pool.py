@@ -72,6 +72,10 @@ MAX_CONCURRENT_STARTS = 4
 # A follower out of the ISR of a hibernated leader asks the leader's pool to wake the set
 # this many times (the controller's LeaderAndIsr may reach the leader's node after it).
 LEADER_WAKE_ATTEMPTS = 5
+# How long a new partition's LeaderAndIsr (so CreateTopics) waits for its leader's prestart:
+# a few partitions' starts, not a thousand's (those answer still starting; the controller
+# bounds CreateTopics by the client's timeout anyway).
+PRESTART_WAIT_S = 5.0
 LEADER_WAKE_BACKOFF_S = 0.5
 
 
@@ -93,6 +97,7 @@ class PoolStats(NamedTuple):
     wake_p99_ms: float
     adopted: int = 0  # wakes a spare took (actors/replica_keeper.py)
     cold_starts: int = 0  # wakes that started a process
+    prestarts: int = 0  # wakes of just-created partitions into free live slots, before any request
 
 
 class ReplicaStarter(Protocol):
@@ -210,7 +215,7 @@ class ReplicaPool:
         # Live entries, least recently used first (the eviction order).
         self._lru: collections.OrderedDict[PoolKey, None] = collections.OrderedDict()
         self._changed = asyncio.Event()
-        self.wakeups = self.hibernations = self.refusals = self.over_limit = 0
+        self.wakeups = self.hibernations = self.refusals = self.over_limit = self.prestarts = 0
         self._latencies: collections.deque[float] = collections.deque(maxlen=LATENCY_SAMPLES)
         self._starts = asyncio.Semaphore(MAX_CONCURRENT_STARTS)
         self._tasks: set[asyncio.Task] = set()
@@ -218,14 +223,22 @@ class ReplicaPool:
 
     # ---- what the controller sends -----------------------------------------------------------
     async def leader_and_isr(self, key: PoolKey, spec: Any, request: Any) -> ErrorCode:
-        """A pooled replica's LeaderAndIsr: kept for a hibernated one (no wake:
-        creating 1,000 partitions starts no actor), forwarded to a live one."""
+        """A pooled replica's LeaderAndIsr: kept for a hibernated one, forwarded to a
+        live one. A new partition's leader starts now while the node has a free live
+        slot, and the LeaderAndIsr (so CreateTopics) waits for it up to PRESTART_WAIT_S;
+        past the free slots, creating 1,000 partitions starts no actor."""
         key = PoolKey(*key)
         entry = self.entries.get(key)
         if entry is None:
             entry = self.entries[key] = Entry(spec, request, last_used=self.clock())
             await self._follow_if_leader_live(key, entry)
+            prestarted = getattr(request, "is_new", False) and self._prestart(key, entry)
             self._tell_spares()
+            if prestarted:
+                try:
+                    await asyncio.wait_for(self._settled(entry), PRESTART_WAIT_S)
+                except asyncio.TimeoutError:
+                    pass  # still starting: its first request waits for it, as for any wake
             return ErrorCode.none
         if not _newer_or_same(request, entry.request):
             return ErrorCode.stale_controller_epoch if request.controller_epoch < entry.request.controller_epoch \
@@ -279,6 +292,27 @@ class ReplicaPool:
             log.info("waking the leader of %s-%d for its follower out of the ISR: %r", key.topic, key.partition,
                      error)
             await asyncio.sleep(LEADER_WAKE_BACKOFF_S * 2 ** attempt)
+
+    def _prestart(self, key: PoolKey, entry: Entry) -> bool:
+        """Wake a just-created partition's leader, into a free live slot only (never
+        evicting, spares' slots kept) -> whether it is waking. Kafka's new partition is
+        ready once CreateTopics answers; here its clients' first requests would otherwise
+        wait for the start (a spare's adoption, or ~0.6-1.2 s cold), and one ListOffsets
+        waits for every partition it names: a member's offset reset answered that late
+        raced librdkafka's own retry timer, and a KIP-848 consumer re-read records it had
+        committed (docs/test-suite-durations.md). A replicated set's leader wakes its
+        followers, as on any wake. Unused, it hibernates after raykafka.replica.hibernate.ms
+        like any replica: one start spent early, where the first request would spend it."""
+        if entry.state is not State.HIBERNATED or _is_follower(entry, self.broker_id) or entry.request.leader < 0:
+            return False
+        waking = sum(1 for e in self.entries.values() if e.state is State.WAKING)
+        if self._live_count() + waking + 1 + self._spare_reserve() > self.live_max:
+            return False
+        entry.state = State.WAKING
+        entry.transition = asyncio.get_running_loop().create_future()
+        self.prestarts += 1
+        self._spawn(self._wake(key, entry))
+        return True
 
     def _spawn(self, coro) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -618,7 +652,8 @@ class ReplicaPool:
         return PoolStats(len(self.entries), live, len(self.entries) - live, self.live_max, self.wakeups,
                          self.hibernations, self.refusals, self.over_limit,
                          _quantile(ordered, 0.5) * 1000, _quantile(ordered, 0.99) * 1000,
-                         getattr(self.starter, "adopted", 0), getattr(self.starter, "cold_starts", 0))
+                         getattr(self.starter, "adopted", 0), getattr(self.starter, "cold_starts", 0),
+                         self.prestarts)
 
 
 def _quantile(ordered: list[float], q: float) -> float:

@@ -145,6 +145,8 @@ CATALOGUE: tuple[MetricDef, ...] = (
        "Wakes by how their process came: adopted (a started spare took the partition) or cold (a process start)"),
     _c("raykafka_replica_pool_wakes_over_limit", ("broker",), "raykafka:type=ReplicaPool,name=WakesOverLimitPerSec",
        "Wakes that found no idle replica to hibernate within the slot wait and started past the live limit"),
+    _c("raykafka_replica_pool_prestarts", ("broker",), "raykafka:type=ReplicaPool,name=PrestartsPerSec",
+       "Just-created partitions' leaders started into free live slots before their first request"),
     _c("raykafka_replica_pool_hibernations", ("broker",), "raykafka:type=ReplicaPool,name=HibernationsPerSec",
        "Idle replicas hibernated (idle for raykafka.replica.hibernate.ms, or evicted for the live limit)"),
     _c("kafka_server_replicamanager_isrshrinks", ("broker",), _RPM + "IsrShrinksPerSec",

@@ -466,6 +466,8 @@ class NodeSampler:
             # Wakes that found no idle replica to evict in time and started past the live limit.
             over = self.registry.counter("raykafka_replica_pool_wakes_over_limit")
             over.values[one] = stats.over_limit
+            prestarts = self.registry.counter("raykafka_replica_pool_prestarts")
+            prestarts.values[one] = stats.prestarts
         g("kafka_server_replicamanager_partitioncount").set(one, len(hosted))
         g("kafka_server_replicamanager_underreplicatedpartitions").set(one, under_replicated)
         controller_here = metadata.controller_id == me

@@ -78,9 +78,10 @@ class BrokerRequests:
     async def send_leader_and_isr(self, partitions: list[tuple[str, int]],
                                    exclude: frozenset[int] = frozenset(),
                                    only: frozenset[tuple[str, int, int]] | None = None,
-                                   attempt: int = 0) -> None:
+                                   attempt: int = 0, new: bool = False) -> None:
         """Batched: all calls issued at once, awaited together. Brokers in `exclude` get none;
-        with `only`, just those (topic, partition, broker) replicas get theirs."""
+        with `only`, just those (topic, partition, broker) replicas get theirs. `new`: the
+        partitions were just created (LeaderAndIsr.is_new)."""
         ctx = self.c.ctx
         calls = []
         starting: dict[int, int] = {}  # broker -> replica actors this LeaderAndIsr creates
@@ -98,7 +99,7 @@ class BrokerRequests:
                 if not self.c.channel.has_replica(key):
                     starting[broker_id] = starting.get(broker_id, 0) + 1
                 request = LeaderAndIsr(ctx.epoch, state.leader, state.leader_epoch, state.isr, replicas,
-                                       state.zk_version)
+                                       state.zk_version, is_new=new)
                 if broker_id == state.leader:
                     ref = self.c.channel.become_leader(key, request)
                 else:

@@ -45,6 +45,10 @@ class LeaderAndIsr(NamedTuple):
     isr: list[int]
     replicas: list[int]
     zk_version: int
+    # Kafka's IsNew: sent for the replicas of partitions just created (CreateTopics,
+    # CreatePartitions). A pooled one starts now while its node has a free live slot
+    # (cluster/replica_pool.py, prestart): its producers and consumers come next.
+    is_new: bool = False
 
 
 # A replica's answer to a request: 0, an error code, or the exception the call raised.

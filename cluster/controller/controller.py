@@ -420,8 +420,9 @@ class Controller:
         return self.requests.replica_config(broker_id, topic_configs)
 
     async def _send_leader_and_isr(self, partitions: list[tuple[str, int]], exclude: frozenset[int] = frozenset(),
-                                   only: frozenset[tuple[str, int, int]] | None = None, attempt: int = 0) -> None:
-        await self.requests.send_leader_and_isr(partitions, exclude, only, attempt)
+                                   only: frozenset[tuple[str, int, int]] | None = None, attempt: int = 0,
+                                   new: bool = False) -> None:
+        await self.requests.send_leader_and_isr(partitions, exclude, only, attempt, new)
 
     def _retry_leader_and_isr(self, targets: frozenset[tuple[str, int, int]], attempt: int) -> None:
         self.requests.retry_leader_and_isr(targets, attempt)
@@ -641,7 +642,7 @@ class Controller:
         if created:
             partitions = [item for name in created for item in ctx.partitions_of(name)]
             await self._elect_offline_partitions(partitions)
-            starting = asyncio.ensure_future(self._send_leader_and_isr([tp for tp, _ in partitions]))
+            starting = asyncio.ensure_future(self._send_leader_and_isr([tp for tp, _ in partitions], new=True))
             if answer is not None and answer_by is not None:
                 await asyncio.wait({starting}, timeout=max(0.0, answer_by - self.loop.time()))
                 if not starting.done():

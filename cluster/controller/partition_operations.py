@@ -77,7 +77,7 @@ class PartitionOperations:
                 results.append(TopicOutcome(name))
             if grown:
                 await self.c._elect_offline_partitions(grown)  # NewPartition -> OnlinePartition
-                await self.c._send_leader_and_isr([tp for tp, _ in grown])
+                await self.c._send_leader_and_isr([tp for tp, _ in grown], new=True)
                 await self.c._send_update_metadata()
             return results
 

@@ -27,7 +27,7 @@ def _pool_stats_entry(edge, resource_name: str, entry_cls) -> tuple:
     value = (f"hosted={s.hosted},live={s.live},hibernated={s.hibernated},live_max={s.live_max},"
              f"wakeups={s.wakeups},hibernations={s.hibernations},wake_p50_ms={s.wake_p50_ms:.0f},"
              f"wake_p99_ms={s.wake_p99_ms:.0f},adopted={s.adopted},"
-             f"cold_starts={s.cold_starts},over_limit={s.over_limit}")
+             f"cold_starts={s.cold_starts},over_limit={s.over_limit},prestarts={s.prestarts}")
     return (build(entry_cls, name=POOL_STATS_KEY, value=value, read_only=True, config_source=5, is_sensitive=False,
                   is_default=False, synonyms=(), config_type=2, documentation=None),)
 

@@ -7,6 +7,7 @@ import pytest
 
 from cluster.capacity import (HOSTED_KEY, NodeCapacity, default_partitions_per_node)
 from cluster.controller.channel import LeaderAndIsr
+from cluster import replica_pool
 from cluster.replica_pool import ReplicaPool, hibernation_blocker
 from core.error_codes import ErrorCode
 from core.pooled_replica import HibernateAnswer
@@ -93,6 +94,40 @@ def test_leader_and_isr_starts_nothing_and_a_request_wakes_with_it():
         assert handle == "t-3" and starter.live["t-3"] == request()
         pool.release(("t", 3))
         assert pool.stats().wakeups == 1 and pool.stats().live == 1
+    run(scenario())
+
+
+def test_a_new_partitions_leader_starts_at_once_into_free_slots_only(monkeypatch):
+    """Kafka's IsNew LeaderAndIsr (CreateTopics, CreatePartitions): the new leaders start in
+    the background while the node has free live slots, spares' slots kept, nothing evicted;
+    past that they stay hibernated until a request. A follower (led by another node) waits
+    for its leader's wake, and a LeaderAndIsr without IsNew (a restart's) starts nothing."""
+    async def scenario():
+        starter, clock = FakeStarter(), Clock()
+        pool = ReplicaPool(starter, live_max=4, hibernate_s=60, clock=clock, spares=1, broker_id=0)
+        await pool.leader_and_isr(("old", 0), "old-0", request())  # not new: hosted, not started
+        await pool.acquire(("old", 0))  # held: in flight, so never evicted
+        new = request()._replace(is_new=True)
+        await pool.leader_and_isr(("t", 0), "t-0", new)
+        assert starter.started == ["old-0", "t-0"]  # the LeaderAndIsr answered once it was up
+        for p in range(1, 4):
+            await pool.leader_and_isr(("t", p), f"t-{p}", new)
+        await pool.leader_and_isr(("f", 0), "f-0", LeaderAndIsr(1, 2, 1, [2, 0], [2, 0], 3, is_new=True))
+        # 4 slots: "old-0" live, one kept for the spare: two new leaders started, in order.
+        assert starter.started == ["old-0", "t-0", "t-1"]
+        stats = pool.stats()
+        assert (stats.live, stats.prestarts, stats.over_limit) == (3, 2, 0)
+        assert starter.ended == []
+        # The others wake on their first request, as any hibernated replica does.
+        assert await pool.acquire(("t", 3)) == "t-3"
+        # A start that takes long: the LeaderAndIsr answers after PRESTART_WAIT_S, the start goes on.
+        slow = ReplicaPool(starter, live_max=4, hibernate_s=60, clock=clock)
+        starter.gate = asyncio.Event()
+        monkeypatch.setattr(replica_pool, "PRESTART_WAIT_S", 0.05)
+        await asyncio.wait_for(slow.leader_and_isr(("s", 0), "s-0", new), 1)
+        assert slow.stats().live == 1 and "s-0" not in starter.started
+        starter.gate.set()
+        assert await asyncio.wait_for(slow.acquire(("s", 0)), 1) == "s-0"
     run(scenario())
 
 
@@ -241,10 +276,10 @@ def test_describe_shows_live_and_hibernated_counts_where_replicas_hibernate():
 
     topics = [TopicInfo("a", {0: PartitionInfo(0, 1, (1,), (1,)), 1: PartitionInfo(1, 1, (1,), (1,))})]
     pools = {1: "hosted=2,live=1,hibernated=1,live_max=90,wakeups=5,hibernations=4,wake_p50_ms=700,wake_p99_ms=950,"
-                "adopted=4,cold_starts=1,over_limit=2"}
+                "adopted=4,cold_starts=1,over_limit=2,prestarts=3"}
     assert broker_usage_lines(topics, [1, 2], {1: 90, 2: 90}, pools) == [
         "Broker: 1\tReplicas: 2\tCapacity: 90\tLive: 1/90\tHibernated: 1\tWakeups: 5\tWakeMs p50/p99: 700/950\tAdopted/Cold: 4/1"
-        "\tOverLimit: 2",
+        "\tOverLimit: 2\tPrestarts: 3",
         "Broker: 2\tReplicas: 0\tCapacity: 90"]
 
 

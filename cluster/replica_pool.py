@@ -180,6 +180,9 @@ class Entry:
     # would replay the LeaderAndIsr kept from before, and bring back a leader of an old epoch
     # over a log StopReplica(delete) removed.
     stopped: bool = False
+    # A replicated leader's background wake of its followers, from its last wake (a new
+    # partition's LeaderAndIsr waits for it too: the set is ready when CreateTopics answers).
+    followers_waking: asyncio.Task | None = None
 
 
 def _is_follower(entry: Entry, broker_id: int | None) -> bool:
@@ -235,10 +238,7 @@ class ReplicaPool:
             prestarted = getattr(request, "is_new", False) and self._prestart(key, entry)
             self._tell_spares()
             if prestarted:
-                try:
-                    await asyncio.wait_for(self._settled(entry), PRESTART_WAIT_S)
-                except asyncio.TimeoutError:
-                    pass  # still starting: its first request waits for it, as for any wake
+                await self._ready_within(entry, PRESTART_WAIT_S)
             return ErrorCode.none
         if not _newer_or_same(request, entry.request):
             return ErrorCode.stale_controller_epoch if request.controller_epoch < entry.request.controller_epoch \
@@ -293,6 +293,19 @@ class ReplicaPool:
                      error)
             await asyncio.sleep(LEADER_WAKE_BACKOFF_S * 2 ** attempt)
 
+    async def _ready_within(self, entry: Entry, timeout_s: float) -> None:
+        """Wait up to `timeout_s` for a prestarted leader, and for a replicated one's
+        followers too (an acks=all produce needs them); what is not up by then goes on
+        starting, and its first request waits for it, as for any wake."""
+        async def ready() -> None:
+            await self._settled(entry)
+            if entry.followers_waking is not None:
+                await asyncio.shield(entry.followers_waking)
+        try:
+            await asyncio.wait_for(ready(), timeout_s)
+        except asyncio.TimeoutError:
+            pass
+
     def _prestart(self, key: PoolKey, entry: Entry) -> bool:
         """Wake a just-created partition's leader, into a free live slot only (never
         evicting, spares' slots kept) -> whether it is waking. Kafka's new partition is
@@ -314,10 +327,11 @@ class ReplicaPool:
         self._spawn(self._wake(key, entry))
         return True
 
-    def _spawn(self, coro) -> None:
+    def _spawn(self, coro) -> asyncio.Task:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)  # referenced until done: the loop keeps only weak references
         task.add_done_callback(self._tasks.discard)
+        return task
 
     async def _wake_and_release(self, key: PoolKey) -> None:
         try:
@@ -526,7 +540,8 @@ class ReplicaPool:
                 # Its followers fetch from this new actor (the set hibernated with it). In the
                 # background: the request that woke it needs only the leader; an acks=all one
                 # then waits for the followers' fetches, as any would.
-                self._spawn(self._wake_followers(key, entry.spec, entry.request, entry.handle))
+                entry.followers_waking = self._spawn(
+                    self._wake_followers(key, entry.spec, entry.request, entry.handle))
         finally:
             transition, entry.transition = entry.transition, None
             transition.set_result(None)

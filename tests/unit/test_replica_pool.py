@@ -131,6 +131,29 @@ def test_a_new_partitions_leader_starts_at_once_into_free_slots_only(monkeypatch
     run(scenario())
 
 
+def test_a_new_replicated_partition_is_answered_once_its_followers_are_woken_too():
+    """RF=3: the new leader's LeaderAndIsr waits for the wake of its followers as well (an
+    acks=all produce needs them), up to the prestart wait."""
+    async def scenario():
+        starter, clock = FakeStarter(), Clock()
+        followers_up = asyncio.Event()
+        woken = []
+
+        async def wake_followers(spec, request, handle):
+            await followers_up.wait()
+            woken.append(spec)
+
+        starter.wake_followers = wake_followers
+        pool = ReplicaPool(starter, live_max=10, hibernate_s=60, clock=clock, broker_id=0)
+        answer = asyncio.ensure_future(pool.leader_and_isr(
+            ("r", 0), "r-0", LeaderAndIsr(1, 0, 1, [0, 1, 2], [0, 1, 2], 3, is_new=True)))
+        await asyncio.sleep(0.05)
+        assert starter.started == ["r-0"] and not answer.done()  # the leader is up, its followers not yet
+        followers_up.set()
+        assert await asyncio.wait_for(answer, 1) == 0 and woken == ["r-0"]
+    run(scenario())
+
+
 def test_idle_replicas_hibernate_and_wake_with_the_newest_leader_and_isr():
     async def scenario():
         starter, clock = FakeStarter(), Clock()

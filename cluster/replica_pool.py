@@ -183,6 +183,41 @@ class Entry:
     # A replicated leader's background wake of its followers, from its last wake (a new
     # partition's LeaderAndIsr waits for it too: the set is ready when CreateTopics answers).
     followers_waking: asyncio.Task | None = None
+    # Woken for its creation, no request waiting yet: its start queues after requests' wakes.
+    prestarting: bool = False
+
+
+class StartGate:
+    """At most `limit` process starts at once, in arrival order, except that a wake a
+    request waits for goes before prestarts still queued: a CreateTopics of many
+    partitions must not hold up the wake of a partition a client is asking for."""
+
+    def __init__(self, limit: int):
+        self.free = limit
+        self._waiting: list[tuple[asyncio.Future, Entry]] = []
+
+    async def acquire(self, entry: Entry) -> None:
+        if self.free > 0 and not self._waiting:
+            self.free -= 1
+            return
+        turn = asyncio.get_running_loop().create_future()
+        self._waiting.append((turn, entry))
+        try:
+            await turn
+        except asyncio.CancelledError:
+            if turn.done() and not turn.cancelled():
+                self.release()  # handed the start just as it was cancelled: pass it on
+            else:
+                self._waiting = [w for w in self._waiting if w[0] is not turn]
+            raise
+
+    def release(self) -> None:
+        if not self._waiting:
+            self.free += 1
+            return
+        i = next((i for i, (_, e) in enumerate(self._waiting) if not e.prestarting), 0)
+        turn, _ = self._waiting.pop(i)
+        turn.set_result(None)  # the start passes straight to it
 
 
 def _is_follower(entry: Entry, broker_id: int | None) -> bool:
@@ -220,7 +255,7 @@ class ReplicaPool:
         self._changed = asyncio.Event()
         self.wakeups = self.hibernations = self.refusals = self.over_limit = self.prestarts = 0
         self._latencies: collections.deque[float] = collections.deque(maxlen=LATENCY_SAMPLES)
-        self._starts = asyncio.Semaphore(MAX_CONCURRENT_STARTS)
+        self._starts = StartGate(MAX_CONCURRENT_STARTS)
         self._tasks: set[asyncio.Task] = set()
         self.on_hibernated: Callable[[PoolKey, Any], None] | None = None  # the router drops the handle's channel
 
@@ -323,6 +358,7 @@ class ReplicaPool:
             return False
         entry.state = State.WAKING
         entry.transition = asyncio.get_running_loop().create_future()
+        entry.prestarting = True
         self.prestarts += 1
         self._spawn(self._wake(key, entry))
         return True
@@ -471,6 +507,8 @@ class ReplicaPool:
                 entry.state = State.WAKING
                 entry.transition = asyncio.get_running_loop().create_future()
                 self._spawn(self._wake(key, entry))
+            # A request now waits for it: a prestart still queued for a start goes first.
+            entry.prestarting = False
             await self._settled(entry)
             if entry.state is State.HIBERNATED and entry.handle is None and entry.failure is not None:
                 failure, entry.failure = entry.failure, None
@@ -521,8 +559,11 @@ class ReplicaPool:
             if spare is not None:  # no room, but a started process: adopting adds none
                 entry.handle = await self.starter.start(entry.spec, entry.request, spare)
             else:
-                async with self._starts:
+                await self._starts.acquire(entry)
+                try:
                     entry.handle = await self.starter.start(entry.spec, entry.request)
+                finally:
+                    self._starts.release()
         except Exception as exc:  # noqa: BLE001 - the waiting requests get it
             log.warning("waking %s-%d failed: %r", key.topic, key.partition, exc)
             entry.state, entry.handle, entry.failure = State.HIBERNATED, None, exc
@@ -543,6 +584,7 @@ class ReplicaPool:
                 entry.followers_waking = self._spawn(
                     self._wake_followers(key, entry.spec, entry.request, entry.handle))
         finally:
+            entry.prestarting = False
             transition, entry.transition = entry.transition, None
             transition.set_result(None)
             self._changed.set()

@@ -131,6 +131,32 @@ def test_a_new_partitions_leader_starts_at_once_into_free_slots_only(monkeypatch
     run(scenario())
 
 
+def test_a_requested_wake_starts_before_queued_prestarts(monkeypatch):
+    """One start at a time: a bulk creation's prestarts queue, and the wakes requests wait
+    for (another partition's, or one of the prestarted ones a client asks for) go first."""
+    monkeypatch.setattr(replica_pool, "MAX_CONCURRENT_STARTS", 1)
+
+    async def scenario():
+        starter, clock = FakeStarter(), Clock()
+        starter.gate = asyncio.Event()
+        pool = ReplicaPool(starter, live_max=20, hibernate_s=60, clock=clock)
+        await pool.leader_and_isr(("old", 0), "old-0", request())
+        new = request()._replace(is_new=True)
+        creations = [asyncio.ensure_future(pool.leader_and_isr(("t", p), f"t-{p}", new)) for p in range(4)]
+        await asyncio.sleep(0.01)  # t-0 starting, t-1..t-3 queued for the start
+        requests = [asyncio.ensure_future(pool.acquire(("old", 0)))]
+        await asyncio.sleep(0.01)
+        requests.append(asyncio.ensure_future(pool.acquire(("t", 3))))  # a client asks for t-3 already
+        await asyncio.sleep(0.01)
+        starter.gate.set()
+        await asyncio.wait_for(asyncio.gather(*requests, *creations), 1)
+        # t-3 was queued (as a prestart) before old-0's wake: among wakes requests wait for,
+        # arrival order; the prestarts nobody asked for come last.
+        assert starter.started == ["t-0", "t-3", "old-0", "t-1", "t-2"]
+        assert pool.stats().prestarts == 4 and pool.stats().live == 5
+    run(scenario())
+
+
 def test_a_new_replicated_partition_is_answered_once_its_followers_are_woken_too():
     """RF=3: the new leader's LeaderAndIsr waits for the wake of its followers as well (an
     acks=all produce needs them), up to the prestart wait."""

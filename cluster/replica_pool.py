@@ -76,6 +76,11 @@ LEADER_WAKE_ATTEMPTS = 5
 # a few partitions' starts, not a thousand's (those answer still starting; the controller
 # bounds CreateTopics by the client's timeout anyway).
 PRESTART_WAIT_S = 5.0
+# Prestarts under way at once, per node: a topic of up to a dozen partitions (most topics)
+# is ready when CreateTopics answers; a bulk creation starts a dozen (a start costs ~0.75 s
+# of a core here, spent whether or not the partition is used before it hibernates again),
+# and the rest wake on their first request, as any hibernated partition does.
+PRESTART_MAX = 12
 LEADER_WAKE_BACKOFF_S = 0.5
 
 
@@ -343,7 +348,7 @@ class ReplicaPool:
 
     def _prestart(self, key: PoolKey, entry: Entry) -> bool:
         """Wake a just-created partition's leader, into a free live slot only (never
-        evicting, spares' slots kept) -> whether it is waking. Kafka's new partition is
+        evicting, spares' slots kept), at most PRESTART_MAX at once -> whether it is waking. Kafka's new partition is
         ready once CreateTopics answers; here its clients' first requests would otherwise
         wait for the start (a spare's adoption, or ~0.6-1.2 s cold), and one ListOffsets
         waits for every partition it names: a member's offset reset answered that late
@@ -353,8 +358,11 @@ class ReplicaPool:
         like any replica: one start spent early, where the first request would spend it."""
         if entry.state is not State.HIBERNATED or _is_follower(entry, self.broker_id) or entry.request.leader < 0:
             return False
-        waking = sum(1 for e in self.entries.values() if e.state is State.WAKING)
-        if self._live_count() + waking + 1 + self._spare_reserve() > self.live_max:
+        waking = prestarting = 0
+        for e in self.entries.values():
+            waking += e.state is State.WAKING
+            prestarting += e.prestarting
+        if prestarting >= PRESTART_MAX or self._live_count() + waking + 1 + self._spare_reserve() > self.live_max:
             return False
         entry.state = State.WAKING
         entry.transition = asyncio.get_running_loop().create_future()

@@ -131,6 +131,25 @@ def test_a_new_partitions_leader_starts_at_once_into_free_slots_only(monkeypatch
     run(scenario())
 
 
+def test_a_bulk_creation_prestarts_at_most_prestart_max_at_once(monkeypatch):
+    monkeypatch.setattr(replica_pool, "PRESTART_MAX", 3)
+
+    async def scenario():
+        starter, clock = FakeStarter(), Clock()
+        starter.gate = asyncio.Event()
+        pool = ReplicaPool(starter, live_max=100, hibernate_s=60, clock=clock)
+        new = request()._replace(is_new=True)
+        creations = [asyncio.ensure_future(pool.leader_and_isr(("t", p), f"t-{p}", new)) for p in range(10)]
+        await asyncio.sleep(0.01)
+        starter.gate.set()
+        await asyncio.wait_for(asyncio.gather(*creations), 1)
+        assert sorted(starter.started) == ["t-0", "t-1", "t-2"] and pool.stats().prestarts == 3
+        # Once those are up, the next creation prestarts again.
+        await pool.leader_and_isr(("u", 0), "u-0", new)
+        assert starter.started[-1] == "u-0"
+    run(scenario())
+
+
 def test_a_requested_wake_starts_before_queued_prestarts(monkeypatch):
     """One start at a time: a bulk creation's prestarts queue, and the wakes requests wait
     for (another partition's, or one of the prestarted ones a client asks for) go first."""

@@ -125,7 +125,8 @@ class RayControllerChannel(ControllerChannel):
         if tuple(key) in self.pooled or self._poolable(key, request):
             if self._poolable_still(key, request):
                 self.pooled.add(tuple(key))
-                # No actor starts here: the pool keeps the request and replays it on the first wake.
+                # No actor starts here: the pool keeps the request and replays it on the first wake
+                # (a new partition's it starts at once while the node has room: is_new).
                 return self._edge(key.broker_id).pool_leader_and_isr.remote(self._spec_for(key), request)
             return self._after_unpool(key, lambda: self._become_leader_direct(key, request))
         return self._become_leader_direct(key, request)

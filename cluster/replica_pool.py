@@ -268,8 +268,8 @@ class ReplicaPool:
     async def leader_and_isr(self, key: PoolKey, spec: Any, request: Any) -> ErrorCode:
         """A pooled replica's LeaderAndIsr: kept for a hibernated one, forwarded to a
         live one. A new partition's leader starts now while the node has a free live
-        slot, and the LeaderAndIsr (so CreateTopics) waits for it up to PRESTART_WAIT_S;
-        past the free slots, creating 1,000 partitions starts no actor."""
+        slot (at most PRESTART_MAX at once), and the LeaderAndIsr (so CreateTopics)
+        waits for it up to PRESTART_WAIT_S; creating 1,000 partitions starts a dozen."""
         key = PoolKey(*key)
         entry = self.entries.get(key)
         if entry is None:

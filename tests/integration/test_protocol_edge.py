@@ -176,22 +176,32 @@ def test_offset_for_leader_epoch(broker, topic_name):
 
 def test_empty_long_poll_keeps_the_broker_near_idle(broker, topic_name):
     """A consumer long-polling an empty partition parks in the purgatory: the
-    broker's CPU stays near its idle level (no busy loop)."""
+    broker's CPU stays near its idle level (no busy loop). The broker tree is
+    shared with the session's other work (an idle replica hibernating, a spare
+    process starting: ~0.75 CPU-s each), which can land in one 3 s window; a busy
+    loop lands in every one, so the pair of windows is measured up to three times
+    and one quiet pair passes."""
     create_topic(broker.bootstrap, topic_name, 1)
     client = WireClient(broker.bootstrap)
     _fetch(client, topic_name, 0, min_bytes=1, max_wait_ms=100)  # warm the path up
-    before = broker.cpu_seconds()
-    time.sleep(3)
-    idle = broker.cpu_seconds() - before
-    before = broker.cpu_seconds()
-    started = time.monotonic()
-    fetches = 0
-    while time.monotonic() - started < 3:
-        empty = _fetch(client, topic_name, 0, min_bytes=1, max_wait_ms=500)
-        assert not empty.records
-        fetches += 1
-    polling = broker.cpu_seconds() - before
+    measured = []
+    for _ in range(3):
+        before = broker.cpu_seconds()
+        time.sleep(3)
+        idle = broker.cpu_seconds() - before
+        before = broker.cpu_seconds()
+        started = time.monotonic()
+        fetches = 0
+        while time.monotonic() - started < 3:
+            empty = _fetch(client, topic_name, 0, min_bytes=1, max_wait_ms=500)
+            assert not empty.records
+            fetches += 1
+        polling = broker.cpu_seconds() - before
+        assert 4 <= fetches <= 8, f"each fetch should wait ~max_wait (500 ms): {fetches} in 3 s"
+        measured.append((round(polling - idle, 2), round(idle, 2)))
+        if polling - idle < 0.45:
+            break
     client.close()
-    assert 4 <= fetches <= 8, f"each fetch should wait ~max_wait (500 ms): {fetches} in 3 s"
-    extra = polling - idle
-    assert extra < 0.45, f"long-polling cost {extra:.2f} CPU-seconds over 3 s on top of idle {idle:.2f}"
+    extra, idle = measured[-1]
+    assert extra < 0.45, f"long-polling cost {extra:.2f} CPU-seconds over 3 s on top of idle {idle:.2f} " \
+                         f"in each of {len(measured)} tries (extra, idle): {measured}"

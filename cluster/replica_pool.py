@@ -72,6 +72,7 @@ MAX_CONCURRENT_STARTS = 4
 # A follower out of the ISR of a hibernated leader asks the leader's pool to wake the set
 # this many times (the controller's LeaderAndIsr may reach the leader's node after it).
 LEADER_WAKE_ATTEMPTS = 5
+LEADER_WAKE_BACKOFF_S = 0.5
 # How long a new partition's LeaderAndIsr (so CreateTopics) waits for its leader's prestart:
 # a few partitions' starts, not a thousand's (those answer still starting; the controller
 # bounds CreateTopics by the client's timeout anyway).
@@ -81,7 +82,6 @@ PRESTART_WAIT_S = 5.0
 # of a core here, spent whether or not the partition is used before it hibernates again),
 # and the rest wake on their first request, as any hibernated partition does.
 PRESTART_MAX = 12
-LEADER_WAKE_BACKOFF_S = 0.5
 
 
 class PoolKey(NamedTuple):
@@ -259,6 +259,7 @@ class ReplicaPool:
         self._lru: collections.OrderedDict[PoolKey, None] = collections.OrderedDict()
         self._changed = asyncio.Event()
         self.wakeups = self.hibernations = self.refusals = self.over_limit = self.prestarts = 0
+        self._prestarting = 0  # entries with prestarting set
         self._latencies: collections.deque[float] = collections.deque(maxlen=LATENCY_SAMPLES)
         self._starts = StartGate(MAX_CONCURRENT_STARTS)
         self._tasks: set[asyncio.Task] = set()
@@ -275,7 +276,7 @@ class ReplicaPool:
         if entry is None:
             entry = self.entries[key] = Entry(spec, request, last_used=self.clock())
             await self._follow_if_leader_live(key, entry)
-            prestarted = getattr(request, "is_new", False) and self._prestart(key, entry)
+            prestarted = request.is_new and self._prestart(key, entry)
             self._tell_spares()
             if prestarted:
                 await self._ready_within(entry, PRESTART_WAIT_S)
@@ -347,29 +348,39 @@ class ReplicaPool:
             pass
 
     def _prestart(self, key: PoolKey, entry: Entry) -> bool:
-        """Wake a just-created partition's leader, into a free live slot only (never
-        evicting, spares' slots kept), at most PRESTART_MAX at once -> whether it is waking. Kafka's new partition is
-        ready once CreateTopics answers; here its clients' first requests would otherwise
-        wait for the start (a spare's adoption, or ~0.6-1.2 s cold), and one ListOffsets
-        waits for every partition it names: a member's offset reset answered that late
-        raced librdkafka's own retry timer, and a KIP-848 consumer re-read records it had
-        committed (docs/test-suite-durations.md). A replicated set's leader wakes its
-        followers, as on any wake. Unused, it hibernates after raykafka.replica.hibernate.ms
-        like any replica: one start spent early, where the first request would spend it."""
-        if entry.state is not State.HIBERNATED or _is_follower(entry, self.broker_id) or entry.request.leader < 0:
+        """Wake a just-created partition's leader into a free live slot only (never
+        evicting, spares' slots kept), at most PRESTART_MAX at once -> whether it is
+        waking. Kafka's new partition is ready once CreateTopics answers; here its
+        clients' first requests would otherwise wait for the start (a spare's adoption,
+        or ~0.6-1.2 s cold), and one ListOffsets waits for every partition it names: a
+        member's offset reset answered that late raced librdkafka's own retry timer, and
+        a KIP-848 consumer re-read records it had committed (docs/test-suite-durations.md).
+        A replicated set's leader wakes its followers, as on any wake. Unused, it
+        hibernates after raykafka.replica.hibernate.ms like any replica: one start spent
+        early, where the first request would spend it."""
+        if self._prestarting >= PRESTART_MAX or entry.state is not State.HIBERNATED \
+                or _is_follower(entry, self.broker_id) or entry.request.leader < 0:
             return False
-        waking = prestarting = 0
-        for e in self.entries.values():
-            waking += e.state is State.WAKING
-            prestarting += e.prestarting
-        if prestarting >= PRESTART_MAX or self._live_count() + waking + 1 + self._spare_reserve() > self.live_max:
+        waking = sum(1 for e in self.entries.values() if e.state is State.WAKING)
+        if self._live_count() + waking + 1 + self._spare_reserve() > self.live_max:
             return False
+        entry.prestarting = True
+        self._prestarting += 1
+        self.prestarts += 1
+        self._begin_wake(key, entry)
+        return True
+
+    def _end_prestart(self, entry: Entry) -> None:
+        """A request waits for it now, or its wake is over: it no longer queues as a prestart."""
+        if entry.prestarting:
+            entry.prestarting = False
+            self._prestarting -= 1
+
+    def _begin_wake(self, key: PoolKey, entry: Entry) -> None:
+        # WAKING from here on, before any await: concurrent requests wait for this one wake.
         entry.state = State.WAKING
         entry.transition = asyncio.get_running_loop().create_future()
-        entry.prestarting = True
-        self.prestarts += 1
         self._spawn(self._wake(key, entry))
-        return True
 
     def _spawn(self, coro) -> asyncio.Task:
         task = asyncio.get_running_loop().create_task(coro)
@@ -511,12 +522,9 @@ class ReplicaPool:
                 self._lru.move_to_end(key)
                 return entry.handle
             if entry.state is State.HIBERNATED:
-                # WAKING from here on, before any await: concurrent requests wait for this one wake.
-                entry.state = State.WAKING
-                entry.transition = asyncio.get_running_loop().create_future()
-                self._spawn(self._wake(key, entry))
+                self._begin_wake(key, entry)
             # A request now waits for it: a prestart still queued for a start goes first.
-            entry.prestarting = False
+            self._end_prestart(entry)
             await self._settled(entry)
             if entry.state is State.HIBERNATED and entry.handle is None and entry.failure is not None:
                 failure, entry.failure = entry.failure, None
@@ -592,7 +600,7 @@ class ReplicaPool:
                 entry.followers_waking = self._spawn(
                     self._wake_followers(key, entry.spec, entry.request, entry.handle))
         finally:
-            entry.prestarting = False
+            self._end_prestart(entry)
             transition, entry.transition = entry.transition, None
             transition.set_result(None)
             self._changed.set()

@@ -73,6 +73,10 @@ MAX_CONCURRENT_STARTS = 4
 # this many times (the controller's LeaderAndIsr may reach the leader's node after it).
 LEADER_WAKE_ATTEMPTS = 5
 LEADER_WAKE_BACKOFF_S = 0.5
+# A follower whose leader is live keeps trying to wake, as Kafka's fetcher keeps
+# fetching (replica.fetch.backoff.ms): backoff from 0.5 s, doubling up to 5 s.
+FOLLOWER_WAKE_BACKOFF_S = 0.5
+FOLLOWER_WAKE_BACKOFF_MAX_S = 5.0
 # How long a new partition's LeaderAndIsr (so CreateTopics) waits for its leader's prestart:
 # a few partitions' starts, not a thousand's (those answer still starting; the controller
 # bounds CreateTopics by the client's timeout anyway).
@@ -313,9 +317,33 @@ class ReplicaPool:
             log.info("leader of %s-%d not found: %r", key.topic, key.partition, exc)
             return
         if live:
-            self._spawn(self._wake_and_release(key))
+            self._spawn(self._keep_waking_follower(key, entry.request))
         elif self.broker_id not in entry.request.isr:
             self._spawn(self._wake_hibernated_leader(key, entry.request))
+
+    async def _keep_waking_follower(self, key: PoolKey, request: Any) -> None:
+        """Wake a follower whose leader is live, trying again with backoff while this
+        LeaderAndIsr stands: a follower that gave up would stay out of the ISR for good
+        (its partition under-replicated, its preferred leader never elected). A wake
+        fails for a while when a node comes back: its replica's name still leads to the
+        actor of the node that died until Ray declares that node dead (~10 s of missed
+        health checks), and every call to it is refused."""
+        delay = FOLLOWER_WAKE_BACKOFF_S
+        while True:
+            entry = self.entries.get(key)
+            if entry is None or entry.stopped or entry.request is not request or entry.state is State.LIVE:
+                return  # gone, stopped, a newer LeaderAndIsr (it wakes on its own), or woken
+            try:
+                await self.acquire(key)
+            except KeyError:
+                return  # stopped meanwhile
+            except Exception as exc:  # noqa: BLE001 - logged by _wake; tried again below
+                log.info("waking follower %s-%d failed, again in %.1f s: %r", key.topic, key.partition, delay, exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, FOLLOWER_WAKE_BACKOFF_MAX_S)
+                continue
+            self.release(key)
+            return
 
     async def _wake_hibernated_leader(self, key: PoolKey, request: Any) -> None:
         """Ask the leader's pool to wake the set, for this follower out of its ISR. Retried a

@@ -199,6 +199,49 @@ def test_a_new_replicated_partition_is_answered_once_its_followers_are_woken_too
     run(scenario())
 
 
+def test_a_follower_of_a_live_leader_keeps_trying_to_wake_until_it_is_up(monkeypatch):
+    """A node came back: its follower's first wakes fail (the name still leads to the dead
+    node's actor until Ray declares that node dead). It tries again with backoff, so it
+    catches up and rejoins the ISR; a StopReplica ends the retries."""
+    monkeypatch.setattr(replica_pool, "FOLLOWER_WAKE_BACKOFF_S", 0.01)
+
+    async def scenario():
+        starter, clock = FakeStarter(), Clock()
+        failures = {"f-0": 2, "g-0": 10**6}
+        attempts: list[str] = []
+        started = starter.start
+
+        async def start(spec, request, spare=None):
+            attempts.append(spec)
+            if failures[spec] > 0:
+                failures[spec] -= 1
+                raise RuntimeError("ActorUnavailableError: connection refused")
+            return await started(spec, request, spare)
+
+        async def leader_is_live(spec, request):
+            return True
+
+        starter.start, starter.leader_is_live = start, leader_is_live
+        pool = ReplicaPool(starter, live_max=10, hibernate_s=60, clock=clock, broker_id=1)
+        out_of_isr = LeaderAndIsr(1, 0, 1, [0, 2], [0, 1, 2], 3)
+        assert await pool.leader_and_isr(("f", 0), "f-0", out_of_isr) == 0
+        for _ in range(200):
+            if pool.stats().live == 1:
+                break
+            await asyncio.sleep(0.01)
+        assert starter.started == ["f-0"] and attempts.count("f-0") == 3 and pool.stats().live == 1
+        # One that never starts keeps trying until StopReplica.
+        assert await pool.leader_and_isr(("g", 0), "g-0", out_of_isr) == 0
+        await asyncio.sleep(0.1)
+        assert attempts.count("g-0") >= 2
+        assert await pool.stop_replica(("g", 0), 1, False) == 0
+        await asyncio.sleep(0.1)
+        tried = attempts.count("g-0")
+        await asyncio.sleep(0.2)
+        assert attempts.count("g-0") == tried and "g-0" not in starter.started
+    run(scenario())
+
+
 def test_idle_replicas_hibernate_and_wake_with_the_newest_leader_and_isr():
     async def scenario():
         starter, clock = FakeStarter(), Clock()

@@ -313,9 +313,9 @@ class ReplicaPool:
             return
         try:
             live = await self.starter.leader_is_live(entry.spec, entry.request)
-        except Exception as exc:  # noqa: BLE001 - unknown: the leader's wake wakes it anyway
-            log.info("leader of %s-%d not found: %r", key.topic, key.partition, exc)
-            return
+        except Exception as exc:  # noqa: BLE001 - unknown: wake it (a follower that finds no live leader wakes it)
+            log.info("leader of %s-%d not found (%r): waking the follower", key.topic, key.partition, exc)
+            live = True
         if live:
             self._spawn(self._keep_waking_follower(key, entry.request))
         elif self.broker_id not in entry.request.isr:

@@ -74,9 +74,11 @@ MAX_CONCURRENT_STARTS = 4
 LEADER_WAKE_ATTEMPTS = 5
 LEADER_WAKE_BACKOFF_S = 0.5
 # A follower whose leader is live keeps trying to wake, as Kafka's fetcher keeps
-# fetching (replica.fetch.backoff.ms): backoff from 0.5 s, doubling up to 5 s.
+# fetching (replica.fetch.backoff.ms): backoff from 0.5 s, doubling up to 30 s. A
+# wake starts a process (~0.6 s of a core), so a follower that can never start (its
+# log unreadable) costs ~2% of a core and a log line every 30 s, not a start loop.
 FOLLOWER_WAKE_BACKOFF_S = 0.5
-FOLLOWER_WAKE_BACKOFF_MAX_S = 5.0
+FOLLOWER_WAKE_BACKOFF_MAX_S = 30.0
 # How long a new partition's LeaderAndIsr (so CreateTopics) waits for its leader's prestart:
 # a few partitions' starts, not a thousand's (those answer still starting; the controller
 # bounds CreateTopics by the client's timeout anyway).

@@ -331,29 +331,26 @@ class ReplicaPool:
         actor of the node that died until Ray declares that node dead (~10 s of missed
         health checks), and every call to it is refused."""
         delay = FOLLOWER_WAKE_BACKOFF_S
-        while True:
-            entry = self.entries.get(key)
-            if entry is None or entry.stopped or entry.request is not request or entry.state is State.LIVE:
-                return  # gone, stopped, a newer LeaderAndIsr (it wakes on its own), or woken
-            try:
-                await self.acquire(key)
-            except KeyError:
-                return  # stopped meanwhile
-            except Exception as exc:  # noqa: BLE001 - logged by _wake; tried again below
-                log.info("waking follower %s-%d failed, again in %.1f s: %r", key.topic, key.partition, delay, exc)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, FOLLOWER_WAKE_BACKOFF_MAX_S)
-                continue
-            self.release(key)
-            return
+        while self._wake_wanted(key, request) and not await self._wake_and_release(key):
+            log.info("follower %s-%d not woken, again in %.1f s", key.topic, key.partition, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, FOLLOWER_WAKE_BACKOFF_MAX_S)
+
+    def _wake_wanted(self, key: PoolKey, request: Any) -> Entry | None:
+        """The entry a background wake for `request` is still for (-> None when the replica
+        was removed or stopped, a newer LeaderAndIsr took over, or it is live already)."""
+        entry = self.entries.get(key)
+        if entry is None or entry.stopped or entry.request is not request or entry.state is State.LIVE:
+            return None
+        return entry
 
     async def _wake_hibernated_leader(self, key: PoolKey, request: Any) -> None:
         """Ask the leader's pool to wake the set, for this follower out of its ISR. Retried a
         few times: the leader's pool may not have this leader epoch's LeaderAndIsr yet."""
         for attempt in range(LEADER_WAKE_ATTEMPTS):
-            entry = self.entries.get(key)
-            if entry is None or entry.request is not request or entry.state is State.LIVE:
-                return  # a newer LeaderAndIsr took over, or the leader's wake woke this one
+            entry = self._wake_wanted(key, request)
+            if entry is None:
+                return  # a newer LeaderAndIsr or StopReplica took over, or the leader's wake woke this one
             try:
                 error = await self.starter.wake_leader(entry.spec, request)
             except Exception as exc:  # noqa: BLE001 - tried again below
@@ -418,13 +415,15 @@ class ReplicaPool:
         task.add_done_callback(self._tasks.discard)
         return task
 
-    async def _wake_and_release(self, key: PoolKey) -> None:
+    async def _wake_and_release(self, key: PoolKey) -> bool:
+        """A wake nothing waits for -> whether the replica is live."""
         try:
             await self.acquire(key)
-        except Exception as exc:  # noqa: BLE001 - logged by _wake; the next request tries again
+        except Exception as exc:  # noqa: BLE001 - _wake logged a failed start; KeyError: stopped
             log.info("background wake of %s-%d failed: %r", key.topic, key.partition, exc)
-            return
+            return False
         self.release(key)
+        return True
 
     # ---- replicated partitions: what the other replicas' pools ask -------------------------------
     async def wake_leader(self, key: PoolKey, leader_epoch: int) -> ErrorCode:

@@ -11,8 +11,8 @@ has replication.factor=1 (it cannot do 3); its acks=all is acks=all on a
 single replica. The table gives the RF of every row.
 
 Per target and round the broker(s) start fresh. Then, each phase in its own
-client process (bench.repl_client), on one topic per RF: acks=1 and then
-acks=all, each once flat out ('max': throughput; latency then is mostly
+client process (bench.repl_client), on one topic per RF: acks=1 and
+acks=all (acks=1 first in even rounds, acks=all first in odd ones), each once flat out ('max': throughput; latency then is mostly
 client queueing) and once paced at --rate records/s (latency). For raykafka
 the same phases run again on an RF=1 topic of the same 3-node cluster (the
 cost of replication without the start-up noise of a second cluster; the
@@ -164,7 +164,19 @@ def print_profile(ph: dict, res: dict) -> None:
           flush=True)
 
 
-def phases_for(name: str, a) -> list[dict]:
+def acks_order(round_index: int) -> tuple[str, str]:
+    """acks=1 first in even rounds, acks=all first in odd ones, so a drift
+    within a round does not always land on the same setting. There is one
+    here: the broker CPU per GB grows with what a round has written (external
+    workload, 600,000 records per phase, 2026-11-29: a third and fourth phase
+    on the same topic cost 1.5-2x the first, whatever their acks), and with
+    acks=1 always first, acks=all came out at 1.10-1.38x of acks=1 per GB in
+    every round (median 1.33), alternated at a median of 1.02. An even
+    --repeat balances the two orders exactly."""
+    return ("1", "all") if round_index % 2 == 0 else ("all", "1")
+
+
+def phases_for(name: str, a, round_index: int = 0) -> list[dict]:
     """The phases of one target, in the order they run. Phases with the same
     rf share one topic (created by the first, deleted after the last)."""
     out = []
@@ -182,7 +194,7 @@ def phases_for(name: str, a) -> list[dict]:
             # replicas start on first use), and that landed on whichever phase came first.
             out.append({"target": name, "rf": rf, "min_insync": mis, "acks": "1",
                         "mode": "warmup", "records": 2000, "rate": 0})
-        for acks in ("1", "all"):
+        for acks in acks_order(round_index):
             out.append({"target": name, "rf": rf, "min_insync": mis, "acks": acks,
                         "mode": "max", "records": a.records, "rate": 0})
             if not a.no_paced:
@@ -240,7 +252,7 @@ def run_round(t, r: int, a, run_id: str) -> list[dict]:
         bootstrap = t.start()
         up = round(time.monotonic() - t0, 1)
         print(f"  {t.name} #{r}: up on {bootstrap} in {up}s", flush=True)
-        phases = phases_for(t.name, a)
+        phases = phases_for(t.name, a, r)
         held: dict[str, int] = {}  # topic -> records produced to it so far
         ends: dict[str, dict] = {}  # topic -> partition -> next offset
         for i, ph in enumerate(phases):

@@ -743,6 +743,21 @@ def test_paced_rate_follows_the_same_rounds_flat_out_phase_with_the_same_rf_and_
     assert paced_rate(paced, failed) == 0  # no flat-out figure: the phase is skipped
 
 
+def test_replicated_phases_alternate_the_acks_order_by_round():
+    """The second flat-out phase on a topic costs more per GB on this VM: the
+    rounds take turns, so neither acks setting always pays for the second place."""
+    from bench.replication import parse_args, phases_for
+
+    a = parse_args(["--targets", "raykafka", "--no-paced"])
+    for round_index, first in ((0, "1"), (1, "all"), (2, "1"), (3, "all")):
+        phases = phases_for("raykafka", a, round_index)
+        for rf in (3, 1):
+            flat_out = [ph["acks"] for ph in phases if ph["rf"] == rf and ph["mode"] == "max"]
+            assert flat_out == [first, "all" if first == "1" else "1"], (round_index, rf, flat_out)
+        # The warm-up still comes first on each topic (it creates the topic and starts its replicas).
+        assert [ph["mode"] for ph in phases if ph["rf"] == 3][0] == "warmup"
+
+
 def test_replica_check_allows_partitions_unkeyed_records_never_reached(tmp_path):
     from bench.repl_client import check_replicas
 

@@ -36,7 +36,7 @@ from core.local_calls import FollowUp, LocalCallServer
 from core.naming import purgatory_actor_name
 from core.pooled_replica import HibernateAnswer
 from core.replica_messages import (AppendAnswer, AppendRequest, CommitNotice, DeleteRecordsResult,
-                                   FollowerFetchResult, SharedAppendRequest, failed_append, first_uncommitted)
+                                   FollowerFetchResult, SharedAppendRequest, failed_append, last_uncommitted)
 from core.txn_messages import DescribeProducersResult, TxnMarker, TxnMarkerResult
 from storage.errors import OffsetOutOfRangeError
 from storage.log import LogConfig
@@ -549,7 +549,7 @@ class ReplicaActor:
         answer = await self.append(AppendRequest(records, request.acks, request.timeouts_ms, request.leader_epoch,
                                                  request.tail))
         if request.commit_notice:
-            offset = first_uncommitted(answer.results, request.acks)
+            offset = last_uncommitted(answer.results, request.acks)
             if offset is not None:
                 timeout_ms = max(t for t, a in zip(request.timeouts_ms, request.acks) if a == -1)
                 self.counters["commit_notices"] += 1

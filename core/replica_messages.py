@@ -157,11 +157,14 @@ class SharedAppendRequest(NamedTuple):
 
 class CommitNotice(NamedTuple):
     """The second part of an acks=all append call (SharedAppendRequest.commit_notice):
-    sent once the high watermark reached the first acks=all set of the call that was
-    not committed when it answered, or the wait ended otherwise. ``error`` is what
-    wait_committed would answer for that set (NONE, NOT_ENOUGH_REPLICAS_AFTER_APPEND,
-    NOT_LEADER_OR_FOLLOWER, REQUEST_TIMED_OUT); ``high_watermark`` the HW then, which
-    tells the edge which of the call's later sets it covers too."""
+    sent once the high watermark passed every acks=all set of the call that was not
+    committed when it answered (last_uncommitted), or the wait ended otherwise. One
+    notice answers the whole call: waiting for the first set only left the call's
+    later sets, when a follower fetch carried part of the call (replica.fetch.max.bytes),
+    a wait_committed round trip each. ``error`` is what wait_committed would answer
+    for the last set (NONE, NOT_ENOUGH_REPLICAS_AFTER_APPEND, NOT_LEADER_OR_FOLLOWER,
+    REQUEST_TIMED_OUT); ``high_watermark`` the HW then, which tells the edge which of
+    the call's sets it covers (all of them, unless the wait ended otherwise)."""
     error: ErrorCode
     high_watermark: int
 
@@ -170,13 +173,20 @@ def first_uncommitted(results: list, acks: list) -> int | None:
     """The offset the HW must reach for the first acks=all set of an append
     call that was appended but not yet committed when the call answered
     (last offset + 1), or None."""
-    first = None
-    for result, set_acks in zip(results, acks):
-        if set_acks == -1 and result.error == ErrorCode.none and result.high_watermark <= result.last_offset:
-            needed = result.last_offset + 1
-            if first is None or needed < first:
-                first = needed
-    return first
+    return _uncommitted_end(results, acks, min)
+
+
+def last_uncommitted(results: list, acks: list) -> int | None:
+    """The offset the HW must reach for every acks=all set of an append call
+    that was appended but not yet committed when the call answered (the last
+    such set's last offset + 1), or None."""
+    return _uncommitted_end(results, acks, max)
+
+
+def _uncommitted_end(results: list, acks: list, pick) -> int | None:
+    ends = [result.last_offset + 1 for result, set_acks in zip(results, acks)
+            if set_acks == -1 and result.error == ErrorCode.none and result.high_watermark <= result.last_offset]
+    return pick(ends) if ends else None
 
 
 class AppendAnswer(NamedTuple):

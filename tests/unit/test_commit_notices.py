@@ -121,6 +121,30 @@ def test_a_set_the_notice_does_not_cover_asks_the_leader(tmp_path, monkeypatch):
     asyncio.run(run())
 
 
+def test_a_notice_that_timed_out_after_the_hw_passed_the_set_asks_the_leader(tmp_path, monkeypatch):
+    """The notice waits for the call's last acks=all set: if that wait timed out, an
+    earlier set the HW had already passed is not answered with the timeout (it may be
+    committed): the leader is asked. A set the HW had not reached gets the timeout."""
+    monkeypatch.setattr(shared_region, "SHM_DIR", str(tmp_path))
+
+    async def run():
+        calls = Calls()
+        router = _router(calls)
+        result = await router.append("t", 0, b"a" * 10, -1, 5000, 0)
+        end = result.last_offset + 1
+        calls.notices[0].set_result(CommitNotice(ErrorCode.request_timed_out, end))
+        assert await router.wait_committed([("t", 0, end, 0)], 5000) == {("t", 0): ErrorCode.none}
+        assert _methods(calls) == ["append_shared", "wait_committed"]
+        result = await router.append("t", 0, b"b" * 10, -1, 5000, 0)
+        end = result.last_offset + 1
+        calls.notices[1].set_result(CommitNotice(ErrorCode.request_timed_out, end - 1))
+        assert await router.wait_committed([("t", 0, end, 0)], 5000) == {("t", 0): ErrorCode.request_timed_out}
+        assert _methods(calls) == ["append_shared", "wait_committed", "append_shared"]
+        router.close()
+
+    asyncio.run(run())
+
+
 def test_without_a_channel_acks_all_appends_go_as_before(tmp_path, monkeypatch):
     monkeypatch.setattr(shared_region, "SHM_DIR", str(tmp_path))
 

@@ -136,3 +136,44 @@ def test_an_acks_all_append_over_the_channel_brings_its_commit_notice_as_a_secon
         await _close(leader)
 
     asyncio.run(run())
+
+
+def test_one_commit_notice_answers_every_acks_all_set_of_the_call(tmp_path, monkeypatch):
+    """A call that carries two acks=all sets (the edge coalesced two produce requests)
+    gets one CommitNotice, sent once the HW has passed both: a follower fetch that
+    carried only the first set (replica.fetch.max.bytes) moves the HW past it but
+    sends nothing yet, so the edge never has to ask the leader about the second."""
+    from core import shared_region
+    from core.local_calls import FollowUp
+    from core.replica_messages import CommitNotice, SharedAppendRequest
+    from core.shared_region import SharedRegion
+
+    monkeypatch.setattr(shared_region, "SHM_DIR", str(tmp_path))
+
+    async def run():
+        leader = _leader(tmp_path)
+        await leader.become_leader(1, 0, [LEADER, FOLLOWER], [LEADER, FOLLOWER])
+        region = SharedRegion.create(f"raykafka-{__import__('os').getpid()}-2-t-0", 1 << 16)
+        one, two = _batch(2), _batch(3)
+        region.write(0, one)
+        region.write(len(one), two)
+        answer = await leader.append_shared(SharedAppendRequest(
+            region.path, [0, len(one)], [len(one), len(two)], [-1, -1], [5000, 5000], 0, commit_notice=True))
+        assert type(answer) is FollowUp
+        later = asyncio.ensure_future(answer.later)
+        # The follower gets the first set only, then reports it: the HW passes the first set.
+        first = await leader.fetch_for_follower(FOLLOWER, 0, -1, 0, len(one), 0, -1, False)
+        assert len(first.records) == len(one)  # the first batch (offsets and epoch stamped in)
+        await leader.fetch_for_follower(FOLLOWER, 2, 0, 0, len(two), 0, -1, False)
+        assert leader.partition.high_watermark == 2
+        await asyncio.sleep(0)
+        assert not later.done(), "the call's second set is not committed yet"
+        # Its next fetch reports the second set too: one notice for the whole call.
+        fetch = asyncio.ensure_future(leader.fetch_for_follower(FOLLOWER, 5, 0, 0, 1 << 20, 50, -1, False))
+        assert await asyncio.wait_for(later, 2) == CommitNotice(ErrorCode.none, 5)
+        await fetch
+        assert leader.counters["commit_notices"] == 1 and leader.counters["commit_waits"] == 0
+        region.close()
+        await _close(leader)
+
+    asyncio.run(run())

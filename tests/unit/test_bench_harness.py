@@ -758,6 +758,26 @@ def test_replicated_phases_alternate_the_acks_order_by_round():
         assert [ph["mode"] for ph in phases if ph["rf"] == 3][0] == "warmup"
 
 
+def test_settle_waits_for_two_quiet_seconds_in_a_row(monkeypatch):
+    from bench import replication
+
+    # Busy share per one-second window: quiet, busy (a spare replica starting), quiet, quiet.
+    shares = iter([0.1, 0.9, 0.1, 0.1, 0.1])
+    ticks = {"busy": 0, "total": 0}
+
+    def busy_ticks():
+        return ticks["busy"], ticks["total"]
+
+    def sleep(_s):
+        ticks["busy"] += int(100 * next(shares))
+        ticks["total"] += 100
+
+    monkeypatch.setattr(replication, "_busy_ticks", busy_ticks)
+    monkeypatch.setattr(replication.time, "sleep", sleep)
+    replication.settle()
+    assert next(shares) == 0.1 and ticks["total"] == 400, "it stopped after the 3rd and 4th windows, quiet in a row"
+
+
 def test_replica_check_allows_partitions_unkeyed_records_never_reached(tmp_path):
     from bench.repl_client import check_replicas
 

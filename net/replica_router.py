@@ -368,14 +368,14 @@ class ReplicaRouter:
                 answer = None
             if answer is not None:
                 error = ErrorCode(answer.error)
-                if answer.high_watermark < offset:
-                    if error not in _COMMITTED:
+                if answer.high_watermark >= offset:
+                    if error != ErrorCode.request_timed_out:
                         return error
-                    # A notice of an earlier call (this set's own call brought none): ask.
-                elif error in _COMMITTED or error != ErrorCode.request_timed_out:
+                    # Its wait (for the call's last set) timed out after the HW had
+                    # passed this set; the leader says whether it is committed: ask.
+                elif error not in _COMMITTED:
                     return error
-                # The notice waits for the call's last set: its wait timed out, after the
-                # HW had passed this set; the leader says whether it is committed: ask.
+                # Otherwise a notice of an earlier call (this set's own brought none): ask.
         try:
             async with self.pinned(self.leader_handle(topic, partition)) as handle:
                 if handle is None:

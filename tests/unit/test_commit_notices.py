@@ -104,7 +104,7 @@ def test_a_set_the_notice_does_not_cover_asks_the_leader(tmp_path, monkeypatch):
         router = _router(calls)
         result = await router.append("t", 0, b"a" * 10, -1, 5000, 0)
         end = result.last_offset + 1
-        # The HW reached less than this set (an earlier one of the same call).
+        # The HW short of this set: a notice this set cannot take its answer from.
         calls.notices[0].set_result(CommitNotice(ErrorCode.none, end - 1))
         assert await router.wait_committed([("t", 0, end, 0)], 5000) == {("t", 0): ErrorCode.none}
         assert _methods(calls) == ["append_shared", "wait_committed"]

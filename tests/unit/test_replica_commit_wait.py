@@ -3,10 +3,14 @@ leader replica and answered in the step that moves its high watermark (the
 follower fetch carrying the follower's log end). Driven without Ray: the
 actor class is a plain class (ray.remote wraps it separately)."""
 import asyncio
+import os
 
 from actors.partition_leader import ReplicaActor
+from core import shared_region
 from core.error_codes import ErrorCode
-from core.replica_messages import AppendRequest
+from core.local_calls import FollowUp
+from core.replica_messages import AppendRequest, CommitNotice, SharedAppendRequest
+from core.shared_region import SharedRegion
 from storage.records import SimpleRecord, build_batch
 
 LEADER, FOLLOWER = 1, 2
@@ -20,6 +24,18 @@ def _leader(tmp_path, min_isr=2) -> ReplicaActor:
     replica = ReplicaActor("t", 0, LEADER, [str(tmp_path)], {"segment_bytes": 1 << 20}, min_insync_replicas=min_isr)
     replica._report_progress = lambda force=False: None  # no purgatory here (no Ray)
     return replica
+
+
+async def _leader_with_two_sets_in_a_region(tmp_path, region_id: int):
+    """A leader of a two-replica ISR, and two batches (2 and 3 records) in a shared region
+    as the edge would have placed them for append_shared."""
+    leader = _leader(tmp_path)
+    await leader.become_leader(1, 0, [LEADER, FOLLOWER], [LEADER, FOLLOWER])
+    region = SharedRegion.create(f"raykafka-{os.getpid()}-{region_id}-t-0", 1 << 16)
+    one, two = _batch(2), _batch(3)
+    region.write(0, one)
+    region.write(len(one), two)
+    return leader, region, one, two
 
 
 async def _close(replica):
@@ -89,20 +105,10 @@ def test_an_acks_all_append_over_the_channel_brings_its_commit_notice_as_a_secon
     """append_shared with commit_notice: the answer at once (the HW short of the set), and the
     CommitNotice (core.local_calls.FollowUp) once the follower's fetch moved the HW past it;
     acks=1 sets and sets already committed bring none."""
-    from core import shared_region
-    from core.local_calls import FollowUp
-    from core.replica_messages import CommitNotice, SharedAppendRequest
-    from core.shared_region import SharedRegion
-
     monkeypatch.setattr(shared_region, "SHM_DIR", str(tmp_path))
 
     async def run():
-        leader = _leader(tmp_path)
-        await leader.become_leader(1, 0, [LEADER, FOLLOWER], [LEADER, FOLLOWER])
-        region = SharedRegion.create(f"raykafka-{__import__('os').getpid()}-1-t-0", 1 << 16)
-        one, two = _batch(2), _batch(3)
-        region.write(0, one)
-        region.write(len(one), two)
+        leader, region, one, two = await _leader_with_two_sets_in_a_region(tmp_path, 1)
 
         def request(acks, notice=True):
             return SharedAppendRequest(region.path, [0, len(one)], [len(one), len(two)], acks, [5000, 5000], 0,
@@ -143,20 +149,10 @@ def test_one_commit_notice_answers_every_acks_all_set_of_the_call(tmp_path, monk
     gets one CommitNotice, sent once the HW has passed both: a follower fetch that
     carried only the first set (replica.fetch.max.bytes) moves the HW past it but
     sends nothing yet, so the edge never has to ask the leader about the second."""
-    from core import shared_region
-    from core.local_calls import FollowUp
-    from core.replica_messages import CommitNotice, SharedAppendRequest
-    from core.shared_region import SharedRegion
-
     monkeypatch.setattr(shared_region, "SHM_DIR", str(tmp_path))
 
     async def run():
-        leader = _leader(tmp_path)
-        await leader.become_leader(1, 0, [LEADER, FOLLOWER], [LEADER, FOLLOWER])
-        region = SharedRegion.create(f"raykafka-{__import__('os').getpid()}-2-t-0", 1 << 16)
-        one, two = _batch(2), _batch(3)
-        region.write(0, one)
-        region.write(len(one), two)
+        leader, region, one, two = await _leader_with_two_sets_in_a_region(tmp_path, 2)
         answer = await leader.append_shared(SharedAppendRequest(
             region.path, [0, len(one)], [len(one), len(two)], [-1, -1], [5000, 5000], 0, commit_notice=True))
         assert type(answer) is FollowUp

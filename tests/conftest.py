@@ -29,6 +29,34 @@ def _starts(source: str) -> tuple[bool, bool]:
     return own, own and '"--nodes"' in source
 
 
+# The suite runs as two pytest-xdist workers (`./dev test` passes `-n 2 --dist
+# loadgroup`), one stream each. Measured serially, most modules wait on
+# protocol timers (rebalances, session timeouts, clients' retries) with the
+# two cores 20-30% busy, while the cluster tests (node kills, revivals,
+# saturation, Spark) keep them 50-80% busy. So the streams are split by what
+# a test does, not alphabetically: "clusters" holds the tests that start
+# brokers or clusters of their own and are busy; "waits" holds the session
+# broker's tests, the unit tests and the modules below, which spend their
+# time waiting and so leave the cores to the other stream. Each stream is one
+# worker, in collection order, so module brokers stay shared within it and
+# the session broker starts in one worker only.
+_WAITING_MODULES = frozenset({
+    "test_groups.py", "test_security.py", "test_acls.py", "test_default_security.py", "test_quotas.py",
+    "test_zookeeper_tls.py", "test_protocol_fuzz.py", "test_transactions_coordinator.py",
+})
+
+
+def _stream(item) -> str:
+    if "three_nodes" in getattr(item, "fixturenames", ()) or item.get_closest_marker("multinode"):
+        return "clusters"
+    if not item.get_closest_marker("own_broker") or item.path.name in _WAITING_MODULES:
+        return "waits"
+    return "clusters"
+
+
+# tryfirst: the markers must be on the items before xdist's worker reads
+# `xdist_group` in its own hook of the same name.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """Mark `own_broker` / `multinode` every test that starts a broker or a cluster
     itself or through a fixture other than this file's shared ones, so
@@ -63,6 +91,8 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.multinode)
     # The tests on the shared 3-node cluster run last, one after the other: it
     # starts once, and no other test's broker shares the two cores with it.
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(_stream(item)))
     shared = [item for item in items if "three_nodes" in getattr(item, "fixturenames", ())]
     if shared:
         items[:] = [item for item in items if item not in shared] + shared

@@ -3,6 +3,7 @@ ZooKeeper start once); tests that kill brokers start their own."""
 from __future__ import annotations
 
 import inspect
+import json
 import os
 import shutil
 import tempfile
@@ -29,33 +30,48 @@ def _starts(source: str) -> tuple[bool, bool]:
     return own, own and '"--nodes"' in source
 
 
-# The suite runs as two pytest-xdist workers (`./dev test` passes `-n 2 --dist
-# loadgroup`), one stream each. Measured serially, most modules wait on
-# protocol timers (rebalances, session timeouts, clients' retries) with the
-# two cores 20-30% busy, while the cluster tests (node kills, revivals,
-# saturation, Spark) keep them 50-80% busy. So the streams are split by what
-# a test does, not alphabetically: "clusters" holds the tests that start
-# brokers or clusters of their own and are busy; "waits" holds the session
-# broker's tests, the unit tests and the modules below, which spend their
-# time waiting and so leave the cores to the other stream. Each stream is one
-# worker, in collection order, so module brokers stay shared within it and
-# the session broker starts in one worker only.
-_WAITING_MODULES = frozenset({
-    "test_groups.py", "test_security.py", "test_acls.py", "test_default_security.py", "test_quotas.py",
-    "test_zookeeper_tls.py", "test_protocol_fuzz.py", "test_transactions_coordinator.py",
-})
+# `./dev test` runs the suite as two pytest-xdist workers (`-n 2 --dist
+# loadscope`): measured serially, the two cores sit ~50% idle while tests wait
+# on protocol timers (rebalances, session timeouts, node deaths), and a second
+# worker fills that. A worker takes whole modules, so each module broker starts
+# once. The tests on the shared 3-node cluster are one unit of their own, first
+# in the queue: the cluster's minutes then overlap the other worker's modules
+# instead of ending the run, and it stops after its last test (below).
+THREE_NODES_SCOPE = "three-nodes"
+_THREE_NODE_TESTS_FILE = "RAYKAFKA_THREE_NODE_TESTS_FILE"  # workers tell the controller which tests those are
 
 
-def _stream(item) -> str:
-    if "three_nodes" in getattr(item, "fixturenames", ()) or item.get_closest_marker("multinode"):
-        return "clusters"
-    if not item.get_closest_marker("own_broker") or item.path.name in _WAITING_MODULES:
-        return "waits"
-    return "clusters"
+def _uses_three_nodes(item) -> bool:
+    return item is not None and "three_nodes" in getattr(item, "fixturenames", ())
 
 
-# tryfirst: the markers must be on the items before xdist's worker reads
-# `xdist_group` in its own hook of the same name.
+def pytest_configure(config):
+    if not hasattr(config, "workerinput") and getattr(config.option, "numprocesses", None):
+        os.environ[_THREE_NODE_TESTS_FILE] = str(Path(tempfile.mkdtemp(prefix="rk-xdist-")) / "three-nodes.json")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """--dist loadscope with the 3-node cluster's tests as one scope, scopes in collection order."""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleScheduling(LoadScopeScheduling):
+        _three_node_tests: frozenset[str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self._three_node_tests is None:
+                try:
+                    self._three_node_tests = frozenset(json.loads(Path(os.environ[_THREE_NODE_TESTS_FILE]).read_text()))
+                except (KeyError, OSError, ValueError):
+                    self._three_node_tests = frozenset()
+            return THREE_NODES_SCOPE if nodeid in self._three_node_tests else nodeid.split("::", 1)[0]
+
+    config.option.loadscopereorder = False  # collection order: the cluster first, the quick unit modules last
+    return ModuleScheduling(config, log)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """Mark `own_broker` / `multinode` every test that starts a broker or a cluster
@@ -89,13 +105,21 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.own_broker)
         if multinode:
             item.add_marker(pytest.mark.multinode)
-    # The tests on the shared 3-node cluster run last, one after the other: it
-    # starts once, and no other test's broker shares the two cores with it.
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(_stream(item)))
-    shared = [item for item in items if "three_nodes" in getattr(item, "fixturenames", ())]
-    if shared:
-        items[:] = [item for item in items if item not in shared] + shared
+    # The tests on the shared 3-node cluster run one after the other, so it
+    # starts once: run serially, last, where no other test's broker shares the
+    # two cores with it; under xdist, first (see THREE_NODES_SCOPE).
+    shared = [item for item in items if _uses_three_nodes(item)]
+    rest = [item for item in items if not _uses_three_nodes(item)]
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is None:
+        items[:] = rest + shared
+        return
+    items[:] = shared + rest
+    path = os.environ.get(_THREE_NODE_TESTS_FILE)
+    if path:  # written whole and renamed: the controller reads it once every worker has collected
+        staging = Path(f"{path}.{workerinput['workerid']}")
+        staging.write_text(json.dumps([item.nodeid for item in shared]))
+        os.replace(staging, path)
 
 
 @pytest.fixture(scope="session")
@@ -135,13 +159,29 @@ def broker(session_dir):
     assert code == 0, f"broker did not stop cleanly (exit {code}):\n{process.log_tail()}"
 
 
+_three_node_clusters: list = []  # the session's cluster while it runs
+
+
 @pytest.fixture(scope="session")
 def _three_node_cluster(session_dir):
     from tests import three_nodes
 
     cluster = three_nodes.start(session_dir / "three-nodes" / "data")
+    _three_node_clusters.append(cluster)
     yield cluster
-    cluster.stop()  # its tests kill nodes: the exit status says nothing about them
+    _stop_three_node_cluster()
+
+
+def _stop_three_node_cluster() -> None:
+    while _three_node_clusters:
+        _three_node_clusters.pop().stop()  # its tests kill nodes: the exit status says nothing about them
+
+
+def pytest_runtest_teardown(item, nextitem):
+    """The 3-node cluster's tests run one after the other: after the last of
+    them its nodes stop, rather than idle on the two cores until the session ends."""
+    if _uses_three_nodes(item) and not _uses_three_nodes(nextitem):
+        _stop_three_node_cluster()
 
 
 @pytest.fixture

@@ -31,48 +31,56 @@ def _starts(source: str) -> tuple[bool, bool]:
 
 
 # `./dev test` runs the suite as two pytest-xdist workers (`-n 2 --dist
-# loadscope`): measured serially, the two cores sit ~50% idle while tests wait
-# on protocol timers (rebalances, session timeouts, node deaths), and a second
-# worker fills that. A worker takes whole modules, so each module broker starts
-# once. The tests on the shared 3-node cluster are one unit of their own, first
-# in the queue: the cluster's minutes then overlap the other worker's modules
-# instead of ending the run, and it stops after its last test (below).
-THREE_NODES_SCOPE = "three-nodes"
-_THREE_NODE_TESTS_FILE = "RAYKAFKA_THREE_NODE_TESTS_FILE"  # workers tell the controller which tests those are
+# loadscope`): run serially, the two cores sit ~50% idle while tests wait on
+# protocol timers (rebalances, session timeouts, node deaths), and a second
+# worker fills that. What a second worker must not do is run two tests that
+# each saturate the cores at once (measured: the balancer's join-and-heal went
+# from 60 s to 169 s beside the 3-node cluster's start, the 100-partition
+# CreateTopics from 32 s to 123 s). So the "heavy" tests -- every multi-node
+# test, the shared 3-node cluster's first, and the single-node ones marked
+# `cpu_heavy` -- are one unit of work, first in the queue, which one worker runs
+# in order while the other takes the remaining modules one at a time (a module
+# is never split, so its broker starts once) and the first joins in when done.
+HEAVY_SCOPE = "heavy"
+_HEAVY_TESTS_FILE = "RAYKAFKA_HEAVY_TESTS_FILE"  # how the workers tell the controller which tests those are
 
 
 def _uses_three_nodes(item) -> bool:
     return item is not None and "three_nodes" in getattr(item, "fixturenames", ())
 
 
+def _heavy(item) -> bool:
+    return _uses_three_nodes(item) or item.get_closest_marker("multinode") is not None or \
+        item.get_closest_marker("cpu_heavy") is not None
+
+
 def pytest_configure(config):
     if not hasattr(config, "workerinput") and getattr(config.option, "numprocesses", None):
-        os.environ[_THREE_NODE_TESTS_FILE] = str(Path(tempfile.mkdtemp(prefix="rk-xdist-")) / "three-nodes.json")
+        os.environ[_HEAVY_TESTS_FILE] = str(Path(tempfile.mkdtemp(prefix="rk-xdist-")) / "heavy-tests.json")
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
-    """--dist loadscope with the 3-node cluster's tests as one scope, scopes in collection order."""
+    """--dist loadscope with the heavy tests as one scope, scopes in collection order."""
     if config.getvalue("dist") != "loadscope":
         return None
     from xdist.scheduler import LoadScopeScheduling
 
-    class ModuleScheduling(LoadScopeScheduling):
-        _three_node_tests: frozenset[str] | None = None
+    class HeavyFirstScheduling(LoadScopeScheduling):
+        _heavy_tests: frozenset[str] | None = None
 
         def _split_scope(self, nodeid: str) -> str:
-            if self._three_node_tests is None:
+            if self._heavy_tests is None:
                 try:
-                    self._three_node_tests = frozenset(json.loads(Path(os.environ[_THREE_NODE_TESTS_FILE]).read_text()))
+                    self._heavy_tests = frozenset(json.loads(Path(os.environ[_HEAVY_TESTS_FILE]).read_text()))
                 except (KeyError, OSError, ValueError):
-                    self._three_node_tests = frozenset()
-            return THREE_NODES_SCOPE if nodeid in self._three_node_tests else nodeid.split("::", 1)[0]
+                    self._heavy_tests = frozenset()
+            return HEAVY_SCOPE if nodeid in self._heavy_tests else nodeid.split("::", 1)[0]
 
-    config.option.loadscopereorder = False  # collection order: the cluster first, the quick unit modules last
-    return ModuleScheduling(config, log)
+    config.option.loadscopereorder = False  # collection order: the heavy unit first, the quick unit modules last
+    return HeavyFirstScheduling(config, log)
 
 
-@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """Mark `own_broker` / `multinode` every test that starts a broker or a cluster
     itself or through a fixture other than this file's shared ones, so
@@ -107,18 +115,18 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.multinode)
     # The tests on the shared 3-node cluster run one after the other, so it
     # starts once: run serially, last, where no other test's broker shares the
-    # two cores with it; under xdist, first (see THREE_NODES_SCOPE).
+    # two cores with it; under xdist, first of the heavy tests, which come first.
     shared = [item for item in items if _uses_three_nodes(item)]
-    rest = [item for item in items if not _uses_three_nodes(item)]
     workerinput = getattr(config, "workerinput", None)
     if workerinput is None:
-        items[:] = rest + shared
+        items[:] = [item for item in items if not _uses_three_nodes(item)] + shared
         return
-    items[:] = shared + rest
-    path = os.environ.get(_THREE_NODE_TESTS_FILE)
+    heavy = shared + [item for item in items if _heavy(item) and not _uses_three_nodes(item)]
+    items[:] = heavy + [item for item in items if not _heavy(item)]
+    path = os.environ.get(_HEAVY_TESTS_FILE)
     if path:  # written whole and renamed: the controller reads it once every worker has collected
         staging = Path(f"{path}.{workerinput['workerid']}")
-        staging.write_text(json.dumps([item.nodeid for item in shared]))
+        staging.write_text(json.dumps([item.nodeid for item in heavy]))
         os.replace(staging, path)
 
 

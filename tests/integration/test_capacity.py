@@ -218,6 +218,7 @@ def _metadata_auto_create(client: WireClient, name: str) -> int:
 
 
 # ---- (b) the default live capacity, replicas not hibernating, asked for far more --------------------------------
+@pytest.mark.cpu_heavy
 def test_default_capacity_refuses_cleanly_and_the_node_survives(tmp_path):
     capacity = node_capacity(None)  # what the broker computes on this machine
     # A node whose replicas never hibernate: every hosted replica is a live process, so its

@@ -208,6 +208,7 @@ def test_parked_fetch_returns_on_data_not_on_its_wait(broker, topic_name):
 
 
 # ---------------------------------------------------------------- 7. CreateTopics within its timeout
+@pytest.mark.cpu_heavy
 def test_create_topics_of_100_partitions_within_the_operation_timeout(broker, topic_name):
     """An admin client creating a 100-partition topic with a 15 s operation
     timeout gets its answer in time, as from Kafka: once the assignment is

@@ -417,6 +417,7 @@ def test_static_member_restart_keeps_its_partitions(cbroker):
     assert history.violations == [], history.violations
 
 
+@pytest.mark.cpu_heavy
 def test_consumer_group_survives_a_coordinator_crash(tmp_path):
     """Members joined with ConsumerGroupHeartbeat; the broker is killed (-9)
     and started again on its data: the coordinator replays the KIP-848

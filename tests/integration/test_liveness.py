@@ -86,6 +86,7 @@ def produce(bootstrap: str, topic: str, count: int) -> list:
     return errors
 
 
+@pytest.mark.cpu_heavy
 def test_saturated_node_stays_up_without_an_election(broker):
     (node,) = broker.nodes()
     zk = KafkaZkClient(node["zk_connect"], session_timeout_ms=18000).start(ensure_paths=False)

@@ -59,6 +59,11 @@ def pytest_configure(config):
         os.environ[_HEAVY_TESTS_FILE] = str(Path(tempfile.mkdtemp(prefix="rk-xdist-")) / "heavy-tests.json")
 
 
+def pytest_unconfigure(config):
+    if not hasattr(config, "workerinput") and _HEAVY_TESTS_FILE in os.environ:
+        shutil.rmtree(Path(os.environ.pop(_HEAVY_TESTS_FILE)).parent, ignore_errors=True)
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     """--dist loadscope with the heavy tests as one scope, scopes in collection order."""

@@ -30,17 +30,17 @@ def _starts(source: str) -> tuple[bool, bool]:
     return own, own and '"--nodes"' in source
 
 
-# `./dev test` runs the suite as three pytest-xdist workers (`-n 3 --dist
+# `./dev test` runs the suite as two pytest-xdist workers (`-n 2 --dist
 # loadscope`): run serially, the two cores sit ~50% idle while tests wait on
-# protocol timers (rebalances, session timeouts, node deaths), and the other
-# workers fill that. What the workers must not do is run two tests that each
-# saturate the cores at once (measured: the balancer's join-and-heal went
+# protocol timers (rebalances, session timeouts, node deaths), and a second
+# worker fills that. What a second worker must not do is run two tests that
+# each saturate the cores at once (measured: the balancer's join-and-heal went
 # from 60 s to 169 s beside the 3-node cluster's start, the 100-partition
 # CreateTopics from 32 s to 123 s). So the "heavy" tests -- every multi-node
 # test, the shared 3-node cluster's first, and the single-node ones marked
 # `cpu_heavy` -- are one unit of work, first in the queue, which one worker runs
-# in order while the others take the remaining modules one at a time (a module
-# is never split, so its broker starts once), the first joining in when done.
+# in order while the other takes the remaining modules one at a time (a module
+# is never split, so its broker starts once) and the first joins in when done.
 HEAVY_SCOPE = "heavy"
 _HEAVY_TESTS_FILE = "RAYKAFKA_HEAVY_TESTS_FILE"  # how the workers tell the controller which tests those are
 

@@ -12,6 +12,9 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from tests.broker_process import BrokerProcess
 from tests.kafka_admin import create_topic
 
+# kill -9 and recovery of a whole broker, twice: both cores busy (tests/conftest.py).
+pytestmark = pytest.mark.cpu_heavy
+
 
 def produce(bootstrap: str, topic: str, count: int, start: int = 0) -> dict[int, list[int]]:
     """acks=1; returns partition -> acknowledged offsets (by delivery reports)."""

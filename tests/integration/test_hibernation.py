@@ -16,6 +16,10 @@ from tests.broker_process import BrokerProcess, replica_processes
 from tests.cli_runner import wait_for
 from tests.kafka_admin import pool_stats
 
+# Replica processes started and stopped over and over (12 partitions through 4 live
+# slots), then a kill -9 and recovery: both cores busy (tests/conftest.py).
+pytestmark = pytest.mark.cpu_heavy
+
 LIVE_MAX = 4
 # Started, empty replica actors a wake adopts (raykafka.replica.spares): they are replica
 # processes too, and take slots of the live limit.

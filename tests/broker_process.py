@@ -100,20 +100,24 @@ class BrokerProcess:
     def bootstrap_all(self) -> str:
         return ",".join(f"{n['host']}:{n['port']}" for n in self.nodes())
 
-    def kill_node(self, broker_id: int) -> None:
-        """kill -9 one Ray node (its raylet and every worker under it): a machine crash."""
+    def kill_node(self, broker_id: int, timeout_s: float = 15) -> float:
+        """kill -9 one Ray node (its raylet and every worker under it): a machine
+        crash. Returns once all of them are gone (or zombies), at most timeout_s;
+        -> the monotonic time of the kill."""
         node = next(n for n in self.nodes() if n["broker_id"] == broker_id)
         raylet = psutil.Process(node["raylet_pid"])
         victims = [raylet, *raylet.children(recursive=True)]
         edge = node.get("edge_pid")
         if edge and psutil.pid_exists(edge) and edge not in {v.pid for v in victims}:
             victims.append(psutil.Process(edge))
+        killed_at = time.monotonic()
         for p in victims:
             try:
                 p.send_signal(signal.SIGKILL)
             except psutil.NoSuchProcess:
                 pass
-        psutil.wait_procs(victims, timeout=15)
+        wait_gone(victims, timeout_s)
+        return killed_at
 
     def revive(self, timeout_s: float = 120) -> None:
         """SIGHUP: the CLI restarts brokers whose Ray node died (same id, same log dir)."""
@@ -191,7 +195,7 @@ class BrokerProcess:
                 p.send_signal(signal.SIGKILL)
             except psutil.NoSuchProcess:
                 pass
-        psutil.wait_procs(procs, timeout=15)
+        wait_gone(procs, timeout_s=15)
         if self.proc is not None:
             self.proc.wait(timeout=15)
         self._known.clear()
@@ -212,7 +216,7 @@ class BrokerProcess:
         if leftovers:
             # Ray's workers exit on their own once their raylet is gone: give them
             # 2 s (returning as soon as they have), then kill -9 what is left.
-            psutil.wait_procs(leftovers, timeout=2)
+            wait_gone(leftovers, timeout_s=2)
             self.kill9()
         self._known.clear()
         return code
@@ -225,6 +229,17 @@ class BrokerProcess:
             except psutil.NoSuchProcess:
                 pass
         return total / 2**20
+
+
+def wait_gone(procs: list[psutil.Process], timeout_s: float) -> None:
+    """Return once every process in ``procs`` has exited or is a zombie, or at
+    the timeout. Not psutil.wait_procs: a killed process whose parent is still
+    running (a raylet under the CLI's ray.cluster_utils) stays a zombie until
+    that parent reaps it, and wait_procs counts a zombie as running: each node
+    kill waited out its full 15 s (seen in test_replication's failover)."""
+    deadline = time.monotonic() + timeout_s
+    while any(_alive(p) for p in procs) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def _pid_alive(pid) -> bool:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import concurrent.futures
 import functools
 import json
-import signal
 import subprocess
 import sys
 import threading
@@ -22,7 +21,6 @@ import time
 import uuid
 from pathlib import Path
 
-import psutil
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, ElectionType, KafkaError, KafkaException, Producer, \
     TopicPartition
@@ -32,7 +30,7 @@ from kazoo.exceptions import NoNodeError
 
 from cli.admin_client import AdminClient as RaykafkaAdmin
 from core.naming import edge_actor_name
-from tests.broker_process import REPO, BrokerProcess, _alive, _pid_alive, broker_env
+from tests.broker_process import REPO, BrokerProcess, _pid_alive, broker_env
 from tests.cli_runner import wait_for as shared_wait_for
 
 # Exceptions count as "not yet" (brokers come and go here); polls every 0.2 s unless told.
@@ -105,24 +103,8 @@ def node_of(cluster: BrokerProcess, broker_id: int) -> dict:
 
 
 def crash_node(cluster: BrokerProcess, broker_id: int, timeout_s: float = 15) -> float:
-    """kill -9 one Ray node, like BrokerProcess.kill_node, but returns as soon as
-    every process is gone or a zombie (kill_node waits out its timeout on the
-    zombies its parent has not reaped yet); -> monotonic time of the kill."""
-    node = node_of(cluster, broker_id)
-    raylet = psutil.Process(node["raylet_pid"])
-    victims = [raylet, *raylet.children(recursive=True)]
-    edge = node.get("edge_pid")
-    if edge and psutil.pid_exists(edge) and edge not in {v.pid for v in victims}:
-        victims.append(psutil.Process(edge))
-    killed_at = time.monotonic()
-    for p in victims:
-        try:
-            p.send_signal(signal.SIGKILL)
-        except psutil.NoSuchProcess:
-            pass
-    wait_for(lambda: not any(_alive(p) for p in victims), timeout_s, f"broker {broker_id}'s node processes to die",
-             poll_s=0.01)
-    return killed_at
+    """kill -9 one Ray node; -> monotonic time of the kill."""
+    return cluster.kill_node(broker_id, timeout_s)
 
 
 def revive_dead_nodes(cluster: BrokerProcess) -> None:

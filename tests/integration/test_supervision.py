@@ -18,7 +18,7 @@ import psutil
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
-from tests.broker_process import BrokerProcess
+from tests.broker_process import BrokerProcess, wait_gone
 from tests.kafka_admin import create_topic
 
 BACK_WITHIN_S = 10.0
@@ -102,7 +102,7 @@ def kill9(pid: int) -> float:
     proc = psutil.Process(pid)
     proc.send_signal(signal.SIGKILL)
     killed_at = time.monotonic()
-    proc.wait(10)
+    wait_gone([proc], 10)
     return killed_at
 
 

@@ -56,9 +56,12 @@ def test_a_driver_without_the_token_is_refused(default_broker, tmp_path):
     assert token_path and token_path.startswith(str(default_broker.data_dir))
     assert stat.S_IMODE(os.stat(token_path).st_mode) == 0o600
     address = node["ray_address"]
+    # A refused driver retries the GCS about once a second for 20 s before it
+    # gives up (ray's NUM_REDIS_GET_RETRIES); 3 tries show the refusal as well.
+    give_up = {"RAY_gcs_server_port_wait_time_s": "3"}
     with ThreadPoolExecutor(3) as pool:
-        without = pool.submit(_attach, address, tmp_path)
-        wrong = pool.submit(_attach, address, tmp_path, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN="0" * 64)
+        without = pool.submit(_attach, address, tmp_path, **give_up)
+        wrong = pool.submit(_attach, address, tmp_path, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN="0" * 64, **give_up)
         right = pool.submit(_attach, address, tmp_path, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=token_path)
         for attempt in (without.result(), wrong.result()):
             assert attempt.returncode == 3, attempt.stdout + attempt.stderr

@@ -85,8 +85,15 @@ def test_replication_over_tls_and_drivers_without_tls_or_token_kept_out(tls_clus
                  "RAY_gcs_rpc_server_reconnect_timeout_s": "10"}
         both = pool.submit(_attach, address, base, 150, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=token, **tls,
                            **short)
-        no_token = pool.submit(_attach, address, base, 150, **tls, **short)
-        no_tls = pool.submit(_attach, address, base, 60, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=token, **short)
+        # A refused driver also retries its whole connect about once a second for 20 s
+        # (ray's NUM_REDIS_GET_RETRIES): one try shows the refusal as well. The driver
+        # without TLS gives up after 3 s without an answer (8 s in all, not 21).
+        once = {"RAY_gcs_server_port_wait_time_s": "1"}
+        no_token = pool.submit(_attach, address, base, 150, **tls, **short, **once)
+        shorter = {**short, "RAY_gcs_rpc_server_connect_timeout_s": "2", "RAY_gcs_rpc_server_reconnect_timeout_s": "3",
+                   "RAY_gcs_server_request_timeout_seconds": "3"}
+        no_tls = pool.submit(_attach, address, base, 60, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=token, **shorter,
+                             **once)
         admitted = both.result()
         # It sees the broker's named actors (the edges; a replica a spare adopted has no Ray name).
         assert "ATTACHED" in admitted and f"edge@{nodes[0]['broker_id']}" in admitted, admitted

@@ -43,8 +43,11 @@ class BrokerProcess:
         self.extra_args = list(extra_args or [])
         self.env_changes = dict(env_changes or {})
         self.data_dir = Path(data_dir)
+        # As Kafka's own integration tests (TestUtils): a group's first join
+        # completes at once, not after group.initial.rebalance.delay.ms' 3 s;
+        # tests of the delay itself set it.
         self.overrides = {"listeners": "PLAINTEXT://127.0.0.1:0", "zookeeper.session.timeout.ms": "6000",
-                          **(overrides or {})}
+                          "group.initial.rebalance.delay.ms": "0", **(overrides or {})}
         self.log_path = self.data_dir.parent / log_name
         self.proc: subprocess.Popen | None = None
         self.host: str | None = None

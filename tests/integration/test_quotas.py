@@ -181,7 +181,9 @@ def test_producer_byte_rate_holds_from_the_first_byte(quota_broker):
     assert fast_rate > 2 * max(first_12s, QUOTA / 2), (fast_rate, first_12s)
 
 
-def _consume(bootstrap: str, client_id: str, topic: str, seconds: float) -> tuple[int, list]:
+def _consume(bootstrap: str, client_id: str, topic: str, seconds: float,
+             until_bytes: int | None = None) -> tuple[int, list]:
+    """Bytes read in `seconds` (or until `until_bytes` were read), and the throttles seen."""
     throttles = []
     consumer = Consumer({"bootstrap.servers": bootstrap, "client.id": client_id, "group.id": f"g-{client_id}",
                          "auto.offset.reset": "earliest", "enable.auto.commit": False,
@@ -190,7 +192,7 @@ def _consume(bootstrap: str, client_id: str, topic: str, seconds: float) -> tupl
     consumer.assign([confluent_kafka.TopicPartition(topic, 0, confluent_kafka.OFFSET_BEGINNING)])
     received, deadline = 0, time.monotonic() + seconds
     try:
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and (until_bytes is None or received < until_bytes):
             message = consumer.poll(0.2)
             if message is not None and message.error() is None:
                 received += len(message.value())
@@ -210,12 +212,13 @@ def test_consumer_byte_rate_throttles_fetches(quota_broker):
     assert producer.flush(60) == 0
     _set_client_quota(bootstrap, "slow-consumer", consumer_byte_rate=102400.0)
     _wait_until_quotas_applied(bootstrap)
-    fast_bytes, _ = _consume(bootstrap, "fast-consumer", topic, 8)
+    fast_bytes, _ = _consume(bootstrap, "fast-consumer", topic, 8, until_bytes=300 * len(RECORD))
     assert fast_bytes == 300 * len(RECORD)
-    slow_bytes, throttles = _consume(bootstrap, "slow-consumer", topic, 8)
+    slow_bytes, throttles = _consume(bootstrap, "slow-consumer", topic, 5)
     assert throttles and max(throttles) > 0, "the throttled consumer never saw throttle_time_ms"
-    # 8 s at 100 KiB/s, one window's worth ahead, and the one fetch that crosses the bound.
-    assert slow_bytes <= 1.2 * 102400 * 8 + 262144, f"throttled consumer read {slow_bytes} bytes in 8 s"
+    # 5 s at 100 KiB/s, one window's worth ahead, and the one fetch that crosses the bound
+    # (~0.9 MB of the topic's 3 MB).
+    assert slow_bytes <= 1.2 * 102400 * 5 + 262144, f"throttled consumer read {slow_bytes} bytes in 5 s"
 
 
 def test_configs_cli_clients_users_topics(quota_broker):

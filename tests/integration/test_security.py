@@ -138,9 +138,17 @@ def test_mtls_required_client_certificate(secured):
                                                     "ssl.key.location": str(pki["client-key"])})
     assert _metadata_ports(with_cert) == {secured["ports"]["MTLS"]}
     _round_trip(with_cert, n=5)
-    without = AdminClient(_client_config(secured, "MTLS"))
+    # Without a certificate the handshake is refused: librdkafka reports it
+    # through error_cb at once and retries until list_topics' timeout.
+    errors = []
+    without = AdminClient(_client_config(secured, "MTLS", error_cb=errors.append))
     with pytest.raises(KafkaException):
-        without.list_topics(timeout=8)
+        without.list_topics(timeout=3)
+    wait_for_errors = time.monotonic() + 10
+    while not errors and time.monotonic() < wait_for_errors:
+        without.poll(0.1)
+    assert errors and all(e.code() in (KafkaError._SSL, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN)
+                          for e in errors), errors
 
 
 def test_sasl_plain_confluent(secured):

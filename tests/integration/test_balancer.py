@@ -26,7 +26,7 @@ from cli.admin_client import AdminClient as RaykafkaAdmin
 from cli.main import main as raykafka
 from metadata.kafka_zk import KafkaZkClient
 from tests.broker_process import BrokerProcess, _pid_alive
-from tests.integration.test_controller import BackgroundProducer, crash_node, wait_for
+from tests.integration.test_controller import BackgroundProducer, wait_for
 
 TOPIC = "elastic"
 # 12 partitions at RF=2 on 3 nodes: 8 replicas and 4 leaders each; a 4th node takes 6
@@ -199,7 +199,7 @@ def test_a_node_joins_and_fills_then_a_lost_node_is_healed_with_clients_running(
             controller = zk.controller.id()
             victim = next(b for b in brokers[1:] if b != controller and b != new_id)
             acked_before_kill = len(producer.acked)
-            crash_node(cluster, victim)
+            cluster.kill_node(victim)
             killed_at = time.monotonic()
             live = [b for b in brokers if b != victim]
 

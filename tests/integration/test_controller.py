@@ -102,11 +102,6 @@ def node_of(cluster: BrokerProcess, broker_id: int) -> dict:
     return next(n for n in cluster.nodes() if n["broker_id"] == broker_id)
 
 
-def crash_node(cluster: BrokerProcess, broker_id: int, timeout_s: float = 15) -> float:
-    """kill -9 one Ray node; -> monotonic time of the kill."""
-    return cluster.kill_node(broker_id, timeout_s)
-
-
 def revive_dead_nodes(cluster: BrokerProcess) -> None:
     """After a test that killed a node, even a failed one: the next test gets three brokers."""
     if len(live_nodes(cluster)) < len(cluster.nodes()):
@@ -364,7 +359,7 @@ def test_controller_failover_keeps_acked_records_and_fences_old_epoch(cluster, z
     try:
         with BackgroundProducer(bootstrap, topic) as producer:
             producer.wait_acked(2000)
-            killed_at = crash_node(cluster, controller)
+            killed_at = cluster.kill_node(controller)
             new_controller, new_epoch = wait_for(
                 lambda: (c := active_controller(zk)) and c[1] > epoch and c, 60,
                 f"a controller epoch above {epoch}", poll_s=0.01)
@@ -519,7 +514,7 @@ def victim_for(cluster: BrokerProcess, zk: KazooClient) -> int:
 
 
 def kill_and_wait_failover(cluster: BrokerProcess, topic: str, victim: int) -> None:
-    crash_node(cluster, victim)
+    cluster.kill_node(victim)
     live = live_bootstrap(cluster)
     wait_for(lambda: all(p.leader not in (-1, victim) and victim not in p.isr
                          for p in partitions_of(live, topic).values()), 60,

@@ -27,6 +27,7 @@ from confluent_kafka.admin import (AdminClient, ScramCredentialInfo, ScramMechan
                                    UserScramCredentialDeletion, UserScramCredentialUpsertion)
 
 from tests.broker_process import BrokerProcess  # noqa: E402
+from tests.cli_runner import wait_for  # noqa: E402
 from tests.security_certs import make_pki  # noqa: E402
 from tests.wire_client import WireClient  # noqa: E402
 
@@ -144,9 +145,7 @@ def test_mtls_required_client_certificate(secured):
     without = AdminClient(_client_config(secured, "MTLS", error_cb=errors.append))
     with pytest.raises(KafkaException):
         without.list_topics(timeout=3)
-    wait_for_errors = time.monotonic() + 10
-    while not errors and time.monotonic() < wait_for_errors:
-        without.poll(0.1)
+    wait_for(lambda: without.poll(0.1) is not None and errors, 10, "the refused handshake's error", poll_s=0)
     assert errors and all(e.code() in (KafkaError._SSL, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN)
                           for e in errors), errors
 

@@ -27,8 +27,9 @@ from core.worker_setup import BROKER_RUNTIME_ENV, HOOK, SETUP_HOOK_ENV_VAR
 from node.errors import StartupError, quietly
 from node.identity import identify_broker
 from node.named_actors import create_named, edge_options, named_actors_of_broker, purgatory_options
-from node.ray_cluster import (environment_for_ray, metrics_through_opencensus, ray_system_config,
-                              ray_token_for_own_cluster, raylet_pid)
+from node.ray_cluster import (NO_AUTOSCALER, environment_for_ray, kill_autoscaler_monitor,
+                              metrics_through_opencensus, ray_system_config, ray_token_for_own_cluster,
+                              raylet_pid)
 from node.supervision import Supervisor
 
 log = logging.getLogger("raykafka")
@@ -332,8 +333,9 @@ class BrokerProcess:
                 return {"labels": {"rack": racks[i]}} if racks else {}
 
             self.cluster = Cluster(initialize_head=True, head_node_args={
-                **labels(0), **metrics_port_of(0), "num_cpus": cpus, "include_dashboard": self.options.dashboard,
-                "object_store_memory": 256 * 1024 * 1024, "_system_config": system_config})
+                **labels(0), **metrics_port_of(0), **NO_AUTOSCALER, "num_cpus": cpus,
+                "include_dashboard": self.options.dashboard, "object_store_memory": 256 * 1024 * 1024,
+                "_system_config": system_config})
             # In the order they were added: node i carries labels(i). (cluster_utils keeps its
             # worker nodes in a set, so list_all_nodes() comes back in no particular order, and a
             # broker revived on racks[i] would then share a rack with a live one.)
@@ -485,6 +487,8 @@ class BrokerProcess:
             log.info("brokers %s stopped cleanly in %.1f s", [n["broker_id"] for n in self.nodes],
                      time.monotonic() - started)
             if self.started_ray:
+                if self.cluster is None:
+                    quietly(kill_autoscaler_monitor)
                 quietly(ray.shutdown)
         if self.cluster is not None:
             quietly(self.cluster.shutdown)

@@ -106,6 +106,28 @@ def ray_system_config() -> dict:
     }
 
 
+# Ray's autoscaler monitor, which a head node starts, has no work on a cluster
+# raykafka starts itself (local nodes, nothing to scale) and holds no state,
+# but it does not exit on SIGTERM: every stop gave it Ray's full 1 s of grace
+# before killing it (of a single-node broker's ~2.4 s stop, measured).
+NO_AUTOSCALER = {"no_monitor": True}  # head_node_args of ray.cluster_utils.Cluster (RayParams)
+
+
+def kill_autoscaler_monitor() -> None:
+    """Kill the autoscaler monitor of the head node this process started with
+    ray.init (which, unlike cluster_utils, cannot be told not to start it), so
+    that ray.shutdown does not wait out its grace period."""
+    from ray._private import ray_constants, worker
+
+    node = worker._global_node
+    if node is None or not node.head:
+        return
+    for info in node.all_processes.get(ray_constants.PROCESS_TYPE_MONITOR, []):
+        if info.process.poll() is None:
+            info.process.kill()
+            info.process.wait(timeout=5)
+
+
 def raylet_pid(node) -> int | None:
     from ray._private import ray_constants
 

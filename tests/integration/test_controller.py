@@ -713,3 +713,19 @@ def test_create_partitions_grows_a_topic_and_new_partitions_serve(cluster, new_t
             future.result(timeout=60)
         assert refused.value.args[0].code() == KafkaError.INVALID_PARTITIONS, refused.value
     assert sorted(partitions_of(bootstrap, topic)) == [0, 1, 2, 3]
+
+
+# ---- 6. The cluster's own Ray processes ---------------------------------------------------------------------
+def test_local_nodes_run_no_autoscaler(cluster):
+    """`--nodes` starts local Ray nodes and has nothing to scale: no autoscaler
+    monitor runs (it ignored SIGTERM and held every stop for Ray's 1 s grace)."""
+    import psutil
+
+    commands = []
+    for p in cluster.tree():
+        try:
+            commands.append(" ".join(p.cmdline()))
+        except psutil.NoSuchProcess:
+            pass
+    assert sum("raylet/raylet" in c for c in commands) >= 3, commands  # the tree holds the cluster's Ray nodes
+    assert [c for c in commands if "autoscaler/_private/monitor.py" in c] == []

@@ -7,6 +7,7 @@ supervision loop (node/supervision.py) until SIGTERM/SIGINT, and the
 controlled shutdown."""
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import json
 import logging
@@ -127,15 +128,33 @@ class BrokerProcess:
 
     def start(self) -> tuple[str, int]:
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._setup_zookeeper_security(embedded=not self.config["zookeeper.connect"])
+        count = max(1, self.options.nodes)
+        # ZooKeeper (its JVM's start) and the brokers' identities need nothing of
+        # Ray, and Ray's start (GCS, dashboard head, raylet: ~3 s, most of it
+        # waiting on those processes) nothing of ZooKeeper: they run side by side.
+        with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="zookeeper") as pool:
+            identified = pool.submit(self._start_zookeeper_and_identify, count)
+            try:
+                node_ids = self._start_ray(count)
+            finally:
+                identities = identified.result()  # its error first: it is why the start failed
+        for index, ((broker_id, log_dirs), node_id) in enumerate(zip(identities, node_ids)):
+            self.nodes.append(self._start_node(self.zk_connect, broker_id, log_dirs, node_id, index))
+        self._wait_ready(self.nodes)
+        self._write_nodes_file()
+        return self.nodes[0]["host"], self.nodes[0]["port"]
+
+    def _start_zookeeper_and_identify(self, count: int) -> list[tuple[int, list[str]]]:
+        """The embedded ZooKeeper unless zookeeper.connect names one, then each
+        local broker's id and log dirs (node/identity.py)."""
         zk_connect = self.config["zookeeper.connect"]
-        self._setup_zookeeper_security(embedded=not zk_connect)
         if not zk_connect:
             from metadata.embedded_zookeeper import EmbeddedZooKeeper
 
             self.zookeeper = EmbeddedZooKeeper(self.data_dir / "zookeeper")
             zk_connect = self.zookeeper.start()
             log.info("embedded ZooKeeper on %s (pid %s)", zk_connect, self.zookeeper.pid)
-        count = max(1, self.options.nodes)
         identities = []
         for index in range(count):
             if count == 1:
@@ -151,12 +170,7 @@ class BrokerProcess:
             identities.append((broker_id, log_dirs))
         self.broker_id = identities[0][0]
         self.zk_connect, self.cluster_id = zk_connect, cluster_id
-        node_ids = self._start_ray(count)
-        for index, ((broker_id, log_dirs), node_id) in enumerate(zip(identities, node_ids)):
-            self.nodes.append(self._start_node(zk_connect, broker_id, log_dirs, node_id, index))
-        self._wait_ready(self.nodes)
-        self._write_nodes_file()
-        return self.nodes[0]["host"], self.nodes[0]["port"]
+        return identities
 
     def _setup_zookeeper_security(self, embedded: bool) -> None:
         """Credentials, TLS and znode ACLs for every ZooKeeper session of this

@@ -501,8 +501,7 @@ class BrokerProcess:
             log.info("brokers %s stopped cleanly in %.1f s", [n["broker_id"] for n in self.nodes],
                      time.monotonic() - started)
             if self.started_ray:
-                if self.cluster is None:
-                    quietly(kill_autoscaler_monitor)
+                quietly(kill_autoscaler_monitor)  # a no-op for a --nodes cluster, started without one
                 quietly(ray.shutdown)
         if self.cluster is not None:
             quietly(self.cluster.shutdown)
